@@ -1,0 +1,308 @@
+"""Result values of an evaluation: `Verdict` and the pieces it is made of.
+
+Every type here is a frozen dataclass with ``to_dict()`` / ``from_dict()``; they become JSON only
+at the edges (the private pipe, the database column, the API, the CLI's ``--json``). The JSON
+shape is the contract of DESIGN §3, the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "Baselines",
+    "CompileResult",
+    "ErrorKind",
+    "Stage",
+    "Status",
+    "Timing",
+    "Trial",
+    "Verdict",
+]
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    #: Faster than we believe possible (over 10x, or under the roofline): not a job's best until
+    #: re-timed in a fresh process with fresh seeds.
+    SUSPICIOUS = "suspicious"
+
+
+class Stage(str, Enum):
+    """The last stage an evaluation reached; on failure, the one that failed."""
+
+    PROBLEM = "problem"
+    COMPILE = "compile"
+    LOAD = "load"
+    CORRECTNESS = "correctness"
+    INTEGRITY = "integrity"
+    TIMING = "timing"
+    DONE = "done"
+
+
+class ErrorKind(str, Enum):
+    #: The candidate's fault: compile error, wrong output, crash, timeout. Fed back to the LLM.
+    CANDIDATE = "candidate"
+    #: Ours: a worker died, the GPU was busy, a cache was corrupt. Retried, never charged.
+    INFRA = "infra"
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The comparison of one trial's output with the reference's."""
+
+    seed_index: int
+    passed: bool
+    max_abs_err: float | None
+    mean_abs_err: float | None
+    mismatch_frac: float
+    #: Which inputs: "random", "variant" (another value distribution) or "shape:<k>".
+    kind: str = "random"
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed_index": self.seed_index,
+            "passed": self.passed,
+            "max_abs_err": _finite_or_none(self.max_abs_err),
+            "mean_abs_err": _finite_or_none(self.mean_abs_err),
+            "mismatch_frac": self.mismatch_frac,
+            "kind": self.kind,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trial:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Raw samples of one timed callable; statistics are derived, never stored twice."""
+
+    samples_ms: tuple[float, ...]
+    #: Where the samples come from: "cuda_events" or "perf_counter".
+    clock: str = "perf_counter"
+    #: Noise and fidelity warnings travel with the result.
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.samples_ms)
+
+    @property
+    def iqr_ms(self) -> float:
+        if self.n < 4:
+            return max(self.samples_ms) - min(self.samples_ms)
+        q1, _, q3 = statistics.quantiles(self.samples_ms, n=4)
+        return q3 - q1
+
+    @property
+    def rel_stderr(self) -> float:
+        """Standard error of the mean over the mean (0 when fewer than two samples)."""
+        if self.n < 2 or self.mean_ms <= 0:
+            return 0.0
+        return statistics.stdev(self.samples_ms) / math.sqrt(self.n) / self.mean_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "median_ms": self.median_ms,
+            "iqr_ms": self.iqr_ms,
+            "mean_ms": self.mean_ms,
+            "n": self.n,
+            "clock": self.clock,
+            "warnings": list(self.warnings),
+            "samples_ms": list(self.samples_ms),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timing:
+        return cls(
+            samples_ms=tuple(float(s) for s in data["samples_ms"]),
+            clock=data.get("clock", "perf_counter"),
+            warnings=tuple(data.get("warnings", ())),
+        )
+
+    @classmethod
+    def from_samples(cls, samples_ms: Sequence[float], *, clock: str, warnings: Sequence[str] = ()) -> Timing:
+        return cls(samples_ms=tuple(float(s) for s in samples_ms), clock=clock, warnings=tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The reference timed in the trusted process: eager PyTorch and ``torch.compile``."""
+
+    eager: Timing | None
+    compiled: Timing | None
+    #: Why a baseline is missing (torch.compile failed, or was switched off), if it is.
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "eager_ms": self.eager.median_ms if self.eager else None,
+            "compile_ms": self.compiled.median_ms if self.compiled else None,
+            "eager": self.eager.to_dict() if self.eager else None,
+            "compile": self.compiled.to_dict() if self.compiled else None,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Baselines:
+        return cls(
+            eager=Timing.from_dict(data["eager"]) if data.get("eager") else None,
+            compiled=Timing.from_dict(data["compile"]) if data.get("compile") else None,
+            notes=tuple(data.get("notes", ())),
+        )
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What the compile stage learnt: per-extension build facts and trimmed errors."""
+
+    ok: bool
+    seconds: float
+    #: Extensions built or reused, by name: {"name": str, "key": str, "cached": bool}.
+    extensions: tuple[dict[str, Any], ...] = ()
+    #: ptxas figures per kernel: {"kernel": str, "registers": int, "spill_stores": int, ...}.
+    kernels: tuple[dict[str, Any], ...] = ()
+    #: The first compiler errors with file:line and context, trimmed.
+    errors: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "seconds": self.seconds,
+            "extensions": [dict(e) for e in self.extensions],
+            "kernels": [dict(k) for k in self.kernels],
+            "errors": self.errors,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompileResult:
+        return cls(
+            ok=data["ok"],
+            seconds=data["seconds"],
+            extensions=tuple(data.get("extensions", ())),
+            kernels=tuple(data.get("kernels", ())),
+            errors=data.get("errors", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The referee's answer for one candidate. Plain JSON through ``to_dict()``."""
+
+    status: Status
+    stage: Stage
+    error_kind: ErrorKind | None = None
+    message: str = ""
+    compile: CompileResult | None = None
+    trials: tuple[Trial, ...] = ()
+    timing: Timing | None = None
+    baselines: Baselines | None = None
+    sol_ms: float | None = None
+    flops: float | None = None
+    min_bytes: float | None = None
+    flags: tuple[str, ...] = ()
+    #: Advice for the author (static patterns); never decides the status.
+    hints: tuple[str, ...] = ()
+    log: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived figures -------------------------------------------------------------------
+    @property
+    def compiled(self) -> bool:
+        return self.compile is not None and self.compile.ok
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.trials) and all(t.passed for t in self.trials)
+
+    def _speedup(self, baseline: Timing | None) -> float | None:
+        if baseline is None or self.timing is None or self.timing.median_ms <= 0:
+            return None
+        return baseline.median_ms / self.timing.median_ms
+
+    @property
+    def speedup_vs_eager(self) -> float | None:
+        return self._speedup(self.baselines.eager if self.baselines else None)
+
+    @property
+    def speedup_vs_compile(self) -> float | None:
+        return self._speedup(self.baselines.compiled if self.baselines else None)
+
+    @property
+    def pct_of_sol(self) -> float | None:
+        if self.sol_ms is None or self.timing is None or self.timing.median_ms <= 0:
+            return None
+        return 100.0 * self.sol_ms / self.timing.median_ms
+
+    def with_changes(self, **changes: Any) -> Verdict:
+        return replace(self, **changes)
+
+    # -- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "stage": self.stage.value,
+            "error_kind": self.error_kind.value if self.error_kind else None,
+            "compiled": self.compiled,
+            "compile_s": self.compile.seconds if self.compile else None,
+            "correct": self.correct,
+            "trials": [t.to_dict() for t in self.trials],
+            "timing": self.timing.to_dict() if self.timing else None,
+            "baselines": self.baselines.to_dict() if self.baselines else None,
+            "speedup_vs_eager": self.speedup_vs_eager,
+            "speedup_vs_compile": self.speedup_vs_compile,
+            "sol_ms": self.sol_ms,
+            "pct_of_sol": self.pct_of_sol,
+            "flops": self.flops,
+            "min_bytes": self.min_bytes,
+            "flags": list(self.flags),
+            "hints": list(self.hints),
+            "message": self.message,
+            "log": self.log,
+            "compile": self.compile.to_dict() if self.compile else None,
+            "provenance": dict(self.provenance),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        return cls(
+            status=Status(data["status"]),
+            stage=Stage(data["stage"]),
+            error_kind=ErrorKind(data["error_kind"]) if data.get("error_kind") else None,
+            message=data.get("message", ""),
+            compile=CompileResult.from_dict(data["compile"]) if data.get("compile") else None,
+            trials=tuple(Trial.from_dict(t) for t in data.get("trials", ())),
+            timing=Timing.from_dict(data["timing"]) if data.get("timing") else None,
+            baselines=Baselines.from_dict(data["baselines"]) if data.get("baselines") else None,
+            sol_ms=data.get("sol_ms"),
+            flops=data.get("flops"),
+            min_bytes=data.get("min_bytes"),
+            flags=tuple(data.get("flags", ())),
+            hints=tuple(data.get("hints", ())),
+            log=data.get("log", ""),
+            provenance=dict(data.get("provenance", {})),
+        )

@@ -1,0 +1,36 @@
+"""Reference problems: the file format, the bundled set and lookup by id or path.
+
+Nothing here executes problem code; admission checks run inside the harness's sandbox.
+"""
+
+from problems.registry import (
+    BUNDLED_DIR,
+    UnknownProblemError,
+    bundled_ids,
+    bundled_problems,
+    load_problem,
+)
+from problems.spec import (
+    MAX_SOURCE_BYTES,
+    Mode,
+    Policy,
+    Problem,
+    ProblemFormatError,
+    parse_problem,
+    read_problem_file,
+)
+
+__all__ = [
+    "BUNDLED_DIR",
+    "MAX_SOURCE_BYTES",
+    "Mode",
+    "Policy",
+    "Problem",
+    "ProblemFormatError",
+    "UnknownProblemError",
+    "bundled_ids",
+    "bundled_problems",
+    "load_problem",
+    "parse_problem",
+    "read_problem_file",
+]

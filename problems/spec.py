@@ -1,0 +1,216 @@
+"""The problem file format: a KernelBench-style module plus literal declarations.
+
+A problem is Python source defining ``class Model(nn.Module)``, ``get_inputs()`` and
+``get_init_inputs()``, with module constants for sizes. Beside them it may declare, as plain
+literals at module level (read here with ``ast.literal_eval``: the source is never executed in
+this process):
+
+=====================  ==============================================================  ==========
+name                   meaning                                                         default
+=====================  ==============================================================  ==========
+``MODE``               ``"train"`` (modules as PyTorch builds them) or ``"eval"``      ``"train"``
+``POLICY``             ``"mixed"`` (vendor ops allowed beside custom kernels) or       ``"mixed"``
+                       ``"pure"`` (no torch compute in ``forward``)
+``ATOL`` / ``RTOL``    tolerance override                                              per dtype
+``CPU_SIZES``          module constants replaced on the ``cpu`` target, e.g.           ``{}``
+                       ``{"batch_size": 2, "height": 16}`` (include derived ones)
+``EXTRA_SHAPES``       list of input-only constant overrides; each adds a trial        ``[]``
+``INPUT_VARIANTS``     whether a trial with another value distribution is added        ``True``
+``NONDETERMINISTIC``   output varies for fixed inputs (dropout); refused unless True   ``False``
+``DESCRIPTION``        one line for listings (else the module docstring's first line)  ``""``
+=====================  ==============================================================  ==========
+
+Everything here is stdlib only: the harness (torch + stdlib) and the API (no torch) both use it.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MAX_SOURCE_BYTES",
+    "REQUIRED_NAMES",
+    "Mode",
+    "Policy",
+    "Problem",
+    "ProblemFormatError",
+    "parse_problem",
+]
+
+#: A problem or candidate larger than this is refused before anything runs.
+MAX_SOURCE_BYTES = 256 * 1024
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+class Mode(str, Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+class Policy(str, Enum):
+    MIXED = "mixed"
+    PURE = "pure"
+
+
+class ProblemFormatError(ValueError):
+    """The source is not a valid problem file; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A parsed problem: its source and its declarations. Building it runs nothing."""
+
+    id: str
+    source: str
+    mode: Mode = Mode.TRAIN
+    policy: Policy = Policy.MIXED
+    atol: float | None = None
+    rtol: float | None = None
+    cpu_sizes: dict[str, Any] = field(default_factory=dict)
+    extra_shapes: tuple[dict[str, Any], ...] = ()
+    input_variants: bool = True
+    nondeterministic: bool = False
+    description: str = ""
+    level: int | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "sha256": self.sha256,
+            "mode": self.mode.value,
+            "policy": self.policy.value,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "cpu_sizes": dict(self.cpu_sizes),
+            "extra_shapes": [dict(s) for s in self.extra_shapes],
+            "input_variants": self.input_variants,
+            "nondeterministic": self.nondeterministic,
+            "description": self.description,
+            "level": self.level,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Problem:
+        return parse_problem(data["source"], problem_id=data["id"], level=data.get("level"))
+
+
+_DECLARATIONS = {
+    "MODE", "POLICY", "ATOL", "RTOL", "CPU_SIZES", "EXTRA_SHAPES", "INPUT_VARIANTS",
+    "NONDETERMINISTIC", "DESCRIPTION",
+}
+
+
+def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id in _DECLARATIONS and value is not None:
+                try:
+                    found[target.id] = ast.literal_eval(value)
+                except ValueError as exc:
+                    raise ProblemFormatError(
+                        f"line {node.lineno}: {target.id} must be a plain literal ({exc})"
+                    ) from None
+    return found
+
+
+def _defined_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _check_sizes(name: str, value: Any, module_names: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ProblemFormatError(f"{name} must be a dict of module constant names to values")
+    unknown = sorted(set(value) - module_names)
+    if unknown:
+        raise ProblemFormatError(f"{name} overrides constants the module does not define: {unknown}")
+    return dict(value)
+
+
+def _number(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ProblemFormatError(f"{name} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def parse_problem(source: str, *, problem_id: str, level: int | None = None) -> Problem:
+    """Parse and validate problem source statically.
+
+    Args:
+        source: the problem's Python source.
+        problem_id: a bundled id or a name for a user's file.
+        level: the bundled level, if any.
+
+    Returns:
+        The `Problem`, with declarations read and checked.
+
+    Raises:
+        ProblemFormatError: oversized source, a syntax error, a missing required name or a
+            malformed declaration; the message says what to fix.
+    """
+    size = len(source.encode())
+    if size > MAX_SOURCE_BYTES:
+        raise ProblemFormatError(f"source is {size} bytes; the limit is {MAX_SOURCE_BYTES}")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ProblemFormatError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    names = _defined_names(tree)
+    missing = [n for n in REQUIRED_NAMES if n not in names]
+    if missing:
+        raise ProblemFormatError(f"a problem must define {', '.join(missing)} at module level")
+    decl = _literal_assignments(tree)
+    try:
+        mode = Mode(decl.get("MODE", "train"))
+        policy = Policy(decl.get("POLICY", "mixed"))
+    except ValueError as exc:
+        raise ProblemFormatError(f"{exc}; MODE is 'train' or 'eval', POLICY 'mixed' or 'pure'") from None
+    extra = decl.get("EXTRA_SHAPES", [])
+    if not isinstance(extra, (list, tuple)):
+        raise ProblemFormatError("EXTRA_SHAPES must be a list of dicts")
+    description = decl.get("DESCRIPTION") or (ast.get_docstring(tree) or "").strip().split("\n")[0]
+    return Problem(
+        id=problem_id,
+        source=source,
+        mode=mode,
+        policy=policy,
+        atol=_number("ATOL", decl.get("ATOL")),
+        rtol=_number("RTOL", decl.get("RTOL")),
+        cpu_sizes=_check_sizes("CPU_SIZES", decl.get("CPU_SIZES", {}), names),
+        extra_shapes=tuple(_check_sizes("EXTRA_SHAPES entry", s, names) for s in extra),
+        input_variants=bool(decl.get("INPUT_VARIANTS", True)),
+        nondeterministic=bool(decl.get("NONDETERMINISTIC", False)),
+        description=str(description),
+        level=level,
+    )
+
+
+def read_problem_file(path: Path, *, problem_id: str | None = None) -> Problem:
+    """Parse a problem from a file; its id defaults to the file's stem."""
+    return parse_problem(path.read_text(), problem_id=problem_id or path.stem)
