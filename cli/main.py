@@ -1,0 +1,190 @@
+"""The ``kernelloop`` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harness import HarnessOptions, Status, Target, Verdict, evaluate
+from harness.admission import admit
+from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
+
+app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
+                  no_args_is_help=True, add_completion=False)
+problems_app = typer.Typer(help="List and check reference problems.", no_args_is_help=True)
+app.add_typer(problems_app, name="problems")
+
+#: Exit codes of `kernelloop eval`, by verdict status.
+EXIT_CODES = {Status.PASS: 0, Status.FAIL: 1, Status.SUSPICIOUS: 1, Status.ERROR: 2}
+#: Misuse (unknown problem, unreadable file) exits with the same code as an error verdict.
+EXIT_USAGE = 2
+
+err = Console(stderr=True)
+out = Console()
+
+
+def default_target() -> Target:
+    """``cuda`` when an NVIDIA device is present, else ``cpu`` (without importing torch)."""
+    return Target.CUDA if os.path.exists("/dev/nvidiactl") else Target.CPU
+
+
+def _load_problem_or_exit(ref: str) -> Problem:
+    try:
+        return load_problem(ref)
+    except (UnknownProblemError, ProblemFormatError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+TargetOpt = Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda if a GPU is present)")]
+CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default ~/.cache/kernelloop)")]
+
+
+def _options(cache_dir: Path | None, **changes: object) -> HarnessOptions:
+    options = HarnessOptions()
+    if cache_dir is not None:
+        options = options.replace(cache_dir=cache_dir)
+    return options.replace(**changes)
+
+
+def _fmt(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def render_verdict(verdict: Verdict, console: Console) -> None:
+    """A readable summary of a verdict."""
+    colour = {"pass": "green", "fail": "red", "error": "red", "suspicious": "yellow"}[verdict.status.value]
+    console.print(f"[bold {colour}]{verdict.status.value.upper()}[/] at stage [bold]{verdict.stage.value}[/]"
+                  + (f" ({verdict.error_kind.value} error)" if verdict.error_kind else "")
+                  + f": {verdict.message}")
+    if verdict.compile is not None:
+        cached = all(e.get("cached") for e in verdict.compile.extensions) and verdict.compile.extensions
+        console.print(f"compile: {'ok' if verdict.compile.ok else 'failed'} in {verdict.compile.seconds:.1f} s"
+                      + (" (cached build)" if cached else ""))
+        for k in verdict.compile.kernels:
+            if "registers" in k:
+                console.print(f"  {k['kernel']}: {k['registers']} registers, "
+                              f"{k.get('spill_stores', 0)} B spill stores, {k.get('spill_loads', 0)} B spill loads")
+        if verdict.compile.errors and not verdict.compile.ok:
+            console.print(verdict.compile.errors, markup=False, highlight=False)
+    if verdict.trials:
+        table = Table(title="correctness trials")
+        for col in ("trial", "inputs", "result", "max abs err", "mean abs err", "mismatch"):
+            table.add_column(col)
+        for t in verdict.trials:
+            table.add_row(str(t.seed_index), t.kind, "[green]pass[/]" if t.passed else "[red]fail[/]",
+                          _fmt(t.max_abs_err, ".3g"), _fmt(t.mean_abs_err, ".3g"), f"{100 * t.mismatch_frac:.3g}%")
+        console.print(table)
+    if verdict.timing is not None:
+        table = Table(title="timing (median of n runs)")
+        for col in ("", "median ms", "IQR ms", "n", "speedup"):
+            table.add_column(col)
+        table.add_row("candidate", _fmt(verdict.timing.median_ms, ".4f"), _fmt(verdict.timing.iqr_ms, ".4f"),
+                      str(verdict.timing.n), "")
+        if verdict.baselines:
+            for name, timing, speedup in (("eager", verdict.baselines.eager, verdict.speedup_vs_eager),
+                                          ("torch.compile", verdict.baselines.compiled, verdict.speedup_vs_compile)):
+                if timing is not None:
+                    table.add_row(name, _fmt(timing.median_ms, ".4f"), _fmt(timing.iqr_ms, ".4f"), str(timing.n),
+                                  _fmt(speedup, ".2f", "x"))
+        console.print(table)
+        console.print(f"roofline: {_fmt(verdict.sol_ms, '.4f', ' ms')} at speed of light, "
+                      f"{_fmt(verdict.pct_of_sol, '.1f', '%')} of it reached")
+        for warning in verdict.timing.warnings:
+            console.print(f"[yellow]timing:[/] {warning}")
+    for flag in verdict.flags:
+        console.print(f"[yellow]flag:[/] {flag}")
+    for hint in verdict.hints:
+        console.print(f"[cyan]hint:[/] {hint}")
+    prov = verdict.provenance
+    console.print(f"[dim]{prov.get('device')} · torch {prov.get('torch')} · CUDA {prov.get('cuda')} · "
+                  f"mode {prov.get('mode')} · policy {prov.get('policy')} · seeds {prov.get('seeds')} · "
+                  f"sandbox {prov.get('sandbox')}[/]")
+    if verdict.log and verdict.status is Status.ERROR and verdict.stage.value != "compile":
+        console.print("[dim]log:[/]")
+        console.print(verdict.log[-3000:], markup=False, highlight=False)
+
+
+@app.command("eval")
+def eval_command(
+    problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
+    candidate: Annotated[Path, typer.Argument(help="the candidate file (defines ModelNew)")],
+    target: TargetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the Verdict JSON as the last line")] = False,
+    trials: Annotated[int, typer.Option(help="random-input correctness trials")] = 3,
+    compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile of the reference")] = True,
+    seed: Annotated[int | None, typer.Option(help="fix the secret seed (reproducible runs)")] = None,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error."""
+    spec = _load_problem_or_exit(problem)
+    if not candidate.is_file():
+        err.print(f"[red]error:[/red] candidate file {candidate} not found")
+        raise typer.Exit(EXIT_USAGE)
+    target = target or default_target()
+    options = _options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
+    with err.status(f"evaluating {candidate.name} on {spec.id} ({target.value}): compile, trials, timing…"):
+        verdict = evaluate(spec, candidate.read_text(), target, options)
+    if as_json:
+        render_verdict(verdict, err)
+        sys.stdout.write(json.dumps(verdict.to_dict()) + "\n")
+    else:
+        render_verdict(verdict, out)
+    raise typer.Exit(EXIT_CODES[verdict.status])
+
+
+@problems_app.command("list")
+def problems_list(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+) -> None:
+    """List the bundled problems."""
+    found = bundled_problems()
+    if as_json:
+        sys.stdout.write(json.dumps([{k: v for k, v in p.to_dict().items() if k != "source"} for p in found]) + "\n")
+        return
+    table = Table(title=f"{len(found)} bundled problems")
+    for col in ("id", "level", "mode", "policy", "description"):
+        table.add_column(col)
+    for p in found:
+        table.add_row(p.id, str(p.level), p.mode.value, p.policy.value, p.description)
+    out.print(table)
+
+
+@problems_app.command("check")
+def problems_check(
+    refs: Annotated[list[str] | None, typer.Argument(help="problem ids or files (default: every bundled problem)")] = None,
+    target: TargetOpt = None,
+    cache_dir: CacheOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
+) -> None:
+    """Admission checks: output depends on inputs and weights, is deterministic, and zeros fail."""
+    problems = [_load_problem_or_exit(r) for r in refs] if refs else list(bundled_problems())
+    target = target or default_target()
+    options = _options(cache_dir)
+    refused = 0
+    table = Table(title=f"admission on {target.value}")
+    for col in ("problem", "admitted", "forward ms", "output", "reasons"):
+        table.add_column(col)
+    for problem in problems:
+        with err.status(f"checking {problem.id}…"):
+            report = admit(problem, target, options)
+        refused += not report.admitted
+        if as_json:
+            sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        table.add_row(problem.id, "[green]yes[/]" if report.admitted else "[red]no[/]",
+                      _fmt(report.forward_ms, ".1f"), " ".join(str(list(s)) for s in report.output_shapes),
+                      "; ".join(report.reasons))
+    if not as_json:
+        out.print(table)
+    raise typer.Exit(1 if refused else 0)
+
+
+if __name__ == "__main__":
+    app()

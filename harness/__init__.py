@@ -1,0 +1,32 @@
+"""The referee: sandboxed compile, correctness, timing, baselines, roofline and integrity.
+
+Importing this package needs only the standard library; the stage processes it starts import
+torch. Public surface::
+
+    from harness import evaluate, Referee, HarnessOptions, Target, Verdict
+"""
+
+from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate
+from harness.options import HarnessOptions, Target, Timeouts, TimingOptions
+from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
+
+__version__ = HARNESS_VERSION
+
+__all__ = [
+    "HARNESS_VERSION",
+    "Baselines",
+    "CompileResult",
+    "ErrorKind",
+    "HarnessOptions",
+    "Referee",
+    "ReferenceFailed",
+    "Stage",
+    "Status",
+    "Target",
+    "Timeouts",
+    "Timing",
+    "TimingOptions",
+    "Trial",
+    "Verdict",
+    "evaluate",
+]

@@ -1,0 +1,88 @@
+"""Admission: a problem is accepted only if it makes a meaningful test (DESIGN §2).
+
+Its output must depend on inputs and weights, vary across seeds, be deterministic (unless it
+declares otherwise), and an all-zeros output must fail the tolerance. The checks run the
+problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from harness.options import HarnessOptions, Target
+from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess
+from harness.seeds import derive_seed, new_secret, plan_trials
+from problems.spec import Problem
+
+__all__ = ["AdmissionCheck", "AdmissionReport", "admit"]
+
+
+@dataclass(frozen=True)
+class AdmissionCheck:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class AdmissionReport:
+    problem_id: str
+    target: str
+    checks: tuple[AdmissionCheck, ...]
+    message: str = ""
+    forward_ms: float | None = None
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def admitted(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks) and not self.message
+
+    @property
+    def reasons(self) -> list[str]:
+        return [c.detail for c in self.checks if not c.passed] + ([self.message] if self.message else [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "problem_id": self.problem_id, "target": self.target, "admitted": self.admitted,
+            "checks": [c.__dict__ for c in self.checks], "message": self.message,
+            "forward_ms": self.forward_ms, "output_shapes": [list(s) for s in self.output_shapes],
+        }
+
+
+def admit(problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> AdmissionReport:
+    """Run the admission checks for one problem on one target.
+
+    Returns:
+        An `AdmissionReport`; ``admitted`` says whether the problem is accepted, ``reasons`` why not.
+    """
+    options = options or HarnessOptions()
+    target = Target(target)
+    secret = options.secret_seed if options.secret_seed is not None else new_secret()
+    trials = plan_trials(secret, trials=2, input_variants=problem.input_variants, extra_shapes=problem.extra_shapes)
+    workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
+    spec = SandboxSpec(role="admission", workdir=workdir, gpu_visible=target is Target.CUDA,
+                       needed_paths=(options.cache_dir,), rlimits={"CORE": 0},
+                       namespaces=("user", "mount", "net", "pid"))
+    request = {
+        "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
+        "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),
+        "other_weights_seed": derive_seed(secret, "weights:other"),
+    }
+    with StageProcess(spec, sandbox=options.sandbox) as process:
+        try:
+            reply = process.request(request, timeout=options.timeouts.reference_start_s)
+        except (ChannelTimeout, ChannelClosed) as exc:
+            reason = "timed out" if isinstance(exc, ChannelTimeout) else process.describe_exit()
+            return AdmissionReport(problem.id, target.value, (), message=f"the problem's process {reason}:\n"
+                                   + process.log_tail(2000))
+    if not reply.get("ok"):
+        return AdmissionReport(problem.id, target.value, (),
+                               message=f"{reply.get('message')}:\n{reply.get('errors', '')}".strip())
+    return AdmissionReport(
+        problem.id, target.value,
+        tuple(AdmissionCheck(c["name"], c["passed"], c["detail"]) for c in reply["checks"]),
+        forward_ms=reply.get("forward_ms"),
+        output_shapes=tuple(tuple(s) for s in reply.get("output_shapes", ())),
+    )

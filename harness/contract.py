@@ -1,0 +1,125 @@
+"""The evaluation contract of DESIGN §2, as code both sides of an evaluation run identically.
+
+Seeds derive from the job's secret; the trusted reference process knows the secret, a candidate
+process receives only the derived seeds it needs (weights and per-trial inputs), never expected
+outputs. Everything here runs inside stage processes (it imports torch and touches problem code).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from harness.seeds import TrialSpec
+
+__all__ = [
+    "TrialSpec",
+    "apply_overrides",
+    "make_inputs",
+    "redraw_weights",
+    "state_dict_mismatch",
+    "tf32_state",
+    "tf32_off",
+]
+
+
+def apply_overrides(module: types.ModuleType, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set module constants; returns the previous values so they can be restored."""
+    previous = {name: getattr(module, name) for name in overrides}
+    for name, value in overrides.items():
+        setattr(module, name, tuple(value) if isinstance(value, list) else value)
+    return previous
+
+
+@contextmanager
+def overridden(module: types.ModuleType, overrides: dict[str, Any]) -> Iterator[None]:
+    previous = apply_overrides(module, overrides)
+    try:
+        yield
+    finally:
+        apply_overrides(module, previous)
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _variant(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Another value distribution: uniform on a wider range, shifted off zero."""
+    if not tensor.is_floating_point():
+        return tensor
+    fresh = torch.rand(tensor.shape, generator=generator, dtype=torch.float32) * 6.0 - 2.5
+    return fresh.to(dtype=tensor.dtype, device=tensor.device)
+
+
+def make_inputs(problem_module: types.ModuleType, trial: TrialSpec, device: torch.device) -> list[Any]:
+    """The inputs of one trial, identical in every process that calls this with the same trial."""
+    with overridden(problem_module, trial.overrides):
+        _seed_everything(trial.seed)
+        inputs = list(problem_module.get_inputs())
+    if trial.kind == "variant":
+        generator = torch.Generator().manual_seed(trial.seed ^ 0x5EED)
+        inputs = [_variant(x, generator) if isinstance(x, torch.Tensor) else x for x in inputs]
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def redraw_weights(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Re-draw every floating parameter and buffer, keeping each one's scale and sign range.
+
+    Defaults (BatchNorm's 0/1 statistics, zero biases) would let shortcuts look right; fresh
+    values from the secret seed do not. Non-negative tensors (variances, norms' weights) stay
+    non-negative. Returns the new state dict (on CPU).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    state = model.state_dict()
+    fresh: dict[str, torch.Tensor] = {}
+    for name in sorted(state):
+        tensor = state[name]
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            fresh[name] = tensor.detach().clone().cpu()
+            continue
+        values = tensor.detach().double().cpu()
+        mean = values.mean().item()
+        std = values.std().item() if values.numel() > 1 else 0.0
+        nonneg = bool((values >= 0).all())
+        noise = torch.randn(values.shape, generator=generator, dtype=torch.float64)
+        if std > 0:
+            new = noise * std + mean
+        else:
+            base = abs(mean) or 0.1
+            new = base * (0.5 + torch.rand(values.shape, generator=generator, dtype=torch.float64)) \
+                if nonneg else mean + base * noise
+        if nonneg:
+            new = new.abs() + 1e-3 * (abs(mean) or 1.0)  # variances stay strictly positive
+        fresh[name] = new.to(tensor.dtype)
+    model.load_state_dict(fresh)
+    return fresh
+
+
+def state_dict_mismatch(reference: dict[str, torch.Tensor], candidate: dict[str, torch.Tensor]) -> str | None:
+    """Why the candidate's state dict cannot take the reference weights, or None."""
+    missing = [k for k in reference if k not in candidate]
+    if missing:
+        return (f"ModelNew lacks state_dict keys {missing[:8]}: keep the reference's parameters and "
+                "buffers under the same names (e.g. self.conv = nn.Conv2d(...)) so its weights load")
+    wrong = [f"{k}: reference {tuple(reference[k].shape)} vs ModelNew {tuple(candidate[k].shape)}"
+             for k in reference if tuple(reference[k].shape) != tuple(candidate[k].shape)]
+    if wrong:
+        return "state_dict shapes differ: " + "; ".join(wrong[:8])
+    return None
+
+
+def tf32_state() -> tuple[bool, bool, str]:
+    return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            torch.get_float32_matmul_precision())
+
+
+def tf32_off() -> None:
+    """TF32 off for reference, baselines and candidate alike (DESIGN §2)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")

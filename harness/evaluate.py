@@ -1,0 +1,436 @@
+"""The referee's orchestration: stages in sandboxed processes, a `Verdict` out.
+
+`Referee` holds one trusted reference process for a (problem, target, options) and evaluates
+candidates against it, each in a fresh candidate process after a compile stage with no GPU
+visible. `evaluate()` is the one-shot form. This module is stdlib only: the process driving
+evaluations (a worker, the CLI) never imports torch or initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.hints import static_hints
+from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
+from harness.options import HarnessOptions, Target
+from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess, protect_current_process
+from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
+from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
+from problems.spec import Policy, Problem
+
+__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate"]
+
+HARNESS_VERSION = "0.1.0"
+#: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
+#: reference share one so CUDA IPC stays possible (DESIGN §3: it fails across PID namespaces).
+_NAMESPACES = {
+    Target.CPU: ("user", "mount", "net", "pid"),
+    Target.CUDA: ("user", "mount", "net"),
+}
+#: Over this, the trusted clock says the candidate's reported samples cannot be right.
+_CLOCK_SLACK = 1.02
+
+
+class ReferenceFailed(RuntimeError):
+    """The trusted reference process could not run the problem (infra or a broken problem)."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        self.details = details
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a candidate stage produced before the verdict is assembled."""
+
+    status: Status
+    stage: Stage
+    message: str = ""
+    error_kind: ErrorKind | None = None
+
+
+class Referee:
+    """Evaluates candidates for one problem on one target, keeping the reference alive.
+
+    Args:
+        problem: the parsed problem.
+        target: ``cuda`` or ``cpu``.
+        options: the harness options; ``options.secret_seed`` fixes the job's secret.
+    """
+
+    def __init__(self, problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> None:
+        self.problem = problem
+        self.target = Target(target)
+        self.options = options or HarnessOptions()
+        self._secret = self.options.secret_seed if self.options.secret_seed is not None else new_secret()
+        self.trials = plan_trials(
+            self._secret, trials=self.options.trials, input_variants=problem.input_variants,
+            extra_shapes=problem.extra_shapes,
+        )
+        self._reference: StageProcess | None = None
+        self.reference_info: dict[str, Any] = {}
+        self._baselines: Baselines | None = None
+        for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        protect_current_process()
+
+    # -- life cycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._reference is not None:
+            self._reference.close()
+            self._reference = None
+
+    def __enter__(self) -> Referee:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- stages ---------------------------------------------------------------------------
+    def _spec(self, role: str, workdir: Path, **kw: Any) -> SandboxSpec:
+        return SandboxSpec(
+            role=role, workdir=workdir, namespaces=_NAMESPACES[self.target],
+            needed_paths=(self.options.cache_dir,), rlimits={"CORE": 0}, **kw,
+        )
+
+    def _new_run_dir(self, prefix: str) -> Path:
+        path = self.options.runs_dir / f"{prefix}-{secrets.token_hex(8)}"
+        path.mkdir(parents=True)
+        return path
+
+    def start_reference(self) -> dict[str, Any]:
+        """Start the reference process (idempotent); returns its specs, FLOPs and environment."""
+        if self._reference is not None and self._reference.exit_code() is None:
+            return self.reference_info
+        self.close()
+        workdir = self._new_run_dir("reference")
+        spec = self._spec("reference", workdir, gpu_visible=self.target is Target.CUDA,
+                          writable_paths=(self.options.cache_dir / "inductor",),
+                          extra_env={"TORCHINDUCTOR_CACHE_DIR": str(self.options.cache_dir / "inductor")})
+        (self.options.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
+        process = StageProcess(spec, sandbox=self.options.sandbox)
+        request = {
+            "problem": self.problem.to_dict(),
+            "target": self.target.value,
+            "trials": [t.to_dict() for t in self.trials],
+            "init_seed": derive_seed(self._secret, "init"),
+            "weights_seed": derive_seed(self._secret, "weights"),
+        }
+        try:
+            reply = process.request(request, timeout=self.options.timeouts.reference_start_s)
+        except (ChannelTimeout, ChannelClosed) as exc:
+            log = process.log_tail(self.options.output_limit)
+            process.kill()
+            raise ReferenceFailed(f"the reference process failed to start: {exc}", log) from None
+        if not reply.get("ok"):
+            process.kill()
+            raise ReferenceFailed(reply.get("message", "reference failed"), reply.get("errors", ""))
+        self._reference = process
+        self.reference_info = reply
+        return reply
+
+    @property
+    def device_specs(self) -> dict[str, Any]:
+        """``get_gpu_specs()`` of the agent: the device the reference runs on."""
+        return self.start_reference()["specs"]
+
+    def _baseline_key(self) -> str:
+        env = self.reference_info.get("environment", {})
+        material = {
+            "problem": self.problem.sha256, "target": self.target.value, "env": env,
+            "harness": HARNESS_VERSION, "mode": self.problem.mode.value, "trials": self.options.trials,
+            "timing": self.options.to_dict()["timing"], "compile_mode": "default",
+            "compile_baseline": self.options.compile_baseline,
+            "cpu_sizes": self.problem.cpu_sizes if self.target is Target.CPU else {},
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
+
+    def baselines(self) -> Baselines:
+        """Eager and torch.compile timings of the reference, cached by full provenance."""
+        if self._baselines is not None:
+            return self._baselines
+        self.start_reference()
+        path = self.options.baselines_dir / f"{self._baseline_key()}.json"
+        if path.exists():
+            try:
+                self._baselines = Baselines.from_dict(json.loads(path.read_text()))
+                return self._baselines
+            except (ValueError, KeyError):
+                path.unlink(missing_ok=True)  # a corrupt cache entry is recomputed
+        assert self._reference is not None
+        try:
+            reply = self._reference.request(
+                {"op": "baselines", "timing": self.options.to_dict()["timing"],
+                 "compile_baseline": self.options.compile_baseline},
+                timeout=self.options.timeouts.baselines_s,
+            )
+        except (ChannelTimeout, ChannelClosed) as exc:
+            self.close()
+            raise ReferenceFailed(f"timing the baselines failed: {exc}") from None
+        self._baselines = Baselines.from_dict(reply)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._baselines.to_dict()))
+        tmp.replace(path)
+        return self._baselines
+
+    def compile(self, source: str, run_dir: Path) -> CompileResult:
+        """Import the candidate with no GPU visible, building its extensions into the cache."""
+        workdir = run_dir / "compile"
+        workdir.mkdir()
+        candidate_path = run_dir / "candidate.py"
+        spec = self._spec("compile", workdir, gpu_visible=False, writable_paths=(self.options.builds_dir,))
+        started = time.perf_counter()
+        with StageProcess(spec, sandbox=self.options.sandbox) as process:
+            try:
+                reply = process.request(
+                    {"candidate_path": str(candidate_path), "builds_dir": str(self.options.builds_dir),
+                     "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs},
+                    timeout=self.options.timeouts.compile_s,
+                )
+            except ChannelTimeout:
+                return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                     errors=f"compile timed out after {self.options.timeouts.compile_s:.0f} s")
+            except ChannelClosed:
+                return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                     errors=f"the compile process died ({process.describe_exit()}):\n"
+                                     + process.log_tail(4000))
+        errors = reply.get("errors", "")
+        if not reply.get("ok") and reply.get("message"):
+            errors = f"{reply['message']}\n{errors}".strip()
+        return CompileResult(ok=bool(reply.get("ok")), seconds=float(reply.get("seconds", 0.0)),
+                             extensions=tuple(reply.get("extensions", ())),
+                             kernels=tuple(reply.get("kernels", ())), errors=errors)
+
+    def _compare(self, items: list[dict[str, Any]], directory: Path) -> list[dict[str, Any]]:
+        assert self._reference is not None
+        try:
+            reply = self._reference.request(
+                {"op": "compare", "items": items, "directory": str(directory),
+                 "atol": self.problem.atol, "rtol": self.problem.rtol},
+                timeout=self.options.timeouts.trial_s * max(1, len(items)),
+            )
+        except (ChannelTimeout, ChannelClosed) as exc:
+            self.close()
+            raise ReferenceFailed(f"the comparer failed: {exc}") from None
+        return list(reply["results"])
+
+    # -- the evaluation ------------------------------------------------------------------
+    def evaluate(self, source: str) -> Verdict:
+        """Compile, check and time one candidate.
+
+        Args:
+            source: the candidate's Python source (defines ``ModelNew``).
+
+        Returns:
+            The `Verdict`; failures of the candidate or of our infrastructure are values in it.
+        """
+        run_dir = self._new_run_dir("attempt")
+        (run_dir / "candidate.py").write_text(source)
+        hints = tuple(static_hints(source, target=self.target.value))
+        compiled = self.compile(source, run_dir)
+        base = {"compile": compiled, "hints": hints}
+        if not compiled.ok:
+            return self._verdict(_Outcome(Status.ERROR, Stage.COMPILE, "compile failed", ErrorKind.CANDIDATE),
+                                 **base, log=compiled.errors)
+        try:
+            self.start_reference()
+            baselines = self.baselines()
+        except ReferenceFailed as exc:
+            return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), ErrorKind.INFRA),
+                                 **base, log=exc.details)
+        try:
+            verdict = self._run_candidate(run_dir, baselines, base)
+        except ReferenceFailed as exc:
+            verdict = self._verdict(_Outcome(Status.ERROR, Stage.CORRECTNESS, str(exc), ErrorKind.INFRA),
+                                    **base, log=exc.details)
+        if verdict.status is not Status.ERROR:
+            shutil.rmtree(run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
+        return verdict
+
+    def _run_candidate(self, run_dir: Path, baselines: Baselines, base: dict[str, Any]) -> Verdict:
+        workdir = run_dir / "run"
+        workdir.mkdir()
+        timeouts = self.options.timeouts
+        spec = self._spec("candidate", workdir, gpu_visible=self.target is Target.CUDA)
+        with StageProcess(spec, sandbox=self.options.sandbox) as process:
+            base = {**base, "baselines": baselines, "sandbox": process.sandbox_report}
+
+            def fail(outcome: _Outcome, **kw: Any) -> Verdict:
+                return self._verdict(outcome, **base, log=process.log_tail(self.options.output_limit), **kw)
+
+            def crashed(stage: Stage, exc: Exception, what: str) -> Verdict:
+                if isinstance(exc, ChannelTimeout):
+                    reason = f"{what} timed out"
+                else:
+                    reason = f"{what}: the candidate process {process.describe_exit()}"
+                process.kill()
+                return fail(_Outcome(Status.ERROR, stage, reason, ErrorKind.CANDIDATE))
+
+            try:
+                reply = process.request({
+                    "workdir": str(workdir), "problem": self.problem.to_dict(), "target": self.target.value,
+                    "candidate_path": str(run_dir / "candidate.py"), "builds_dir": str(self.options.builds_dir),
+                    "arch_list": self.options.arch_list, "mode": self.problem.mode.value,
+                    "init_seed": derive_seed(self._secret, "init"),
+                    "weights_seed": derive_seed(self._secret, "weights"),
+                    "trials": [t.to_dict() for t in self.trials],
+                }, timeout=timeouts.load_s)
+            except (ChannelTimeout, ChannelClosed) as exc:
+                return crashed(Stage.LOAD, exc, "loading the candidate")
+            if not reply.get("ok"):
+                return fail(_Outcome(Status.ERROR, Stage.LOAD, f"{reply.get('message')}:\n{reply.get('errors', '')}",
+                                     ErrorKind.CANDIDATE))
+            built_extensions = reply.get("extensions", [])
+
+            # Correctness: every trial, compared in the reference process.
+            trials: list[Trial] = []
+            flags: list[str] = []
+            torch_ops: list[str] = []
+            pure = self.problem.policy is Policy.PURE
+            for trial in self.trials:
+                try:
+                    out = process.request({"op": "trial", "index": trial.index,
+                                           "record_ops": pure and trial.index == 0}, timeout=timeouts.trial_s)
+                except (ChannelTimeout, ChannelClosed) as exc:
+                    return crashed(Stage.CORRECTNESS, exc, f"trial {trial.index}")
+                if "error" in out:
+                    return fail(_Outcome(Status.ERROR, Stage.CORRECTNESS,
+                                         f"forward raised in trial {trial.index}:\n{out['error']}", ErrorKind.CANDIDATE),
+                                trials=tuple(trials))
+                flags.extend(f for f in out.get("flags", []) if f not in flags)
+                if pure and "ops" in out:
+                    torch_ops = [op for op in out["ops"] if op not in PURE_ALLOWED_OPS]
+                    if torch_ops:
+                        flags.append("torch_compute_in_pure_forward")
+                (result,) = self._compare([{"index": trial.index, "output": out["output"]}], workdir)
+                trials.append(Trial(seed_index=trial.index, kind=trial.kind, passed=bool(result["passed"]),
+                                    max_abs_err=result["max_abs_err"], mean_abs_err=result["mean_abs_err"],
+                                    mismatch_frac=float(result["mismatch_frac"]), message=result["message"]))
+            base = {**base, "trials": tuple(trials)}
+            if not all(t.passed for t in trials):
+                failed = [t for t in trials if not t.passed]
+                worst = failed[0]
+                return fail(_Outcome(Status.FAIL, Stage.CORRECTNESS,
+                                     f"{len(failed)} of {len(trials)} trials failed; trial {worst.seed_index} "
+                                     f"({worst.kind}): {worst.message}"), flags=tuple(flags))
+
+            # Integrity: the extension must do real work (mixed), TF32 off, inputs untouched.
+            if not built_extensions:
+                flags.append("no_custom_kernel")
+            elif not pure:
+                try:
+                    out = process.request({"op": "trial", "index": 0, "noop": True}, timeout=timeouts.trial_s)
+                except (ChannelTimeout, ChannelClosed) as exc:
+                    return crashed(Stage.INTEGRITY, exc, "the no-op substitution trial")
+                if "error" not in out:
+                    (result,) = self._compare([{"index": 0, "output": out["output"]}], workdir)
+                    if result["passed"]:
+                        flags.append("extension_does_no_work")
+            decisive = [f for f in flags if f in DECISIVE_FLAGS]
+            if decisive:
+                detail = f" (torch ops in forward: {', '.join(torch_ops[:10])})" if torch_ops else ""
+                return fail(_Outcome(Status.FAIL, Stage.INTEGRITY, "; ".join(FLAG_TEXT[f] for f in decisive) + detail),
+                            flags=tuple(flags))
+
+            # Timing: rotating input sets, outputs re-checked, bounded by our own clock.
+            sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
+            started = time.perf_counter()
+            try:
+                timed = process.request({"op": "time", "timing": self.options.to_dict()["timing"], "sets": sets},
+                                        timeout=timeouts.timing_s)
+            except (ChannelTimeout, ChannelClosed) as exc:
+                return crashed(Stage.TIMING, exc, "timing")
+            wall_s = time.perf_counter() - started
+            if "error" in timed:
+                return fail(_Outcome(Status.ERROR, Stage.TIMING, f"forward raised while timed:\n{timed['error']}",
+                                     ErrorKind.CANDIDATE), flags=tuple(flags))
+            timing = Timing.from_dict(timed["timing"])
+            flags.extend(f for f in timed.get("flags", []) if f not in flags)
+            if sum(timing.samples_ms) / 1e3 > wall_s * _CLOCK_SLACK:
+                flags.append("clock_disagrees")
+            rechecks = self._compare([{"index": k["index"], "output": k["output"]} for k in timed["kept"]], workdir)
+            if not all(r["passed"] for r in rechecks):
+                flags.append("timed_output_mismatch")
+            decisive = [f for f in flags if f in DECISIVE_FLAGS]
+            if decisive:
+                return fail(_Outcome(Status.FAIL, Stage.INTEGRITY, "; ".join(FLAG_TEXT[f] for f in decisive)),
+                            flags=tuple(flags), timing=timing)
+            process.close()
+
+        verdict = self._verdict(_Outcome(Status.PASS, Stage.DONE, "correct and timed"), **base,
+                                flags=tuple(flags), timing=timing)
+        return self._quarantine(verdict)
+
+    def _quarantine(self, verdict: Verdict) -> Verdict:
+        reasons = []
+        speedup = verdict.speedup_vs_eager
+        if speedup is not None and speedup > self.options.suspicious_speedup:
+            reasons.append("speedup_over_limit")
+        if verdict.sol_ms and verdict.timing and verdict.timing.median_ms < verdict.sol_ms:
+            reasons.append("faster_than_roofline")
+        if not reasons:
+            return verdict
+        text = "; ".join(FLAG_TEXT[r] for r in reasons)
+        return verdict.with_changes(status=Status.SUSPICIOUS, flags=(*verdict.flags, *reasons),
+                                    message=f"quarantined: {text}; re-time in a fresh process before trusting it")
+
+    def _verdict(self, outcome: _Outcome, *, compile: CompileResult | None = None,
+                 trials: tuple[Trial, ...] = (), timing: Timing | None = None, baselines: Baselines | None = None,
+                 flags: tuple[str, ...] = (), hints: tuple[str, ...] = (), log: str = "",
+                 sandbox: dict[str, Any] | None = None) -> Verdict:
+        info = self.reference_info
+        env = info.get("environment", {})
+        provenance = {
+            "target": self.target.value,
+            "device": env.get("device"),
+            "driver": env.get("driver"),
+            "torch": env.get("torch"),
+            "cuda": env.get("cuda"),
+            "cudnn": env.get("cudnn"),
+            "python": env.get("python") or platform.python_version(),
+            "harness": HARNESS_VERSION,
+            "problem_sha256": self.problem.sha256,
+            "mode": self.problem.mode.value,
+            "policy": self.problem.policy.value,
+            "tolerance": {"atol": self.problem.atol, "rtol": self.problem.rtol,
+                          "default": "per dtype: fp32 1e-4, fp16/bf16 1e-2"},
+            "trials": len(self.trials),
+            "seeds": secret_identity(self._secret),
+            "compile_mode": "default",
+            "sandbox": (sandbox or {}).get("namespaces"),
+            "host": platform.node(),
+            "pid": os.getpid(),
+        }
+        limit = self.options.output_limit
+        return Verdict(
+            status=outcome.status, stage=outcome.stage, error_kind=outcome.error_kind,
+            message=outcome.message, compile=compile, trials=trials, timing=timing, baselines=baselines,
+            sol_ms=info.get("sol_ms"), flops=info.get("flops"), min_bytes=info.get("min_bytes"),
+            flags=flags, hints=hints, log=log[-limit:] if log else "", provenance=provenance,
+        )
+
+
+def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,
+             options: HarnessOptions | None = None) -> Verdict:
+    """Evaluate one candidate from scratch (a fresh reference process).
+
+    Args:
+        problem: the parsed problem.
+        candidate_source: Python source defining ``ModelNew``.
+        target: ``cuda`` or ``cpu``.
+        options: harness options (defaults: `HarnessOptions()`).
+
+    Returns:
+        The `Verdict`.
+    """
+    with Referee(problem, target, options) as referee:
+        return referee.evaluate(candidate_source)

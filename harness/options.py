@@ -1,0 +1,133 @@
+"""The harness's options: one frozen dataclass, keyword-only, with named defaults.
+
+The harness runs on bare GPU boxes and inside ``kernelloop replay``, so it does not read the
+service's settings object; the service builds a `HarnessOptions` from its own settings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_CACHE_DIR", "HarnessOptions", "Target", "Timeouts", "TimingOptions", "default_tolerance"]
+
+
+class Target(str, Enum):
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+def _default_cache_dir() -> Path:
+    root = os.environ.get("KERNELLOOP_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kernelloop"
+    )
+    return Path(root)
+
+
+DEFAULT_CACHE_DIR = _default_cache_dir()
+
+#: Per-dtype tolerance (atol = rtol) of DESIGN §2; a problem may override both.
+_TOLERANCE_BY_DTYPE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def default_tolerance(dtype_name: str) -> float:
+    """atol = rtol for outputs of this dtype (integers and bools compare exactly)."""
+    return _TOLERANCE_BY_DTYPE.get(dtype_name.removeprefix("torch."), 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """Seconds per stage; the stage's whole process tree is killed when one runs out."""
+
+    #: nvcc with torch headers takes ~60 s on the H200 host and ~100 s on 2 cores.
+    compile_s: float = 600.0
+    #: Starting the trusted reference process: import torch, build the model, expected outputs.
+    reference_start_s: float = 300.0
+    #: Baselines: eager and torch.compile timing (the compile itself can take a minute).
+    baselines_s: float = 600.0
+    #: Candidate start-up: import torch, load the built extension, construct, load weights.
+    load_s: float = 120.0
+    #: One correctness trial (forward + transfer + comparison).
+    trial_s: float = 60.0
+    #: The whole timing stage of one candidate.
+    timing_s: float = 120.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingOptions:
+    """How a callable is timed (the same for candidates and baselines)."""
+
+    warmup_ms: float = 25.0
+    min_warmup_calls: int = 3
+    min_repeats: int = 10
+    max_repeats: int = 1000
+    #: Stop once the standard error of the mean is below this fraction of the mean...
+    target_rel_stderr: float = 0.005
+    #: ...or once this much time was spent on timed calls.
+    max_time_s: float = 2.0
+    #: Input sets rotated across timed calls, so caches do not hold one set.
+    input_sets: int = 3
+    #: Re-check the output of every k-th timed call against the reference.
+    recheck_every: int = 10
+    #: Flush the L2 (CUDA) or last-level cache (CPU) before each timed call.
+    flush_cache: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class HarnessOptions:
+    """Everything an evaluation depends on besides the problem, the candidate and the target.
+
+    Args:
+        cache_dir: builds (``builds/``), baselines (``baselines/``) and scratch (``runs/``).
+        trials: random-input correctness trials (plus a value-distribution variant and extra shapes).
+        secret_seed: the job's secret; weights and inputs derive from it. ``None`` draws one.
+        compile_baseline: also time ``torch.compile`` of the reference (slow on CPU the first time).
+        suspicious_speedup: a speedup over eager above this is quarantined as ``suspicious``.
+        arch_list: CUDA architectures to build for (one arch keeps compiles fast).
+        max_jobs: parallel compile jobs for ninja.
+        sandbox: isolate children in namespaces where the OS allows (see docs/integrity.md).
+        output_limit: bytes of a child's stdout+stderr kept in a verdict's log.
+    """
+
+    cache_dir: Path = field(default_factory=lambda: DEFAULT_CACHE_DIR)
+    trials: int = 3
+    secret_seed: int | None = None
+    compile_baseline: bool = True
+    suspicious_speedup: float = 10.0
+    arch_list: str = "9.0a"
+    max_jobs: int = max(1, min(8, (os.cpu_count() or 2)))
+    sandbox: bool = True
+    output_limit: int = 16 * 1024
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    timing: TimingOptions = field(default_factory=TimingOptions)
+
+    def replace(self, **changes: Any) -> HarnessOptions:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cache_dir"] = str(self.cache_dir)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HarnessOptions:
+        data = dict(data)
+        data["cache_dir"] = Path(data["cache_dir"])
+        data["timeouts"] = Timeouts(**data["timeouts"])
+        data["timing"] = TimingOptions(**data["timing"])
+        return cls(**data)
+
+    @property
+    def builds_dir(self) -> Path:
+        return self.cache_dir / "builds"
+
+    @property
+    def baselines_dir(self) -> Path:
+        return self.cache_dir / "baselines"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.cache_dir / "runs"

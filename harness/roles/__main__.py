@@ -1,0 +1,29 @@
+"""Dispatch a stage process to its role; the channel's fd comes from the warden."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from harness.sandbox import Channel
+
+ROLES = {
+    "compile": "harness.roles.compile",
+    "reference": "harness.roles.reference",
+    "candidate": "harness.roles.candidate",
+    "admission": "harness.roles.admission",
+}
+
+
+def main() -> int:
+    role, fd = sys.argv[1], int(sys.argv[2])
+    if role not in ROLES:
+        print(f"unknown role {role!r}", file=sys.stderr)
+        return 2
+    channel = Channel.from_fd(fd)
+    importlib.import_module(ROLES[role]).serve(channel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Admission stage: does a problem make a meaningful test? Runs the problem's code, sandboxed."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from harness import contract
+from harness.compare import compare_outputs, flatten_output
+from harness.options import default_tolerance
+from harness.roles.loading import brief_error, load_problem_module
+from harness.sandbox import Channel
+from harness.seeds import TrialSpec
+
+
+def _outputs(module: Any, model: torch.nn.Module, trial: TrialSpec, device: torch.device) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = model(*contract.make_inputs(module, trial, device))
+    flat = flatten_output(out)
+    if flat is None:
+        raise TypeError(f"Model.forward returned {type(out).__name__}, expected tensor(s)")
+    return [t.detach().clone() for t in flat]
+
+
+def _differs(a: list[torch.Tensor], b: list[torch.Tensor], problem: dict[str, Any]) -> bool:
+    result = compare_outputs(a, b, atol=problem.get("atol"), rtol=problem.get("rtol"),
+                             tolerance_for=default_tolerance)
+    return not result.passed
+
+
+def check(request: dict[str, Any]) -> dict[str, Any]:
+    problem, target = request["problem"], request["target"]
+    device = torch.device("cuda" if target == "cuda" else "cpu")
+    contract.tf32_off()
+    module = load_problem_module(problem, target)
+    trials = [TrialSpec.from_dict(t) for t in request["trials"]]
+    checks: list[dict[str, Any]] = []
+
+    def build(weights_seed: int) -> torch.nn.Module:
+        torch.manual_seed(request["init_seed"])
+        model = module.Model(*module.get_init_inputs())
+        contract.redraw_weights(model, weights_seed)
+        return model.train(problem["mode"] == "train").to(device)
+
+    def record(name: str, passed: bool, detail: str) -> None:
+        checks.append({"name": name, "passed": passed, "detail": detail})
+
+    model = build(request["weights_seed"])
+    outputs: list[list[torch.Tensor]] = []
+    started = time.perf_counter()
+    for trial in trials:
+        outputs.append(_outputs(module, model, trial, device))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    forward_ms = 1e3 * (time.perf_counter() - started) / len(trials)
+    finite = all(bool(torch.isfinite(t).all()) for out in outputs for t in out if t.is_floating_point())
+    record("finite", finite, "outputs are finite" if finite else "the reference output holds NaN or inf")
+
+    again = _outputs(module, model, trials[0], device)
+    deterministic = not _differs(again, outputs[0], problem)
+    if problem.get("nondeterministic"):
+        record("deterministic", True, "declared NONDETERMINISTIC: determinism not required")
+    else:
+        record("deterministic", deterministic, "same inputs, same output" if deterministic else
+               "two runs on the same inputs differ: declare NONDETERMINISTIC = True or remove the randomness")
+
+    depends_inputs = _differs(outputs[0], outputs[1], problem) if len(outputs) > 1 else False
+    record("depends_on_inputs", depends_inputs,
+           "output changes with the inputs" if depends_inputs else "two different inputs give the same output")
+
+    other = build(request["other_weights_seed"])
+    weight_out = _outputs(module, other, trials[0], device)
+    depends_weights = _differs(outputs[0], weight_out, problem) or not any(
+        t.is_floating_point() for t in model.state_dict().values())
+    record("depends_on_weights", depends_weights,
+           "output changes with the weights" if depends_weights
+           else "re-drawn weights give the same output: the parameters do not matter")
+
+    zeros = [torch.zeros_like(t) for t in outputs[0]]
+    zeros_fail = _differs(outputs[0], zeros, problem)
+    record("zeros_fail", zeros_fail, "an all-zeros output fails the tolerance" if zeros_fail
+           else "an all-zeros output passes the tolerance: the test would accept a kernel that writes nothing")
+    return {
+        "ok": True,
+        "checks": checks,
+        "forward_ms": forward_ms,
+        "output_shapes": [list(t.shape) for t in outputs[0]],
+        "output_dtypes": [str(t.dtype).removeprefix("torch.") for t in outputs[0]],
+    }
+
+
+def serve(channel: Channel) -> None:
+    request = channel.recv()
+    try:
+        reply = check(request)
+    except BaseException as exc:  # noqa: BLE001 - a problem that crashes is refused with the reason
+        reply = {"ok": False, "message": "the problem failed to run", "errors": brief_error(exc)}
+    channel.send(reply)

@@ -1,0 +1,186 @@
+"""The untrusted candidate process: one per attempt, fresh each time.
+
+It receives derived seeds (never the job's secret, never expected outputs), loads the built
+extensions from the read-only cache, builds ``ModelNew`` with the reference weights, and on
+request runs trials, the no-op substitution trial, and the timing loop, writing outputs into
+its private directory for the comparer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import timing as timing_mod  # binds the clocks before candidate code is imported
+
+import torch  # noqa: I001 - after the clocks above, on purpose
+
+from harness import contract
+from harness.buildcache import BuildCache
+from harness.options import TimingOptions
+from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
+from harness.sandbox import Channel
+from harness.transfer import export_output
+
+class NoopSwitch:
+    """Wraps every function of the candidate's extensions; when on, their effects become noise.
+
+    "No-op" means: the real function runs (so shapes are right), then every tensor it returned
+    and every tensor argument it changed is overwritten with random values. If the forward's
+    output still matches the reference, the extension did no real work.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def wrap_module(self, module: Any) -> None:
+        for name in dir(module):
+            if name.startswith("_"):
+                continue
+            fn = getattr(module, name)
+            if callable(fn) and not isinstance(fn, type):
+                setattr(module, name, self._wrap(fn))
+
+    def _wrap(self, fn: Any) -> Any:
+        switch = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not switch.active:
+                return fn(*args, **kwargs)
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            before = [t.clone() for t in tensors]
+            result = fn(*args, **kwargs)
+            for t, old in zip(tensors, before, strict=True):
+                if t.is_floating_point() and not torch.equal(t, old):
+                    t.copy_(torch.randn_like(t))
+            return _poison(result)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapper.__doc__ = getattr(fn, "__doc__", None)
+        return wrapper
+
+
+def _poison(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return torch.randn_like(result) if result.is_floating_point() else torch.zeros_like(result)
+    if isinstance(result, (tuple, list)):
+        return type(result)(_poison(r) for r in result)
+    return result
+
+
+def _op_name(func: Any) -> str:
+    return func.overloadpacket.__name__.rstrip("_")
+
+
+class Candidate:
+    def __init__(self, request: dict[str, Any], workdir: Path) -> None:
+        self.workdir = workdir
+        self.target = request["target"]
+        self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
+        self.trials = {t["index"]: contract.TrialSpec.from_dict(t) for t in request["trials"]}
+        contract.tf32_off()
+        self.cache = BuildCache(Path(request["builds_dir"]), mode="load", arch_list=request["arch_list"])
+        self.cache.install()
+        self.noop = NoopSwitch()
+        self.problem = load_problem_module(request["problem"], self.target)
+        candidate = load_candidate_module(Path(request["candidate_path"]))
+        for module in self.cache.modules:
+            self.noop.wrap_module(module)
+        if not hasattr(candidate, "ModelNew"):
+            raise AttributeError("the candidate defines no class ModelNew")
+        init_inputs = self.problem.get_init_inputs()
+        torch.manual_seed(request["init_seed"])
+        reference = self.problem.Model(*init_inputs)
+        weights = contract.redraw_weights(reference, request["weights_seed"])
+        del reference
+        torch.manual_seed(request["init_seed"])
+        self.model = candidate.ModelNew(*self.problem.get_init_inputs())
+        mismatch = contract.state_dict_mismatch(weights, self.model.state_dict())
+        if mismatch:
+            raise ValueError(mismatch)
+        self.model.load_state_dict(weights, strict=False)
+        self.model.train(request["mode"] == "train").to(self.device)
+        self.threads_at_start = threading.active_count()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def run_trial(self, index: int, *, noop: bool = False, record_ops: bool = False) -> dict[str, Any]:
+        inputs = contract.make_inputs(self.problem, self.trials[index], self.device)
+        originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        flags: list[str] = []
+        tf32_before = contract.tf32_state()
+        ops: set[str] = set()
+        self.noop.active = noop
+        try:
+            with torch.no_grad():
+                if record_ops:
+                    from torch.utils._python_dispatch import TorchDispatchMode
+
+                    class Recorder(TorchDispatchMode):
+                        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                            ops.add(_op_name(func))
+                            return func(*args, **(kwargs or {}))
+
+                    with Recorder():
+                        out = self.model(*inputs)
+                else:
+                    out = self.model(*inputs)
+            self._sync()
+        finally:
+            self.noop.active = False
+        if contract.tf32_state() != tf32_before:
+            flags.append("tf32_enabled")
+            contract.tf32_off()
+        for x, orig in zip(inputs, originals, strict=True):
+            if isinstance(x, torch.Tensor) and not torch.equal(x, orig):
+                flags.append("mutated_inputs")
+                break
+        if threading.active_count() > self.threads_at_start:
+            flags.append("background_threads")
+        name = f"{'noop' if noop else 'trial'}-{index}"
+        reply: dict[str, Any] = {"output": export_output(out, self.workdir, name), "flags": flags}
+        if record_ops:
+            reply["ops"] = sorted(ops)
+        return reply
+
+    def time(self, options: TimingOptions, set_indices: list[int]) -> dict[str, Any]:
+        sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
+        tf32_before = contract.tf32_state()
+        run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
+        kept = [{"index": set_indices[s], "call": call, "output": export_output(out, self.workdir, f"timed-{call}")}
+                for call, s, out in run.kept]
+        flags = ["tf32_enabled"] if contract.tf32_state() != tf32_before else []
+        return {"timing": run.timing.to_dict(), "kept": kept, "wall_s": run.wall_s, "flags": flags}
+
+
+def serve(channel: Channel) -> None:
+    request = channel.recv()
+    workdir = Path(request["workdir"])
+    try:
+        candidate = Candidate(request, workdir)
+    except BaseException as exc:  # noqa: BLE001 - every load failure is the candidate's, reported
+        channel.send({"ok": False, "message": "loading the candidate failed", "errors": brief_error(exc)})
+        return
+    channel.send({"ok": True, "extensions": [m.__name__ for m in candidate.cache.modules]})
+    while True:
+        message = channel.recv()
+        op = message.get("op")
+        started = time.perf_counter()
+        try:
+            if op == "exit":
+                return
+            if op == "trial":
+                reply = candidate.run_trial(message["index"], noop=message.get("noop", False),
+                                            record_ops=message.get("record_ops", False))
+            elif op == "time":
+                reply = candidate.time(TimingOptions(**message["timing"]), message["sets"])
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's
+            reply = {"error": brief_error(exc)}
+        reply["seconds"] = time.perf_counter() - started
+        channel.send(reply)

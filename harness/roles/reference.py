@@ -1,0 +1,135 @@
+"""The trusted reference process: expected outputs, baselines, roofline, and the comparer.
+
+It never imports candidate code. It may live across a job's attempts: expected outputs are
+computed once and kept here, in memory, where no candidate can read them (the process is
+non-dumpable, so a candidate under the same uid cannot read its memory through /proc).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import contract
+from harness.compare import compare_outputs, flatten_output
+from harness.options import TimingOptions, default_tolerance
+from harness.roles.loading import brief_error, load_problem_module
+from harness.roofline import count_flops, device_specs, min_bytes, sol_ms
+from harness.sandbox import Channel
+from harness.timing import time_callable
+from harness.transfer import OutputRejected, import_output
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Reference:
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.problem = request["problem"]
+        self.target = request["target"]
+        self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
+        self.trials = [contract.TrialSpec.from_dict(t) for t in request["trials"]]
+        contract.tf32_off()
+        self.module = load_problem_module(self.problem, self.target)
+        torch.manual_seed(request["init_seed"])
+        self.model = self.module.Model(*self.module.get_init_inputs())
+        contract.redraw_weights(self.model, request["weights_seed"])
+        self.model.train(self.problem["mode"] == "train").to(self.device)
+        self.expected: list[list[torch.Tensor]] = []
+        for trial in self.trials:
+            with torch.no_grad():
+                out = self.model(*contract.make_inputs(self.module, trial, self.device))
+            flat = flatten_output(out)
+            if flat is None:
+                raise TypeError(f"the reference Model returned {type(out).__name__}, not tensor(s)")
+            self.expected.append([t.detach().clone() for t in flat])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        first_inputs = contract.make_inputs(self.module, self.trials[0], self.device)
+        self.flops = count_flops(self.model, first_inputs)
+        self.min_bytes = min_bytes(first_inputs, self.expected[0], self.model)
+        self.specs = device_specs(self.device)
+        self.out_dtype = self.expected[0][0].dtype
+        self.sol_ms = sol_ms(self.flops, self.min_bytes, self.specs, self.out_dtype)
+
+    def start_reply(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "specs": self.specs.to_dict(),
+            "flops": self.flops,
+            "min_bytes": self.min_bytes,
+            "sol_ms": self.sol_ms,
+            "output_dtype": str(self.out_dtype).removeprefix("torch."),
+            "environment": {
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+                "python": platform.python_version(),
+                "device": self.specs.name,
+                "driver": self.specs.driver,
+            },
+        }
+
+    def baselines(self, options: TimingOptions, compile_baseline: bool) -> dict[str, Any]:
+        sets = [contract.make_inputs(self.module, t, self.device)
+                for t in self.trials[: max(1, options.input_sets)] if t.kind == "random"]
+        eager = time_callable(self.model, sets, device=self.device, options=options).timing
+        reply: dict[str, Any] = {"eager": eager.to_dict(), "compile": None, "notes": []}
+        if compile_baseline:
+            try:
+                compiled = torch.compile(self.model)
+                reply["compile"] = time_callable(compiled, sets, device=self.device, options=options).timing.to_dict()
+            except Exception as exc:  # noqa: BLE001 - a failed torch.compile is a note, not a crash
+                reply["notes"].append(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}")
+        else:
+            reply["notes"].append("torch.compile baseline switched off")
+        return reply
+
+    def compare(self, index: int, desc: dict[str, Any], directory: Path, atol: float | None,
+                rtol: float | None) -> dict[str, Any]:
+        expected = self.expected[index]
+        try:
+            actual = import_output(desc, directory, expected_bytes=_nbytes(expected), device=self.device)
+        except OutputRejected as exc:
+            return {"passed": False, "max_abs_err": None, "mean_abs_err": None, "mismatch_frac": 1.0,
+                    "message": str(exc)}
+        result = compare_outputs(expected, actual, atol=atol, rtol=rtol, tolerance_for=default_tolerance)
+        return {"passed": result.passed, "max_abs_err": result.max_abs_err, "mean_abs_err": result.mean_abs_err,
+                "mismatch_frac": result.mismatch_frac, "message": result.message}
+
+
+def _make_non_dumpable() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(0), 0, 0, 0)
+
+
+def serve(channel: Channel) -> None:
+    _make_non_dumpable()
+    request = channel.recv()
+    try:
+        ref = Reference(request)
+    except BaseException as exc:  # noqa: BLE001 - a broken problem is reported, not raised
+        channel.send({"ok": False, "message": "the reference problem failed to run", "errors": brief_error(exc)})
+        return
+    channel.send(ref.start_reply())
+    while True:
+        message = channel.recv()
+        op = message.get("op")
+        started = time.perf_counter()
+        if op == "exit":
+            return
+        if op == "baselines":
+            reply = ref.baselines(TimingOptions(**message["timing"]), message["compile_baseline"])
+        elif op == "compare":
+            directory = Path(message["directory"])
+            reply = {"results": [ref.compare(item["index"], item["output"], directory, message.get("atol"),
+                                             message.get("rtol")) for item in message["items"]]}
+        else:
+            reply = {"error": f"unknown op {op!r}"}
+        reply["seconds"] = time.perf_counter() - started
+        channel.send(reply)

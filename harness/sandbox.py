@@ -1,0 +1,296 @@
+"""Sandboxed stage processes: spawn, talk over a private channel, kill the whole tree.
+
+Every stage (compile, reference, candidate, admission) runs as
+``warden (subreaper, namespaces) -> python -m harness.roles ROLE``, started in its own session
+(``setsid``) with an allowlisted environment, stdout and stderr captured to a file that is
+truncated when read back. Messages travel over a private socket pair as length-prefixed JSON;
+the trusted side caps their size. Stdlib only: the process that drives evaluations (a worker,
+the CLI) never imports torch for this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ENV_ALLOWLIST",
+    "MAX_MESSAGE_BYTES",
+    "ChannelClosed",
+    "ChannelTimeout",
+    "SandboxSpec",
+    "StageProcess",
+    "protect_current_process",
+    "read_tail",
+]
+
+#: Environment variables a stage inherits from the harness; everything else is dropped, so no
+#: API key, database or broker URL reaches a problem or a candidate.
+ENV_ALLOWLIST = (
+    "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+)
+#: The trusted side refuses larger messages: a candidate cannot make it allocate without bound.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_WARDEN = Path(__file__).with_name("warden.py")
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_TERM_GRACE_S = 3.0
+
+
+class ExitCode(IntEnum):
+    """Exit codes of a stage process (the warden adds 128 + signal for a killed stage)."""
+
+    OK = 0
+    #: The stage itself failed in a way it reported over the channel.
+    REPORTED = 3
+    #: The warden could not exec the stage.
+    EXEC_FAILED = 126
+
+
+class ChannelClosed(ConnectionError):
+    """The other side closed the channel (it exited or crashed)."""
+
+
+class ChannelTimeout(TimeoutError):
+    """No message within the stage's time limit."""
+
+
+def protect_current_process() -> None:
+    """Make this process non-dumpable: sandboxed stages (without capabilities) cannot read its
+    ``/proc/<pid>/environ`` or memory even when they run under the same uid."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(0), 0, 0, 0)
+
+
+class Channel:
+    """Length-prefixed JSON messages over a connected socket."""
+
+    def __init__(self, sock: socket.socket, *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self._sock = sock
+        self._max = max_bytes
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Channel:
+        return cls(socket.socket(fileno=fd))
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        data = json.dumps(message, allow_nan=True).encode()
+        self._sock.sendall(struct.pack(">I", len(data)) + data)
+
+    def _read_exact(self, size: int, deadline: float | None) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ChannelTimeout("no reply in time")
+                self._sock.settimeout(remaining)
+            else:
+                self._sock.settimeout(None)
+            try:
+                chunk = self._sock.recv(min(1 << 20, size - len(chunks)))
+            except TimeoutError:
+                raise ChannelTimeout("no reply in time") from None
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+            if not chunk:
+                raise ChannelClosed("the other side closed the channel")
+            chunks += chunk
+        return bytes(chunks)
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        (size,) = struct.unpack(">I", self._read_exact(4, deadline))
+        if size > self._max:
+            raise ChannelClosed(f"message of {size} bytes exceeds the {self._max}-byte limit")
+        message = json.loads(self._read_exact(size, deadline))
+        if not isinstance(message, dict):
+            raise ChannelClosed("malformed message")
+        return message
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxSpec:
+    """How one stage process is isolated.
+
+    Args:
+        role: the entry in ``harness.roles`` to run.
+        workdir: the stage's private, writable working directory (also HOME and TMPDIR).
+        namespaces: wanted namespaces ("user", "mount", "net", "pid"); fewer are used where the
+            OS refuses (the warden reports which).
+        writable_paths: besides ``workdir``, paths the stage may write (the build cache for a
+            compile); everything else is read-only where a mount namespace is available.
+        needed_paths: paths the stage reads that must stay visible (kept when /tmp is covered).
+        hidden_paths: directories covered by an empty file system.
+        gpu_visible: whether CUDA devices are visible (compiles run without).
+        extra_env: variables set for the stage on top of the allowlisted ones.
+        rlimits: resource limits by name (``NPROC``, ``CORE``, ``FSIZE``, ``AS``...).
+    """
+
+    role: str
+    workdir: Path
+    namespaces: tuple[str, ...] = ("user", "mount", "net", "pid")
+    writable_paths: tuple[Path, ...] = ()
+    needed_paths: tuple[Path, ...] = ()
+    hidden_paths: tuple[Path, ...] = ()
+    gpu_visible: bool = True
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    rlimits: Mapping[str, int] = field(default_factory=dict)
+
+    def environment(self, parent_env: Mapping[str, str]) -> dict[str, str]:
+        env = {k: parent_env[k] for k in ENV_ALLOWLIST if k in parent_env}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.setdefault("LANG", "C.UTF-8")
+        env.update(
+            HOME=str(self.workdir),
+            TMPDIR=str(self.workdir),
+            PYTHONPATH=str(_REPO_ROOT),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONUNBUFFERED="1",
+            PYTHONNOUSERSITE="1",
+        )
+        if not self.gpu_visible:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update(self.extra_env)
+        return env
+
+
+def read_tail(path: Path, limit: int) -> str:
+    """The last ``limit`` bytes of a log, marked when cut."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return ""
+    with open(path, "rb") as fh:
+        if size > limit:
+            fh.seek(size - limit)
+        data = fh.read()
+    text = data.decode(errors="replace")
+    return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
+
+
+class StageProcess:
+    """One running sandboxed stage. Use as a context manager: the tree dies on exit."""
+
+    def __init__(self, spec: SandboxSpec, *, sandbox: bool = True) -> None:
+        self.spec = spec
+        spec.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = spec.workdir / f"{spec.role}.log"
+        parent_sock, child_sock = socket.socketpair()
+        status_r, status_w = os.pipe()
+        warden_cfg = {
+            "argv": [sys.executable, "-m", "harness.roles", spec.role, str(child_sock.fileno())],
+            "cwd": str(spec.workdir),
+            "namespaces": list(spec.namespaces) if sandbox else [],
+            "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],
+            "needed_paths": [str(p) for p in spec.needed_paths],
+            "hidden_paths": [str(p) for p in spec.hidden_paths],
+            "rlimits": dict(spec.rlimits),
+            "status_fd": status_w,
+        }
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_WARDEN), json.dumps(warden_cfg)],
+                env=spec.environment(os.environ),
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(child_sock.fileno(), status_w),
+                start_new_session=True,
+            )
+        child_sock.close()
+        os.close(status_w)
+        self.started = time.monotonic()
+        self.channel = Channel(parent_sock)
+        with os.fdopen(status_r) as fh:
+            raw = fh.read()
+        try:
+            self.sandbox_report: dict[str, Any] = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            self.sandbox_report = {"notes": [f"unreadable warden status: {raw[:200]!r}"]}
+
+    # -- messages ------------------------------------------------------------------------
+    def request(self, message: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
+        """Send one message and wait for the reply (raises ChannelTimeout / ChannelClosed)."""
+        self.channel.send(message)
+        return self.channel.recv(timeout=timeout)
+
+    def recv(self, *, timeout: float) -> dict[str, Any]:
+        return self.channel.recv(timeout=timeout)
+
+    # -- life cycle -----------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def exit_code(self, wait_s: float = 0.0) -> int | None:
+        try:
+            return self._proc.wait(timeout=wait_s) if wait_s else self._proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+
+    def describe_exit(self, wait_s: float = 2.0) -> str:
+        """A human reason for the stage's end: its exit code or the signal that killed it."""
+        code = self.exit_code(wait_s)
+        if code is None:
+            return "still running"
+        if code > 128:
+            try:
+                name = signal.Signals(code - 128).name
+            except ValueError:
+                name = f"signal {code - 128}"
+            return f"killed by {name}"
+        return f"exited with code {code}"
+
+    def log_tail(self, limit: int) -> str:
+        return read_tail(self.log_path, limit)
+
+    def kill(self) -> None:
+        """End the stage and every descendant (the warden kills what it adopted)."""
+        self.channel.close()
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=_TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+        # Stragglers that stayed in the stage's session but escaped the warden's adoption.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+    def close(self, *, timeout: float = 5.0) -> None:
+        """Ask the stage to finish, then make sure its tree is gone."""
+        with contextlib.suppress(OSError):
+            self.channel.send({"op": "exit"})
+        self.exit_code(timeout)
+        self.kill()
+
+    def __enter__(self) -> StageProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+

@@ -1,0 +1,280 @@
+"""The warden: the first process of every sandboxed stage. Stdlib only; run by path (``python -I``).
+
+It is started by `harness.sandbox` in a new session with an allowlisted environment, and:
+
+1. asks to die with the harness (``PR_SET_PDEATHSIG``) and becomes a *child subreaper*, so every
+   orphaned descendant — also one that called ``setsid`` or double-forked — is re-parented to it;
+2. unshares the namespaces it is allowed to (user, mount, network, PID), falling back to fewer
+   where the OS refuses, and reports what it achieved on its status pipe;
+3. in a new mount namespace: private tmpfs on ``/tmp`` and ``/dev/shm``, hidden paths covered by
+   an empty tmpfs, the whole tree remounted read-only except the stage's writable paths;
+4. forks the stage process, which (re)mounts ``/proc`` for its PID namespace, sets resource
+   limits, drops every capability, sets ``no_new_privs`` and execs the stage;
+5. when the stage exits, or on SIGTERM, kills every remaining descendant and exits with the
+   stage's status (128 + signal when it was killed).
+
+Why a separate process: a user namespace cannot be created by a process that already has
+threads (torch starts them), and the subreaper must outlive the stage to collect its orphans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+_NS_FLAGS = {"user": CLONE_NEWUSER, "mount": CLONE_NEWNS, "net": CLONE_NEWNET, "pid": CLONE_NEWPID}
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+# statvfs f_flag bits that a remount inside a user namespace must keep ("locked" flags).
+_ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC),
+             (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME))
+#: Pseudo file systems left as they are: /dev/null must stay writable, /proc is remounted.
+_KEEP_WRITABLE = ("/dev", "/proc", "/sys")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _prctl(option: int, arg: int = 0) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {target}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _unshare(wanted: list[str]) -> list[str]:
+    """Unshare as many of the wanted namespaces as the OS allows; return those achieved."""
+    attempts = [wanted]
+    if "user" in wanted and os.geteuid() == 0:
+        # Root where user namespaces are off (some container runtimes): the rest may still work.
+        attempts.append([n for n in wanted if n != "user"])
+    attempts.append([n for n in wanted if n in ("net",)] + (["user"] if "user" in wanted else []))
+    attempts.append([])
+    uid, gid = os.getuid(), os.getgid()
+    for names in attempts:
+        flags = 0
+        for name in names:
+            flags |= _NS_FLAGS[name]
+        if flags == 0:
+            return []
+        if _libc.unshare(ctypes.c_int(flags)) == 0:
+            if "user" in names:
+                _write("/proc/self/setgroups", "deny")
+                _write("/proc/self/uid_map", f"0 {uid} 1")
+                _write("/proc/self/gid_map", f"0 {gid} 1")
+            return names
+    return []
+
+
+def _mount_points() -> list[str]:
+    points = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            points.append(line.split()[4].encode().decode("unicode_escape"))
+    return sorted(set(points), key=len)
+
+
+def _prepare_mounts(cfg: dict) -> None:
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for path in cfg.get("writable_paths", []):
+        _mount(path, path, None, MS_BIND | MS_REC)
+    # Every mount read-only, except pseudo file systems and the stage's writable paths.
+    writable = set(cfg.get("writable_paths", []))
+    for point in _mount_points():
+        if point in writable or any(point == k or point.startswith(k + "/") for k in _KEEP_WRITABLE):
+            continue
+        try:
+            st = os.statvfs(point)
+        except OSError:
+            continue
+        keep = 0
+        for st_bit, ms_bit in _ST_TO_MS:
+            if st.f_flag & st_bit:
+                keep |= ms_bit
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        except OSError:
+            pass  # e.g. a mount we cannot see into; the rest still holds
+    # Private scratch space: nothing left in /tmp or /dev/shm reaches the next stage (unless
+    # a path the stage needs lives there, e.g. a cache under /tmp in tests: then it stays as is).
+    needed = [*cfg.get("writable_paths", []), *cfg.get("needed_paths", [])]
+    for path in ("/tmp", "/dev/shm"):
+        if os.path.isdir(path) and not any(n == path or n.startswith(path + "/") for n in needed):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4g,mode=1777")
+    for path in cfg.get("hidden_paths", []):
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_privileges() -> None:
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
+            if ctypes.get_errno() == 22:  # EINVAL: past the last capability
+                break
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _libc.capset(ctypes.byref(header), data)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _set_rlimits(limits: dict[str, int]) -> None:
+    import resource
+
+    for name, value in limits.items():
+        res = getattr(resource, f"RLIMIT_{name}")
+        soft, hard = resource.getrlimit(res)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(res, (value, value))
+
+
+def _children_of(parents: set[int]) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid in parents:
+            found.add(int(entry))
+    return found
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every descendant until none is left (orphans keep arriving: we are the subreaper)."""
+    me = os.getpid()
+    for _ in range(200):
+        tree: set[int] = set()
+        frontier = {me}
+        while frontier:
+            frontier = _children_of(frontier) - tree
+            tree |= frontier
+        if not tree:
+            return
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap(block=False)
+        time.sleep(0.01)
+
+
+def _reap(block: bool) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    parent = os.getppid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the harness died before the line above
+        return 1
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    status_fd = cfg["status_fd"]
+
+    achieved: list[str] = []
+    notes: list[str] = []
+    if cfg.get("namespaces"):
+        achieved = _unshare(list(cfg["namespaces"]))
+        if "mount" in achieved:
+            try:
+                _prepare_mounts(cfg)
+            except OSError as exc:
+                notes.append(f"mounts: {exc}")
+
+    read_fd, write_fd = os.pipe()  # closes in the stage at exec: tells us exec happened
+    os.set_inheritable(write_fd, False)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            if "pid" in achieved and "mount" in achieved:
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            _set_rlimits(cfg.get("rlimits", {}))
+            _drop_privileges()
+            os.chdir(cfg["cwd"])
+            os.close(status_fd)
+            os.execv(cfg["argv"][0], cfg["argv"])
+        except BaseException as exc:  # noqa: BLE001 - report any failure, then die
+            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
+            os._exit(126)
+    os.close(write_fd)
+    exec_error = b""
+    while chunk := os.read(read_fd, 4096):
+        exec_error += chunk
+    os.close(read_fd)
+    with os.fdopen(status_fd, "w") as fh:
+        json.dump({"namespaces": achieved, "notes": notes,
+                   "exec_error": exec_error.decode(errors="replace")}, fh)
+
+    def on_term(signum: int, frame: object) -> None:
+        _kill_descendants()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    code = 1
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            break
+    _kill_descendants()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
