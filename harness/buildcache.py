@@ -59,25 +59,30 @@ _ERROR_LINE = re.compile(
 )
 
 
+_PATH = re.compile(r"(?:/[^\s:()'\"]+)+/([^/\s:()'\"]+\.(?:cpp|cc|cu|cuh|h|hpp|o|so))")
+
+
 def trim_compiler_errors(log: str, *, max_errors: int = _MAX_ERRORS) -> str:
     """The first compiler errors, each as ``file:line: message`` plus a few lines of context."""
-    lines = log.splitlines()
+    lines = [_PATH.sub(r"\1", line) for line in log.splitlines()]
+    is_error = [bool(_ERROR_LINE.match(line.strip())) for line in lines]
+    total = sum(is_error)
+    if not total:  # a linker or ninja failure: keep the tail, which says what went wrong
+        return "\n".join([ln for ln in lines if ln.strip()][-15:])
     picked: list[str] = []
     count = 0
     for i, line in enumerate(lines):
-        match = _ERROR_LINE.match(line.strip())
-        if not match:
+        if not is_error[i]:
             continue
-        short = os.path.basename(match.group("file"))
-        picked.append(line.strip().replace(match.group("file"), short, 1))
-        picked.extend("    " + ctx for ctx in lines[i + 1 : i + 1 + _CONTEXT_LINES] if ctx.strip())
+        picked.append(line.strip())
+        for j in range(i + 1, min(i + 1 + _CONTEXT_LINES, len(lines))):
+            if is_error[j]:
+                break
+            if lines[j].strip():
+                picked.append("    " + lines[j].rstrip())
         count += 1
         if count >= max_errors:
             break
-    if not picked:  # a linker or ninja failure: keep the tail, which says what went wrong
-        tail = [ln for ln in lines if ln.strip()][-15:]
-        return "\n".join(tail)
-    total = sum(1 for ln in lines if _ERROR_LINE.match(ln.strip()))
     if total > count:
         picked.append(f"[... {total - count} more errors]")
     return "\n".join(picked)

@@ -70,8 +70,10 @@ class TimingOptions:
     max_time_s: float = 2.0
     #: Input sets rotated across timed calls, so caches do not hold one set.
     input_sets: int = 3
-    #: Re-check the output of every k-th timed call against the reference.
+    #: Re-check the output of every k-th timed call against the reference...
     recheck_every: int = 10
+    #: ...at most this many (the last call's output is always among them); outputs can be large.
+    max_rechecks: int = 3
     #: Flush the L2 (CUDA) or last-level cache (CPU) before each timed call.
     flush_cache: bool = True
 

@@ -64,7 +64,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         input_sets: one or more argument lists, used in turn.
         device: where the work runs (cuda → events; cpu → perf_counter).
         options: warm-up, repeats, noise target, time cap, flush, re-check interval.
-        keep_outputs: keep every ``options.recheck_every``-th output (and the last one).
+        keep_outputs: keep every ``options.recheck_every``-th output, at most
+            ``options.max_rechecks`` including the last call's.
 
     Returns:
         A `TimedRun` with raw samples (ms) and the kept outputs.
@@ -113,7 +114,7 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
             ms = (_perf_counter() - t0) * 1e3
         samples.append(ms)
         spent += ms / 1e3
-        if keep_outputs and i % options.recheck_every == 0:
+        if keep_outputs and i % options.recheck_every == 0 and len(kept) < options.max_rechecks - 1:
             kept.append((i, i % len(sets), out))
         i += 1
         if len(samples) >= options.max_repeats:

@@ -1,0 +1,38 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`  (see README.md).
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+# The CPU build of torch (a wheel on the dev and CI machines' disk). On a GPU machine, install a
+# CUDA build of torch into the venv first (or set TORCH_SPEC) and this step keeps it.
+TORCH_SPEC ?= torch==2.13.0
+TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
+
+.PHONY: setup demo test test-gpu lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[service,test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+## The main job on the embedded default: the referee judges seed problem 1's example kernel.
+demo: setup
+	$(VENV)/bin/kernelloop eval level2/conv_tanh_scale_bias_maxpool examples/seed1_$(TARGET).py --target $(TARGET)
+
+## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
+test: setup
+	scripts/ensure-services
+	$(PY) -m pytest -m "not gpu" -q
+
+## On a GPU machine: the harness's GPU tests (torch + pytest only).
+test-gpu:
+	$(PYTHON) -m pytest -m gpu -q tests/gpu
+
+lint: setup
+	$(VENV)/bin/ruff check harness problems cli store tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,137 @@
+"""The service's persistence: SQLAlchemy models, sessions and data access (DESIGN §5).
+
+The one place that knows the schema. Everything public is re-exported here; import from
+``store``, not from its modules. Data-access functions are keyword-only, take a `Session`,
+flush but never commit: the caller's `session_scope` is the unit of work (see `store.db`).
+Exceptions: `StoreError` and its subclasses (`store.errors`).
+"""
+
+from store.apikeys import (
+    API_KEY_PREFIX,
+    IssuedKey,
+    KeyUsage,
+    create_api_key,
+    hash_api_key,
+    key_usage,
+    revoke_api_key,
+    verify_api_key,
+)
+from store.attempts import (
+    find_attempt_by_source,
+    get_attempt,
+    list_attempts,
+    record_attempt,
+    source_sha256,
+    verdict_figures,
+)
+from store.db import make_engine, make_session_factory, session_scope
+from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
+from store.events import EventType, append_event, events_after
+from store.jobs import (
+    CancelOutcome,
+    LeaseStatus,
+    ReapedJob,
+    add_job_usage,
+    cancel_job,
+    claim_next_job,
+    create_job,
+    delete_job,
+    finish_job,
+    get_job,
+    heartbeat,
+    list_jobs,
+    reap_expired_leases,
+)
+from store.models import (
+    ApiKey,
+    Attempt,
+    Base,
+    Baseline,
+    Job,
+    JobEvent,
+    Message,
+    StoredProblem,
+    Trajectory,
+    utcnow,
+)
+from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, check_limit, keyset_page, offset_page
+from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
+from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, Target, TrajectoryState, transition
+from store.trajectories import (
+    append_message,
+    create_trajectory,
+    list_messages,
+    list_trajectories,
+    set_trajectory_state,
+)
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "API_KEY_PREFIX",
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "ApiKey",
+    "Attempt",
+    "Base",
+    "Baseline",
+    "CancelOutcome",
+    "EventType",
+    "IllegalTransition",
+    "IssuedKey",
+    "Job",
+    "JobEvent",
+    "JobKind",
+    "JobState",
+    "KeyUsage",
+    "LeaseLost",
+    "LeaseStatus",
+    "Message",
+    "NotFound",
+    "Page",
+    "ReapedJob",
+    "StoreError",
+    "StoredProblem",
+    "Target",
+    "Trajectory",
+    "TrajectoryState",
+    "add_job_usage",
+    "append_event",
+    "append_message",
+    "cancel_job",
+    "check_limit",
+    "claim_next_job",
+    "create_api_key",
+    "create_job",
+    "create_trajectory",
+    "delete_job",
+    "events_after",
+    "find_attempt_by_source",
+    "finish_job",
+    "get_attempt",
+    "get_baseline",
+    "get_job",
+    "get_or_create_problem",
+    "get_problem",
+    "hash_api_key",
+    "heartbeat",
+    "key_usage",
+    "keyset_page",
+    "list_attempts",
+    "list_jobs",
+    "list_messages",
+    "list_trajectories",
+    "make_engine",
+    "make_session_factory",
+    "offset_page",
+    "put_baseline",
+    "reap_expired_leases",
+    "record_attempt",
+    "revoke_api_key",
+    "session_scope",
+    "set_trajectory_state",
+    "source_sha256",
+    "transition",
+    "utcnow",
+    "verdict_figures",
+    "verify_api_key",
+]

@@ -1,0 +1,145 @@
+"""API keys: issued once in plaintext, stored as SHA-256, verified by digest; and their usage.
+
+A key is ``kl_`` and 43 URL-safe characters (256 random bits). With that much entropy a plain,
+unsalted SHA-256 is enough: nothing can be guessed, and lookup by digest stays one index probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from store._sql import write_row
+from store.errors import NotFound
+from store.models import (
+    DEFAULT_COST_CAP_USD,
+    DEFAULT_MAX_CONCURRENT_JOBS,
+    DEFAULT_MAX_JOBS_PER_DAY,
+    ApiKey,
+    Job,
+    utcnow,
+)
+from store.states import JobState
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "IssuedKey",
+    "KeyUsage",
+    "create_api_key",
+    "hash_api_key",
+    "key_usage",
+    "revoke_api_key",
+    "verify_api_key",
+]
+
+API_KEY_PREFIX = "kl_"
+_KEY_RANDOM_BYTES = 32
+# Characters of the plaintext kept to recognise a key in listings: the prefix and 7 more.
+_SHOWN_CHARS = len(API_KEY_PREFIX) + 7
+# Anything longer is not one of our keys; refuse before hashing it.
+_MAX_KEY_CHARS = 128
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A new key's row and its plaintext: show the plaintext once, it is not stored."""
+
+    key: ApiKey
+    plaintext: str
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """What a key's quotas are checked against."""
+
+    #: Jobs queued or running.
+    active_jobs: int
+    #: Jobs created since the given time.
+    jobs_since: int
+    #: Cost of all the key's jobs so far.
+    cost_usd: float
+
+
+def hash_api_key(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def create_api_key(
+    *,
+    session: Session,
+    name: str,
+    owner: str,
+    is_admin: bool = False,
+    max_concurrent_jobs: int = DEFAULT_MAX_CONCURRENT_JOBS,
+    max_jobs_per_day: int = DEFAULT_MAX_JOBS_PER_DAY,
+    cost_cap_usd: float | None = DEFAULT_COST_CAP_USD,
+    now: datetime | None = None,
+) -> IssuedKey:
+    """Issue a key. The plaintext exists only in the returned value."""
+    plaintext = API_KEY_PREFIX + secrets.token_urlsafe(_KEY_RANDOM_BYTES)
+    key = ApiKey(
+        name=name,
+        owner=owner,
+        key_prefix=plaintext[:_SHOWN_CHARS],
+        key_hash=hash_api_key(plaintext),
+        is_admin=is_admin,
+        max_concurrent_jobs=max_concurrent_jobs,
+        max_jobs_per_day=max_jobs_per_day,
+        cost_cap_usd=cost_cap_usd,
+        created_at=now or utcnow(),
+    )
+    session.add(key)
+    session.flush()
+    return IssuedKey(key=key, plaintext=plaintext)
+
+
+def verify_api_key(*, session: Session, plaintext: str) -> ApiKey | None:
+    """The live key with this plaintext; ``None`` if unknown or revoked."""
+    if not plaintext or len(plaintext) > _MAX_KEY_CHARS:
+        return None
+    digest = hash_api_key(plaintext)
+    key = session.scalars(select(ApiKey).where(ApiKey.key_hash == digest)).first()
+    if key is None or not hmac.compare_digest(key.key_hash, digest) or key.is_revoked:
+        return None
+    return key
+
+
+def revoke_api_key(*, session: Session, api_key_id: int, now: datetime | None = None) -> ApiKey:
+    """Revoke a key (idempotent: the first revocation time stays). Its jobs stay.
+
+    Raises:
+        NotFound: no key with that id.
+    """
+    stmt = (
+        update(ApiKey)
+        .where(ApiKey.id == api_key_id, ApiKey.revoked_at.is_(None))
+        .values(revoked_at=now or utcnow())
+        .returning(ApiKey.id)
+    )
+    write_row(session, ApiKey, api_key_id, stmt)
+    key = session.get(ApiKey, api_key_id)
+    if key is None:
+        raise NotFound("api key", api_key_id)
+    return key
+
+
+def key_usage(*, session: Session, api_key_id: int, since: datetime) -> KeyUsage:
+    """Counts for the key's quotas: active jobs, jobs created since ``since``, total cost."""
+    active = session.scalar(
+        select(func.count())
+        .select_from(Job)
+        .where(Job.owner_id == api_key_id, Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
+    )
+    recent = session.scalar(
+        select(func.count()).select_from(Job).where(Job.owner_id == api_key_id, Job.created_at >= since)
+    )
+    cost = session.scalar(
+        select(func.coalesce(func.sum(Job.cost_usd), 0.0)).where(Job.owner_id == api_key_id)
+    )
+    return KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))

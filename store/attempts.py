@@ -1,0 +1,196 @@
+"""Attempts: every candidate a job evaluated, with its verdict; the job's best; dedup by source.
+
+An attempt's key figures are copied out of the verdict JSON into columns when it is recorded, so
+listings and best-attempt choice never parse JSON. Only a ``pass`` verdict can become a job's
+(or a trajectory's) best; ``suspicious`` waits for its re-timing, recorded as a new attempt.
+Among passes a timed one beats an untimed one, and a lower median time beats a higher; ties keep
+the earlier attempt.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy.orm import Session, aliased
+
+from harness.verdict import ErrorKind, Status
+from store._sql import bump_counter, finite_or_none, sha256_hex, write_row
+from store.errors import NotFound
+from store.events import EventType, append_event
+from store.models import Attempt, Job, Trajectory, utcnow
+from store.pagination import DEFAULT_PAGE_SIZE, Page, check_limit, keyset_page
+
+__all__ = [
+    "find_attempt_by_source",
+    "get_attempt",
+    "list_attempts",
+    "record_attempt",
+    "source_sha256",
+    "verdict_figures",
+]
+
+
+def source_sha256(source: str) -> str:
+    """The digest attempts are deduplicated by: SHA-256 of the UTF-8 source, hex."""
+    return sha256_hex(source)
+
+
+def verdict_figures(verdict: dict[str, Any]) -> dict[str, Any]:
+    """The column values of an attempt taken from ``Verdict.to_dict()``.
+
+    Raises:
+        ValueError: the dict has no valid ``status`` or ``stage`` (not a verdict).
+    """
+    try:
+        status = Status(verdict["status"])
+        stage = str(verdict["stage"])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"not a verdict dict (Verdict.to_dict()): {exc}") from None
+    timing = verdict.get("timing") or {}
+    error_kind = verdict.get("error_kind")
+    return {
+        "status": status,
+        "stage": stage,
+        "error_kind": ErrorKind(error_kind) if error_kind else None,
+        "correct": bool(verdict.get("correct")),
+        "median_ms": finite_or_none(timing.get("median_ms")),
+        "speedup_vs_eager": finite_or_none(verdict.get("speedup_vs_eager")),
+        "speedup_vs_compile": finite_or_none(verdict.get("speedup_vs_compile")),
+        "pct_of_sol": finite_or_none(verdict.get("pct_of_sol")),
+        "compile_s": finite_or_none(verdict.get("compile_s")),
+    }
+
+
+def _beats_current(best_id: Any, median_ms: float | None) -> ColumnElement[bool]:
+    """SQL: the attempt timed ``median_ms`` is better than the row's current best ``best_id``."""
+    current = aliased(Attempt)
+    current_ms = select(current.median_ms).where(current.id == best_id).scalar_subquery()
+    if median_ms is None:
+        return best_id.is_(None)
+    return or_(best_id.is_(None), current_ms.is_(None), current_ms > median_ms)
+
+
+def _promote(session: Session, model: type[Job] | type[Trajectory], row_id: int, attempt: Attempt) -> bool:
+    stmt = (
+        update(model)
+        .where(model.id == row_id, _beats_current(model.best_attempt_id, attempt.median_ms))
+        .values(best_attempt_id=attempt.id)
+        .returning(model.id)
+    )
+    return write_row(session, model, row_id, stmt) is not None
+
+
+def record_attempt(
+    *,
+    session: Session,
+    job_id: int,
+    trajectory_id: int | None,
+    tool: str,
+    source: str,
+    parent_id: int | None,
+    verdict_dict: dict[str, Any],
+    now: datetime | None = None,
+) -> Attempt:
+    """Store one evaluated candidate, number it within its job, and promote it if it is the best.
+
+    Also appends an ``attempt`` event. The job row stays locked until the caller commits
+    (numbering goes through it), so concurrent trajectories of one job record one at a time.
+
+    Args:
+        verdict_dict: ``Verdict.to_dict()``; stored whole, its key figures copied to columns.
+
+    Raises:
+        ValueError: ``verdict_dict`` is not a verdict, or the trajectory or parent belongs to
+            another job.
+        NotFound: no job with that id.
+    """
+    figures = verdict_figures(verdict_dict)
+    now = now or utcnow()
+    if trajectory_id is not None:
+        owner = session.scalar(select(Trajectory.job_id).where(Trajectory.id == trajectory_id))
+        if owner != job_id:
+            raise ValueError(f"trajectory {trajectory_id} is not one of job {job_id}'s")
+    if parent_id is not None:
+        owner = session.scalar(select(Attempt.job_id).where(Attempt.id == parent_id))
+        if owner != job_id:
+            raise ValueError(f"attempt {parent_id} is not one of job {job_id}'s")
+    seq = bump_counter(session, Job, job_id, Job.attempts_count)
+    attempt = Attempt(
+        job_id=job_id,
+        trajectory_id=trajectory_id,
+        seq=seq,
+        tool=tool,
+        source=source,
+        sha256=source_sha256(source),
+        parent_id=parent_id,
+        verdict=verdict_dict,
+        created_at=now,
+        **figures,
+    )
+    session.add(attempt)
+    session.flush()
+    best = False
+    if attempt.status is Status.PASS:
+        best = _promote(session, Job, job_id, attempt)
+        if trajectory_id is not None:
+            _promote(session, Trajectory, trajectory_id, attempt)
+    payload = {
+        "n": seq,
+        "attempt_id": attempt.id,
+        "trajectory_id": trajectory_id,
+        "tool": tool,
+        **{
+            k: figures[k]
+            for k in ("stage", "correct", "median_ms", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")
+        },
+        "status": attempt.status.value,
+        "best": best,
+    }
+    append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload, now=now)
+    return attempt
+
+
+def find_attempt_by_source(
+    *,
+    session: Session,
+    job_id: int,
+    sha256: str,
+    tool: str | None = None,
+    include_infra_errors: bool = False,
+) -> Attempt | None:
+    """The newest attempt of this job with this source digest (see `source_sha256`), if any.
+
+    ``tool`` narrows it to one tool (a ``compile`` verdict does not answer ``benchmark``).
+    Verdicts that failed for our reasons (``error_kind == "infra"``) are skipped by default:
+    those are to be retried, not served again.
+    """
+    stmt = select(Attempt).where(Attempt.job_id == job_id, Attempt.sha256 == sha256)
+    if tool is not None:
+        stmt = stmt.where(Attempt.tool == tool)
+    if not include_infra_errors:
+        stmt = stmt.where(or_(Attempt.error_kind.is_(None), Attempt.error_kind != ErrorKind.INFRA))
+    return session.scalars(stmt.order_by(Attempt.seq.desc()).limit(1)).first()
+
+
+def get_attempt(*, session: Session, job_id: int, n: int) -> Attempt:
+    """Attempt number ``n`` (1-based) of a job, or NotFound."""
+    attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.seq == n)).first()
+    if attempt is None:
+        raise NotFound("attempt", f"{job_id}/{n}")
+    return attempt
+
+
+def list_attempts(
+    *, session: Session, job_id: int, after_n: int = 0, limit: int = DEFAULT_PAGE_SIZE
+) -> Page[Attempt]:
+    """A job's attempts in order, numbers above ``after_n``; ``next_cursor`` is the next ``after_n``."""
+    check_limit(limit)
+    stmt = (
+        select(Attempt)
+        .where(Attempt.job_id == job_id, Attempt.seq > after_n)
+        .order_by(Attempt.seq)
+        .limit(limit + 1)
+    )
+    return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda a: a.seq)

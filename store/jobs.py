@@ -1,0 +1,437 @@
+"""Jobs: creation, the atomic claim, leases and their reaper, state moves, usage totals, deletion.
+
+Every state move checks `store.states.transition` first, then runs a guarded
+``UPDATE jobs … WHERE id = :id AND state = :current`` (plus the worker's id where a worker acts),
+so a move that lost a race matches no row instead of overwriting the winner; and appends a
+``state`` event in the same transaction. None of these functions commits (see `store.db`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import delete, exists, func, literal, select, update
+from sqlalchemy.orm import Session
+
+from store._sql import dialect_name, write_row
+from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
+from store.events import EventType, append_event
+from store.models import Job, StoredProblem, UTCDateTime, utcnow
+from store.pagination import DEFAULT_PAGE_SIZE, Page, offset_page
+from store.states import JobKind, JobState, Target, transition
+
+__all__ = [
+    "CancelOutcome",
+    "LeaseStatus",
+    "ReapedJob",
+    "add_job_usage",
+    "cancel_job",
+    "claim_next_job",
+    "create_job",
+    "delete_job",
+    "finish_job",
+    "get_job",
+    "heartbeat",
+    "list_jobs",
+    "reap_expired_leases",
+]
+
+# A claim that finds its chosen row taken (PostgreSQL, between the subquery and the update)
+# tries again; more than a few losses in a row means something else is wrong.
+_CLAIM_TRIES = 5
+_CANCEL_TRIES = 3
+
+
+class LeaseStatus(Enum):
+    """What a heartbeat learnt."""
+
+    #: The lease is extended; carry on.
+    HELD = "held"
+    #: The lease is extended, and the job's owner asked to cancel: stop and finish as cancelled.
+    CANCEL_REQUESTED = "cancel_requested"
+    #: The job is no longer this worker's (reaped, cancelled, finished): stop, store nothing more.
+    LOST = "lost"
+
+
+class CancelOutcome(Enum):
+    #: The job was queued and is now cancelled.
+    CANCELLED = "cancelled"
+    #: The job is running; its worker will stop at its next heartbeat.
+    REQUESTED = "requested"
+    #: The job had already finished; nothing changed.
+    ALREADY_FINISHED = "already_finished"
+
+
+@dataclass(frozen=True)
+class ReapedJob:
+    """One job whose lease expired, and where the reaper sent it."""
+
+    job_id: int
+    state: JobState
+    worker_id: str | None
+    reason: str
+
+
+def _state_event(
+    session: Session, job_id: int, state: JobState, previous: JobState, now: datetime, **extra: Any
+) -> None:
+    payload = {"state": state.value, "previous": previous.value, **{k: v for k, v in extra.items() if v}}
+    append_event(session=session, job_id=job_id, type=EventType.STATE, payload=payload, now=now)
+
+
+def _refresh(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None:
+        raise NotFound("job", job_id)
+    return job
+
+
+def create_job(
+    *,
+    session: Session,
+    problem_id: int,
+    target: Target,
+    owner_id: int | None = None,
+    kind: JobKind = JobKind.AGENT,
+    llm_profile: str | None = None,
+    llm_model: str | None = None,
+    budgets: dict[str, Any] | None = None,
+    trajectories_count: int = 1,
+    candidate_source: str | None = None,
+    now: datetime | None = None,
+) -> Job:
+    """Queue a job. An agent job needs at least one trajectory; an evaluation job needs its candidate.
+
+    Raises:
+        ValueError: the arguments do not describe a runnable job.
+    """
+    if kind is JobKind.AGENT and trajectories_count < 1:
+        raise ValueError(f"an agent job needs at least one trajectory, got {trajectories_count}")
+    if kind is JobKind.EVALUATION and not candidate_source:
+        raise ValueError("an evaluation job needs candidate_source")
+    now = now or utcnow()
+    job = Job(
+        kind=kind,
+        owner_id=owner_id,
+        problem_id=problem_id,
+        target=Target(target),
+        candidate_source=candidate_source,
+        llm_profile=llm_profile,
+        llm_model=llm_model,
+        budgets=dict(budgets or {}),
+        trajectories_count=trajectories_count if kind is JobKind.AGENT else 0,
+        state=JobState.QUEUED,
+        created_at=now,
+    )
+    session.add(job)
+    session.flush()
+    payload = {"state": JobState.QUEUED.value}
+    append_event(session=session, job_id=job.id, type=EventType.STATE, payload=payload, now=now)
+    return job
+
+
+def get_job(*, session: Session, job_id: int) -> Job:
+    """The job, or NotFound."""
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound("job", job_id)
+    return job
+
+
+def list_jobs(
+    *,
+    session: Session,
+    owner_id: int | None = None,
+    state: JobState | None = None,
+    limit: int = DEFAULT_PAGE_SIZE,
+    offset: int = 0,
+) -> Page[Job]:
+    """Jobs, newest first; ``owner_id=None`` lists every owner's (for admin keys)."""
+    stmt = select(Job).order_by(Job.id.desc())
+    if owner_id is not None:
+        stmt = stmt.where(Job.owner_id == owner_id)
+    if state is not None:
+        stmt = stmt.where(Job.state == state)
+    return offset_page(session, stmt, limit=limit, offset=offset)
+
+
+def claim_next_job(
+    *,
+    session: Session,
+    worker_id: str,
+    target: Target,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> Job | None:
+    """Atomically take the oldest queued job of ``target`` and start its lease.
+
+    One statement, ``UPDATE jobs SET state='running', … WHERE id = (oldest queued id) AND
+    state='queued' RETURNING id``. On PostgreSQL the inner select is ``FOR UPDATE SKIP LOCKED``,
+    so concurrent workers take different jobs instead of queueing on one row; on SQLite the
+    statement runs under the database's single write lock. The ``state='queued'`` guard and the
+    returned row decide who won. Commit soon after: until then the claim is not visible.
+
+    ``worker_id`` must be unique per worker process (host, pid and a random part): heartbeats and
+    `finish_job` are guarded by it, and a re-queued job claimed again under a reused id would
+    let a stale process keep acting on it.
+
+    Returns:
+        The claimed job, now ``running`` under ``worker_id``; ``None`` when nothing is queued.
+    """
+    if lease_seconds <= 0:
+        raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+    now = now or utcnow()
+    transition(JobState.QUEUED, JobState.RUNNING)
+    for _ in range(_CLAIM_TRIES):
+        oldest = (
+            select(Job.id)
+            .where(Job.state == JobState.QUEUED, Job.target == Target(target))
+            .order_by(Job.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        stmt = (
+            update(Job)
+            .where(Job.id == oldest, Job.state == JobState.QUEUED)
+            .values(
+                state=JobState.RUNNING,
+                worker_id=worker_id,
+                heartbeat_at=now,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                # A re-queued job keeps its first start. The literal is typed so it is stored in UTC.
+                started_at=func.coalesce(Job.started_at, literal(now, UTCDateTime())),
+            )
+            .returning(Job.id)
+            .execution_options(synchronize_session=False)
+        )
+        job_id = session.execute(stmt).scalar_one_or_none()
+        if job_id is not None:
+            _state_event(session, job_id, JobState.RUNNING, JobState.QUEUED, now, worker_id=worker_id)
+            return _refresh(session, job_id)
+        queued = select(Job.id).where(Job.state == JobState.QUEUED, Job.target == Target(target))
+        if dialect_name(session) == "postgresql":
+            # Rows other claimers hold are theirs; seeing only those means there is nothing for us.
+            queued = queued.with_for_update(skip_locked=True)
+        if session.scalar(queued.limit(1)) is None:
+            return None
+    return None
+
+
+def heartbeat(
+    *,
+    session: Session,
+    job_id: int,
+    worker_id: str,
+    lease_seconds: float,
+    now: datetime | None = None,
+) -> LeaseStatus:
+    """Extend the lease of a job the worker runs, and tell it whether to stop.
+
+    A worker whose lease ran out but which the reaper has not reached yet still holds the job.
+    """
+    now = now or utcnow()
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.RUNNING, Job.worker_id == worker_id)
+        .values(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease_seconds))
+        .returning(Job.cancel_requested)
+    )
+    cancel_requested = write_row(session, Job, job_id, stmt)
+    if cancel_requested is None:
+        return LeaseStatus.LOST
+    return LeaseStatus.CANCEL_REQUESTED if cancel_requested else LeaseStatus.HELD
+
+
+def finish_job(
+    *,
+    session: Session,
+    job_id: int,
+    worker_id: str,
+    state: JobState,
+    error: str | None = None,
+    now: datetime | None = None,
+) -> Job:
+    """Move a running job the worker holds to ``succeeded``, ``failed`` or ``cancelled``.
+
+    Raises:
+        IllegalTransition: ``state`` is not a terminal state.
+        LeaseLost: the job is not running under ``worker_id`` any more.
+    """
+    now = now or utcnow()
+    transition(JobState.RUNNING, state)
+    if not state.is_terminal:
+        raise IllegalTransition(JobState.RUNNING.value, state.value, "a worker only finishes jobs")
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.RUNNING, Job.worker_id == worker_id)
+        .values(state=state, error=error, finished_at=now, lease_expires_at=None)
+        .returning(Job.id)
+    )
+    if write_row(session, Job, job_id, stmt) is None:
+        raise LeaseLost(job_id, worker_id)
+    _state_event(session, job_id, state, JobState.RUNNING, now, error=error)
+    return _refresh(session, job_id)
+
+
+def cancel_job(
+    *, session: Session, job_id: int, reason: str = "cancelled by its owner", now: datetime | None = None
+) -> CancelOutcome:
+    """Cancel a job: at once if queued; by a request its worker acts on if running.
+
+    Raises:
+        NotFound: no job with that id.
+    """
+    now = now or utcnow()
+    # A queued job may be claimed, or a running one finish or be reaped, between our read and
+    # our guarded update: read again and act on what it became.
+    for _ in range(_CANCEL_TRIES):
+        row = session.execute(select(Job.state, Job.cancel_requested).where(Job.id == job_id)).one_or_none()
+        if row is None:
+            raise NotFound("job", job_id)
+        current, already_requested = row
+        if current.is_terminal:
+            return CancelOutcome.ALREADY_FINISHED
+        if current is JobState.QUEUED:
+            transition(current, JobState.CANCELLED)
+            stmt = (
+                update(Job)
+                .where(Job.id == job_id, Job.state == JobState.QUEUED)
+                .values(state=JobState.CANCELLED, error=reason, finished_at=now)
+                .returning(Job.id)
+            )
+            if write_row(session, Job, job_id, stmt) is not None:
+                _state_event(session, job_id, JobState.CANCELLED, JobState.QUEUED, now, reason=reason)
+                return CancelOutcome.CANCELLED
+            continue
+        if already_requested:
+            return CancelOutcome.REQUESTED
+        stmt = (
+            update(Job)
+            .where(Job.id == job_id, Job.state == JobState.RUNNING, Job.cancel_requested.is_(False))
+            .values(cancel_requested=True)
+            .returning(Job.id)
+        )
+        if write_row(session, Job, job_id, stmt) is not None:
+            append_event(session=session, job_id=job_id, type=EventType.CANCEL_REQUESTED, payload={}, now=now)
+            return CancelOutcome.REQUESTED
+    raise StoreError(f"job {job_id} kept changing state while being cancelled; try again")
+
+
+def reap_expired_leases(
+    *, session: Session, max_requeues: int, now: datetime | None = None
+) -> list[ReapedJob]:
+    """Hand back to the queue every running job whose lease expired, or end it.
+
+    A job that was asked to cancel becomes ``cancelled``; one already re-queued ``max_requeues``
+    times becomes ``failed`` with the reason in ``error``; any other goes back to ``queued``
+    (its trajectories, messages and attempts stay, so the next worker can build on them).
+    Each move is guarded on the lease still being expired, so a heartbeat that lands first wins.
+    """
+    if max_requeues < 0:
+        raise ValueError(f"max_requeues must be >= 0, got {max_requeues}")
+    now = now or utcnow()
+    expired = (
+        select(Job.id, Job.worker_id, Job.requeue_count, Job.cancel_requested)
+        .where(Job.state == JobState.RUNNING, Job.lease_expires_at < now)
+        .order_by(Job.id)
+    )
+    if dialect_name(session) == "postgresql":
+        expired = expired.with_for_update(skip_locked=True)
+    reaped: list[ReapedJob] = []
+    for job_id, worker_id, requeues, cancel_requested in session.execute(expired).all():
+        values: dict[str, Any]
+        if cancel_requested:
+            target = JobState.CANCELLED
+            reason = f"cancelled; the lease of worker {worker_id!r} expired before it stopped"
+            values = {"error": reason, "finished_at": now}
+        elif requeues >= max_requeues:
+            target = JobState.FAILED
+            reason = (
+                f"the lease expired {requeues + 1} times (last worker {worker_id!r}); "
+                f"giving up after {max_requeues} re-queues"
+            )
+            values = {"error": reason, "finished_at": now}
+        else:
+            target = JobState.QUEUED
+            reason = f"the lease of worker {worker_id!r} expired; re-queued ({requeues + 1}/{max_requeues})"
+            values = {"requeue_count": Job.requeue_count + 1, "worker_id": None, "heartbeat_at": None}
+        transition(JobState.RUNNING, target, lease_recovery=True)
+        stmt = (
+            update(Job)
+            .where(Job.id == job_id, Job.state == JobState.RUNNING, Job.lease_expires_at < now)
+            .values(state=target, lease_expires_at=None, **values)
+            .returning(Job.id)
+        )
+        if write_row(session, Job, job_id, stmt) is None:
+            continue
+        _state_event(session, job_id, target, JobState.RUNNING, now, reason=reason, worker_id=worker_id)
+        reaped.append(ReapedJob(job_id=job_id, state=target, worker_id=worker_id, reason=reason))
+    return reaped
+
+
+def add_job_usage(
+    *,
+    session: Session,
+    job_id: int,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    cost_usd: float = 0.0,
+    gpu_seconds: float = 0.0,
+) -> None:
+    """Add to a job's totals in one atomic ``UPDATE`` (concurrent trajectories add safely).
+
+    `store.trajectories.append_message` already adds each message's tokens and cost; call this
+    for what messages do not carry (GPU seconds, usage outside the chat). Like every write to the
+    job row, it holds the row's lock until commit.
+
+    Raises:
+        NotFound: no job with that id.
+    """
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id)
+        .values(
+            tokens_in=Job.tokens_in + tokens_in,
+            tokens_out=Job.tokens_out + tokens_out,
+            cost_usd=Job.cost_usd + cost_usd,
+            gpu_seconds=Job.gpu_seconds + gpu_seconds,
+        )
+        .returning(Job.id)
+    )
+    if write_row(session, Job, job_id, stmt) is None:
+        raise NotFound("job", job_id)
+
+
+def delete_job(*, session: Session, job_id: int) -> None:
+    """Delete a finished job with its trajectories, messages, attempts (their code) and events,
+    and its problem's source when no other job uses it and it is not a bundled problem.
+
+    Raises:
+        NotFound: no job with that id.
+        IllegalTransition: the job is queued or running; cancel it first.
+    """
+    row = session.execute(select(Job.state, Job.problem_id).where(Job.id == job_id)).one_or_none()
+    if row is None:
+        raise NotFound("job", job_id)
+    state, problem_id = row
+    if not state.is_terminal:
+        raise IllegalTransition(state.value, "deleted", "only a finished job can be deleted; cancel it first")
+    terminal = [s for s in JobState if s.is_terminal]
+    # Children go through ON DELETE CASCADE (SQLite enforces it: see store.db).
+    stmt = delete(Job).where(Job.id == job_id, Job.state.in_(terminal)).returning(Job.id)
+    if write_row(session, Job, job_id, stmt) is None:
+        raise NotFound("job", job_id)  # a finished job only disappears by a concurrent delete
+    orphan = (
+        delete(StoredProblem)
+        .where(
+            StoredProblem.id == problem_id,
+            StoredProblem.bundled_id.is_(None),
+            ~exists().where(Job.problem_id == problem_id),
+        )
+        .returning(StoredProblem.id)
+    )
+    write_row(session, StoredProblem, problem_id, orphan)

@@ -1,0 +1,162 @@
+"""Trajectories (one chat each) and their messages, with the counters budgets are checked against."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from store._sql import bump_counter
+from store.errors import NotFound
+from store.jobs import add_job_usage
+from store.models import Message, Trajectory, utcnow
+from store.pagination import DEFAULT_PAGE_SIZE, Page, check_limit, keyset_page
+from store.states import TrajectoryState
+
+__all__ = [
+    "append_message",
+    "create_trajectory",
+    "list_messages",
+    "list_trajectories",
+    "set_trajectory_state",
+]
+
+_FINISHED = frozenset(
+    {TrajectoryState.SUBMITTED, TrajectoryState.EXHAUSTED, TrajectoryState.FAILED, TrajectoryState.CANCELLED}
+)
+
+
+def create_trajectory(
+    *,
+    session: Session,
+    job_id: int,
+    index: int,
+    temperature: float | None = None,
+    strategy_hint: str | None = None,
+    now: datetime | None = None,
+) -> Trajectory:
+    """Add trajectory number ``index`` (0-based, unique within the job) to a job."""
+    trajectory = Trajectory(
+        job_id=job_id,
+        index=index,
+        temperature=temperature,
+        strategy_hint=strategy_hint,
+        state=TrajectoryState.PENDING,
+        created_at=now or utcnow(),
+    )
+    session.add(trajectory)
+    session.flush()
+    return trajectory
+
+
+def list_trajectories(*, session: Session, job_id: int) -> list[Trajectory]:
+    stmt = select(Trajectory).where(Trajectory.job_id == job_id).order_by(Trajectory.index)
+    return list(session.scalars(stmt))
+
+
+def set_trajectory_state(
+    *,
+    session: Session,
+    trajectory_id: int,
+    state: TrajectoryState,
+    error: str | None = None,
+    now: datetime | None = None,
+) -> Trajectory:
+    """Record a trajectory's progress: ``running`` stamps its start, a final state its end."""
+    trajectory = session.get(Trajectory, trajectory_id)
+    if trajectory is None:
+        raise NotFound("trajectory", trajectory_id)
+    now = now or utcnow()
+    trajectory.state = state
+    if state is TrajectoryState.RUNNING and trajectory.started_at is None:
+        trajectory.started_at = now
+    if state in _FINISHED:
+        trajectory.finished_at = now
+        trajectory.error = error
+    session.flush()
+    return trajectory
+
+
+def append_message(
+    *,
+    session: Session,
+    trajectory_id: int,
+    role: str,
+    content: str | None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    latency_ms: float | None = None,
+    cost_usd: float = 0.0,
+    now: datetime | None = None,
+) -> Message:
+    """Store one chat message and count it.
+
+    An ``assistant`` message is a turn, and each of its ``tool_calls`` a tool call, on the
+    trajectory's counters (what its budgets are checked against); its tokens and cost are added
+    to the job's totals.
+
+    Raises:
+        NotFound: no trajectory with that id.
+    """
+    job_id = session.scalar(select(Trajectory.job_id).where(Trajectory.id == trajectory_id))
+    if job_id is None:
+        raise NotFound("trajectory", trajectory_id)
+    # Adding to the job's totals first takes the job row's lock: messages of one job then get
+    # their ids, and commit, one after the other, so paging by id never skips a late commit.
+    add_job_usage(
+        session=session, job_id=job_id, tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost_usd
+    )
+    is_turn = role == "assistant"
+    seq = bump_counter(
+        session,
+        Trajectory,
+        trajectory_id,
+        Trajectory.messages_count,
+        turns=Trajectory.turns + (1 if is_turn else 0),
+        tool_calls=Trajectory.tool_calls + (len(tool_calls or ()) if is_turn else 0),
+    )
+    message = Message(
+        trajectory_id=trajectory_id,
+        seq=seq,
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        latency_ms=latency_ms,
+        cost_usd=cost_usd,
+        created_at=now or utcnow(),
+    )
+    session.add(message)
+    session.flush()
+    return message
+
+
+def list_messages(
+    *,
+    session: Session,
+    job_id: int,
+    trajectory_index: int | None = None,
+    after_id: int = 0,
+    limit: int = DEFAULT_PAGE_SIZE,
+) -> Page[Message]:
+    """A job's messages in the order they were stored (all trajectories, or one by index).
+
+    Keyset pages on the message id: ``next_cursor`` is the next ``after_id``.
+    """
+    check_limit(limit)
+    stmt = (
+        select(Message)
+        .join(Trajectory, Message.trajectory_id == Trajectory.id)
+        .where(Trajectory.job_id == job_id, Message.id > after_id)
+        .order_by(Message.id)
+        .limit(limit + 1)
+    )
+    if trajectory_index is not None:
+        stmt = stmt.where(Trajectory.index == trajectory_index)
+    return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda m: m.id)

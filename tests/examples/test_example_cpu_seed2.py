@@ -1,0 +1,33 @@
+"""The seed-2 CPU example through the real referee, in both modes (one build serves both)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions
+from problems import load_problem
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SEED2_CPU = (REPO / "examples" / "seed2_train_cpu.py").read_text()
+QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=5, max_time_s=0.3, input_sets=2)
+
+
+@pytest.mark.parametrize("problem_id", ["level2/conv_bn_scale_train", "level2/conv_bn_scale_eval"])
+def test_seed2_cpu_example_passes(problem_id: str, harness_cache: Path) -> None:
+    options = HarnessOptions(
+        cache_dir=harness_cache,
+        secret_seed=4321,
+        compile_baseline=False,
+        timing=QUICK_TIMING,
+        timeouts=Timeouts(trial_s=8.0, load_s=60.0, timing_s=60.0),
+    )
+    with Referee(load_problem(problem_id), "cpu", options) as referee:
+        verdict = referee.evaluate(SEED2_CPU)
+    assert verdict.status is Status.PASS, verdict.message + verdict.log
+    assert verdict.stage is Stage.DONE and verdict.correct
+    assert all(t.passed and t.max_abs_err is not None and t.max_abs_err < 1e-4 for t in verdict.trials)
+    assert verdict.compile is not None and verdict.compile.extensions[0]["name"] == "kl_seed2_cpu"

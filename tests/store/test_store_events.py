@@ -1,0 +1,80 @@
+"""Job events: ids counted per job by a single writer, resumable reads."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from store import (
+    EventType,
+    NotFound,
+    Target,
+    append_event,
+    create_job,
+    events_after,
+    get_job,
+    get_or_create_problem,
+    session_scope,
+)
+
+
+def test_ids_count_per_job_and_resume(session: Session, build: Any) -> None:
+    first, second = build.job(), build.job()  # each already has its "queued" event, id 1
+    for i in range(5):
+        append_event(session=session, job_id=first.id, type="progress", payload={"i": i})
+    append_event(session=session, job_id=second.id, type=EventType.STATE, payload={"state": "x"})
+    session.commit()
+
+    events = events_after(session=session, job_id=first.id)
+    assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [e.type for e in events] == ["state", *["progress"] * 5]
+    assert [e.payload.get("i") for e in events[1:]] == [0, 1, 2, 3, 4]
+    assert [e.id for e in events_after(session=session, job_id=second.id)] == [1, 2]
+    assert get_job(session=session, job_id=first.id).last_event_id == 6
+
+    # Resume after the last id seen, in pages.
+    page = events_after(session=session, job_id=first.id, after_id=2, limit=2)
+    assert [e.id for e in page] == [3, 4]
+    page = events_after(session=session, job_id=first.id, after_id=page[-1].id, limit=2)
+    assert [e.id for e in page] == [5, 6]
+    assert events_after(session=session, job_id=first.id, after_id=6) == []
+
+
+def test_append_to_a_missing_job_raises(session: Session) -> None:
+    with pytest.raises(NotFound):
+        append_event(session=session, job_id=12345, type="x", payload={})
+
+
+def test_concurrent_writers_get_dense_distinct_ids(factory: sessionmaker[Session]) -> None:
+    with session_scope(factory) as session:
+        problem = get_or_create_problem(session=session, source="class Model: ...", declarations={})
+        job_id = create_job(session=session, problem_id=problem.id, target=Target.CPU).id
+
+    writers, each = 3, 5
+    barrier = threading.Barrier(writers)
+
+    def write(index: int) -> list[int]:
+        barrier.wait()
+        ids = []
+        for i in range(each):
+            with session_scope(factory) as session:
+                payload = {"w": index, "i": i}
+                event = append_event(session=session, job_id=job_id, type="progress", payload=payload)
+                ids.append(event.id)
+        return ids
+
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        got = [i for ids in pool.map(write, range(writers)) for i in ids]
+
+    assert sorted(got) == list(range(2, 2 + writers * each))
+    with session_scope(factory) as session:
+        stored = events_after(session=session, job_id=job_id, limit=100)
+        assert [e.id for e in stored] == list(range(1, 2 + writers * each))
+        # Each writer's own events keep its order.
+        for index in range(writers):
+            mine = [e.payload["i"] for e in stored if e.payload.get("w") == index]
+            assert mine == list(range(each))
