@@ -62,7 +62,8 @@ class TimingOptions:
 
     warmup_ms: float = 25.0
     min_warmup_calls: int = 3
-    min_repeats: int = 10
+    #: At least this many timed calls, whatever the noise says after fewer.
+    min_repeats: int = 20
     max_repeats: int = 1000
     #: Stop once the standard error of the mean is below this fraction of the mean...
     target_rel_stderr: float = 0.005
