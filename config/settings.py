@@ -1,0 +1,100 @@
+"""`Settings`: every knob of the service, from ``KERNELLOOP_*`` environment variables or a .env file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["LLMProfile", "Settings", "load_settings"]
+
+_DATA_DIR = Path.home() / ".local" / "share" / "kernelloop"
+
+
+class LLMProfile(BaseModel):
+    """A server-side LLM endpoint; jobs name a profile, never carry keys.
+
+    ``api_key_env`` names the environment variable holding the key, so the key itself never
+    sits in a settings dump or a job row.
+    """
+
+    provider: str = "openai"
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    #: USD per million tokens (input, output), for the cost recorded per message.
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    #: For endpoints without tool calling: tool calls as fenced JSON in the text.
+    text_tool_calls: bool = False
+
+
+class Settings(BaseSettings):
+    """The service configuration. Environment: ``KERNELLOOP_<FIELD>`` (nested with ``__``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KERNELLOOP_", env_nested_delimiter="__", env_file=".env",
+                                      extra="ignore")
+
+    data_dir: Path = _DATA_DIR
+    #: Defaults to SQLite in ``data_dir`` (the embedded mode).
+    database_url: str | None = None
+    #: ``None`` runs the embedded mode: the database is the queue, no Redis needed.
+    broker_url: str | None = None
+    #: Where the harness keeps builds, baselines and scratch (``harness.HarnessOptions.cache_dir``).
+    cache_dir: Path | None = None
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    #: Signs dashboard session cookies and short-lived URLs; generated into data_dir if unset.
+    session_secret: SecretStr | None = None
+    #: Requests larger than this are refused with 413 before they are parsed.
+    max_body_bytes: int = 512 * 1024
+
+    #: The GPU type this worker serves (its queue is ``gpu-<type>``); ``cpu`` workers use ``cpu``.
+    gpu_type: str = "h200"
+    worker_target: str = "cpu"
+    #: A job's lease: a worker that misses heartbeats this long loses the job to the reaper.
+    lease_seconds: float = 120.0
+    heartbeat_seconds: float = 15.0
+    max_requeues: int = 2
+    reaper_interval_s: float = 30.0
+    #: Embedded mode: how often an idle worker looks for queued jobs.
+    poll_interval_s: float = 0.5
+
+    #: Budgets per trajectory and per job, as in the seeds.
+    default_turns: int = 10
+    default_tool_calls: int = 30
+    default_trajectories: int = 1
+    default_max_tokens: int = 400_000
+    default_max_cost_usd: float = 5.0
+    default_wall_clock_s: float = 3600.0
+
+    #: JSON in the environment: KERNELLOOP_LLM_PROFILES='{"local": {"base_url": "http://…/v1", …}}'.
+    llm_profiles: dict[str, LLMProfile] = Field(default_factory=lambda: {
+        "replay": LLMProfile(provider="replay", model="replay", api_key_env=None),
+        "openai": LLMProfile(),
+    })
+    default_llm_profile: str = "replay"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'kernelloop.db'}"
+
+    @property
+    def resolved_cache_dir(self) -> Path:
+        return self.cache_dir or (self.data_dir / "cache")
+
+    @property
+    def embedded(self) -> bool:
+        return self.broker_url is None
+
+    def queue_for(self, target: str) -> str:
+        """The queue a job of this target goes to: one per GPU type, plus ``cpu``."""
+        return "cpu" if target == "cpu" else f"gpu-{self.gpu_type}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings once at start-up (explicit overrides win over the environment)."""
+    return Settings(**overrides)  # type: ignore[arg-type]
