@@ -7,7 +7,7 @@ torch. Public surface::
 """
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate
-from harness.options import HarnessOptions, Target, Timeouts, TimingOptions
+from harness.options import Depth, HarnessOptions, Target, Timeouts, TimingOptions
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 
 __version__ = HARNESS_VERSION
@@ -16,6 +16,7 @@ __all__ = [
     "HARNESS_VERSION",
     "Baselines",
     "CompileResult",
+    "Depth",
     "ErrorKind",
     "HarnessOptions",
     "Referee",

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
-from harness.options import HarnessOptions, Target
+from harness.options import Depth, HarnessOptions, Target
 from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess, protect_current_process
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
@@ -224,26 +224,31 @@ class Referee:
         return list(reply["results"])
 
     # -- the evaluation ------------------------------------------------------------------
-    def evaluate(self, source: str) -> Verdict:
+    def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
         """Compile, check and time one candidate.
 
         Args:
             source: the candidate's Python source (defines ``ModelNew``).
+            depth: stop after the compile or the correctness stage, time (the default), or profile.
 
         Returns:
             The `Verdict`; failures of the candidate or of our infrastructure are values in it.
         """
+        depth = Depth(depth)
         run_dir = self._new_run_dir("attempt")
         (run_dir / "candidate.py").write_text(source)
         hints = tuple(static_hints(source, target=self.target.value))
         compiled = self.compile(source, run_dir)
-        base = {"compile": compiled, "hints": hints}
+        base = {"compile": compiled, "hints": hints, "depth": depth}
         if not compiled.ok:
             return self._verdict(_Outcome(Status.ERROR, Stage.COMPILE, "compile failed", ErrorKind.CANDIDATE),
                                  **base, log=compiled.errors)
+        if depth is Depth.COMPILE:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return self._verdict(_Outcome(Status.PASS, Stage.COMPILE, "compiled"), **base)
         try:
             self.start_reference()
-            baselines = self.baselines()
+            baselines = self.baselines() if depth is Depth.BENCHMARK else None
         except ReferenceFailed as exc:
             return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), ErrorKind.INFRA),
                                  **base, log=exc.details)
@@ -256,7 +261,7 @@ class Referee:
             shutil.rmtree(run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
         return verdict
 
-    def _run_candidate(self, run_dir: Path, baselines: Baselines, base: dict[str, Any]) -> Verdict:
+    def _run_candidate(self, run_dir: Path, baselines: Baselines | None, base: dict[str, Any]) -> Verdict:
         workdir = run_dir / "run"
         workdir.mkdir()
         timeouts = self.options.timeouts
@@ -341,6 +346,22 @@ class Referee:
                 return fail(_Outcome(Status.FAIL, Stage.INTEGRITY, "; ".join(FLAG_TEXT[f] for f in decisive) + detail),
                             flags=tuple(flags))
 
+            if base["depth"] is Depth.CORRECTNESS:
+                process.close()
+                return self._verdict(_Outcome(Status.PASS, Stage.CORRECTNESS, "correct (not timed)"), **base,
+                                     flags=tuple(flags))
+            if base["depth"] is Depth.PROFILE:
+                try:
+                    profiled = process.request({"op": "profile"}, timeout=timeouts.timing_s)
+                except (ChannelTimeout, ChannelClosed) as exc:
+                    return crashed(Stage.TIMING, exc, "profiling")
+                if "error" in profiled:
+                    return fail(_Outcome(Status.ERROR, Stage.TIMING, f"forward raised while profiled:\n"
+                                         f"{profiled['error']}", ErrorKind.CANDIDATE), flags=tuple(flags))
+                process.close()
+                return self._verdict(_Outcome(Status.PASS, Stage.DONE, "correct and profiled"), **base,
+                                     flags=tuple(flags), profile=tuple(profiled["kernels"]))
+
             # Timing: rotating input sets, outputs re-checked, bounded by our own clock.
             sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
             started = time.perf_counter()
@@ -386,7 +407,8 @@ class Referee:
     def _verdict(self, outcome: _Outcome, *, compile: CompileResult | None = None,
                  trials: tuple[Trial, ...] = (), timing: Timing | None = None, baselines: Baselines | None = None,
                  flags: tuple[str, ...] = (), hints: tuple[str, ...] = (), log: str = "",
-                 sandbox: dict[str, Any] | None = None) -> Verdict:
+                 sandbox: dict[str, Any] | None = None, depth: Depth = Depth.BENCHMARK,
+                 profile: tuple[dict[str, Any], ...] = ()) -> Verdict:
         info = self.reference_info
         env = info.get("environment", {})
         provenance = {
@@ -416,6 +438,7 @@ class Referee:
             message=outcome.message, compile=compile, trials=trials, timing=timing, baselines=baselines,
             sol_ms=info.get("sol_ms"), flops=info.get("flops"), min_bytes=info.get("min_bytes"),
             flags=flags, hints=hints, log=log[-limit:] if log else "", provenance=provenance,
+            depth=depth.value, profile=profile,
         )
 
 

@@ -12,12 +12,25 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_CACHE_DIR", "HarnessOptions", "Target", "Timeouts", "TimingOptions", "default_tolerance"]
+__all__ = ["DEFAULT_CACHE_DIR", "Depth", "HarnessOptions", "Target", "Timeouts", "TimingOptions", "default_tolerance"]
 
 
 class Target(str, Enum):
     CUDA = "cuda"
     CPU = "cpu"
+
+
+class Depth(str, Enum):
+    """How far an evaluation goes (the agent's tools map onto these)."""
+
+    #: Build the extensions only.
+    COMPILE = "compile"
+    #: Build, then the correctness trials and the integrity checks.
+    CORRECTNESS = "correctness"
+    #: Everything: correctness, integrity, timing against the baselines, roofline.
+    BENCHMARK = "benchmark"
+    #: Correctness, then a per-kernel time table from the torch profiler instead of timing.
+    PROFILE = "profile"
 
 
 def _default_cache_dir() -> Path:

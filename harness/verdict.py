@@ -229,6 +229,10 @@ class Verdict:
     hints: tuple[str, ...] = ()
     log: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: How far the evaluation was asked to go: compile, correctness, benchmark or profile.
+    depth: str = "benchmark"
+    #: Per-kernel rows from the torch profiler (depth "profile"): name, calls, total_ms.
+    profile: tuple[dict[str, Any], ...] = ()
 
     # -- derived figures -------------------------------------------------------------------
     @property
@@ -285,6 +289,8 @@ class Verdict:
             "log": self.log,
             "compile": self.compile.to_dict() if self.compile else None,
             "provenance": dict(self.provenance),
+            "depth": self.depth,
+            "profile": [dict(row) for row in self.profile],
         }
 
     @classmethod
@@ -305,4 +311,6 @@ class Verdict:
             hints=tuple(data.get("hints", ())),
             log=data.get("log", ""),
             provenance=dict(data.get("provenance", {})),
+            depth=data.get("depth", "benchmark"),
+            profile=tuple(data.get("profile", ())),
         )

@@ -157,6 +157,31 @@ class Candidate:
         return {"timing": run.timing.to_dict(), "kept": kept, "wall_s": run.wall_s, "flags": flags}
 
 
+    def profile(self, calls: int = 5) -> dict[str, Any]:
+        """Per-kernel totals over a few calls, from the torch profiler (device time on CUDA)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = contract.make_inputs(self.problem, self.trials[0], self.device)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with torch.no_grad():
+            self.model(*inputs)  # warm-up outside the profile
+            self._sync()
+            with profile(activities=activities) as prof:
+                for _ in range(calls):
+                    self.model(*inputs)
+                self._sync()
+        cuda = self.device.type == "cuda"
+        rows = []
+        for event in prof.key_averages():
+            total_us = event.device_time_total if cuda else event.self_cpu_time_total
+            if total_us <= 0 or (cuda and event.device_time_total <= 0):
+                continue
+            rows.append({"name": event.key[:160], "calls": event.count // calls,
+                         "ms_per_forward": total_us / 1e3 / calls})
+        rows.sort(key=lambda r: r["ms_per_forward"], reverse=True)
+        return {"kernels": rows[:25]}
+
+
 def serve(channel: Channel) -> None:
     request = channel.recv()
     workdir = Path(request["workdir"])
@@ -176,6 +201,8 @@ def serve(channel: Channel) -> None:
             if op == "trial":
                 reply = candidate.run_trial(message["index"], noop=message.get("noop", False),
                                             record_ops=message.get("record_ops", False))
+            elif op == "profile":
+                reply = candidate.profile()
             elif op == "time":
                 reply = candidate.time(TimingOptions(**message["timing"]), message["sets"])
             else:
