@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
 
-.PHONY: setup demo test test-gpu lint clean
+.PHONY: setup demo test test-gpu clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,14 +25,13 @@ demo: setup
 ## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
 test: setup
 	scripts/ensure-services
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not gpu" -q
 
 ## On a GPU machine: the harness's GPU tests (torch + pytest only).
 test-gpu:
 	$(PYTHON) -m pytest -m gpu -q tests/gpu
 
-lint: setup
-	$(VENV)/bin/ruff check harness problems cli store tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

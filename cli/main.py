@@ -43,8 +43,12 @@ def _load_problem_or_exit(ref: str) -> Problem:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-TargetOpt = Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda if a GPU is present)")]
-CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default ~/.cache/kernelloop)")]
+TargetOpt = Annotated[
+    Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda if a GPU is present)")
+]
+CacheOpt = Annotated[
+    Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default ~/.cache/kernelloop)")
+]
 
 
 def _options(cache_dir: Path | None, **changes: object) -> HarnessOptions:
@@ -159,7 +163,9 @@ def problems_list(
 
 @problems_app.command("check")
 def problems_check(
-    refs: Annotated[list[str] | None, typer.Argument(help="problem ids or files (default: every bundled problem)")] = None,
+    refs: Annotated[
+        list[str] | None, typer.Argument(help="problem ids or files (default: every bundled problem)")
+    ] = None,
     target: TargetOpt = None,
     cache_dir: CacheOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,

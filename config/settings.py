@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 

@@ -22,8 +22,8 @@ __all__ = [
     "make_inputs",
     "redraw_weights",
     "state_dict_mismatch",
-    "tf32_state",
     "tf32_off",
+    "tf32_state",
 ]
 
 

@@ -308,8 +308,8 @@ class Referee:
                 except (ChannelTimeout, ChannelClosed) as exc:
                     return crashed(Stage.CORRECTNESS, exc, f"trial {trial.index}")
                 if "error" in out:
-                    return fail(_Outcome(Status.ERROR, Stage.CORRECTNESS,
-                                         f"forward raised in trial {trial.index}:\n{out['error']}", ErrorKind.CANDIDATE),
+                    message = f"forward raised in trial {trial.index}:\n{out['error']}"
+                    return fail(_Outcome(Status.ERROR, Stage.CORRECTNESS, message, ErrorKind.CANDIDATE),
                                 trials=tuple(trials))
                 flags.extend(f for f in out.get("flags", []) if f not in flags)
                 if pure and "ops" in out:

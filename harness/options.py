@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 __all__ = ["DEFAULT_CACHE_DIR", "Depth", "HarnessOptions", "Target", "Timeouts", "TimingOptions", "default_tolerance"]
 
 
-class Target(str, Enum):
+class Target(StrEnum):
     CUDA = "cuda"
     CPU = "cpu"
 
 
-class Depth(str, Enum):
+class Depth(StrEnum):
     """How far an evaluation goes (the agent's tools map onto these)."""
 
     #: Build the extensions only.

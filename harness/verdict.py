@@ -11,7 +11,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"
@@ -35,7 +35,7 @@ class Status(str, Enum):
     SUSPICIOUS = "suspicious"
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     """The last stage an evaluation reached; on failure, the one that failed."""
 
     PROBLEM = "problem"
@@ -47,7 +47,7 @@ class Stage(str, Enum):
     DONE = "done"
 
 
-class ErrorKind(str, Enum):
+class ErrorKind(StrEnum):
     #: The candidate's fault: compile error, wrong output, crash, timeout. Fed back to the LLM.
     CANDIDATE = "candidate"
     #: Ours: a worker died, the GPU was busy, a cache was corrupt. Retried, never charged.

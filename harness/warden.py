@@ -19,6 +19,7 @@ threads (torch starts them), and the subreaper must outlive the stage to collect
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -60,9 +61,12 @@ def _prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
 
 
+def _enc(text: str | None) -> bytes | None:
+    return text.encode() if text is not None else None
+
+
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+    _check(_libc.mount(_enc(source), _enc(target), _enc(fstype), ctypes.c_ulong(flags), _enc(data)),
            f"mount {target}")
 
 
@@ -120,10 +124,8 @@ def _prepare_mounts(cfg: dict) -> None:
         for st_bit, ms_bit in _ST_TO_MS:
             if st.f_flag & st_bit:
                 keep |= ms_bit
-        try:
+        with contextlib.suppress(OSError):  # e.g. a mount we cannot see into; the rest still holds
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-        except OSError:
-            pass  # e.g. a mount we cannot see into; the rest still holds
     # Private scratch space: nothing left in /tmp or /dev/shm reaches the next stage (unless
     # a path the stage needs lives there, e.g. a cache under /tmp in tests: then it stays as is).
     needed = [*cfg.get("writable_paths", []), *cfg.get("needed_paths", [])]
@@ -146,9 +148,9 @@ class _CapData(ctypes.Structure):
 
 def _drop_privileges() -> None:
     for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
-            if ctypes.get_errno() == 22:  # EINVAL: past the last capability
-                break
+        failed = _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0
+        if failed and ctypes.get_errno() == 22:  # EINVAL: past the last capability
+            break
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     _libc.capset(ctypes.byref(header), data)
@@ -160,7 +162,7 @@ def _set_rlimits(limits: dict[str, int]) -> None:
 
     for name, value in limits.items():
         res = getattr(resource, f"RLIMIT_{name}")
-        soft, hard = resource.getrlimit(res)
+        _, hard = resource.getrlimit(res)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (value, value))
 
@@ -193,10 +195,8 @@ def _kill_descendants() -> None:
         if not tree:
             return
         for pid in tree:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         _reap(block=False)
         time.sleep(0.01)
 
@@ -244,7 +244,7 @@ def main() -> int:
             os.chdir(cfg["cwd"])
             os.close(status_fd)
             os.execv(cfg["argv"][0], cfg["argv"])
-        except BaseException as exc:  # noqa: BLE001 - report any failure, then die
+        except BaseException as exc:
             os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
             os._exit(126)
     os.close(write_fd)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +47,12 @@ MAX_SOURCE_BYTES = 256 * 1024
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     TRAIN = "train"
     EVAL = "eval"
 
 
-class Policy(str, Enum):
+class Policy(StrEnum):
     MIXED = "mixed"
     PURE = "pure"
 

@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import timing as timing_mod  # binds the clocks before candidate code is imported
-
-import torch  # noqa: I001 - after the clocks above, on purpose
+import torch
 
 from harness import contract
+from harness import timing as timing_mod  # binds the clocks before candidate code is imported
 from harness.buildcache import BuildCache
 from harness.options import TimingOptions
 from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
 from harness.sandbox import Channel
 from harness.transfer import export_output
+
 
 class NoopSwitch:
     """Wraps every function of the candidate's extensions; when on, their effects become noise.
@@ -187,7 +187,7 @@ def serve(channel: Channel) -> None:
     workdir = Path(request["workdir"])
     try:
         candidate = Candidate(request, workdir)
-    except BaseException as exc:  # noqa: BLE001 - every load failure is the candidate's, reported
+    except BaseException as exc:
         channel.send({"ok": False, "message": "loading the candidate failed", "errors": brief_error(exc)})
         return
     channel.send({"ok": True, "extensions": [m.__name__ for m in candidate.cache.modules]})
@@ -207,7 +207,7 @@ def serve(channel: Channel) -> None:
                 reply = candidate.time(TimingOptions(**message["timing"]), message["sets"])
             else:
                 reply = {"error": f"unknown op {op!r}"}
-        except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's
+        except BaseException as exc:
             reply = {"error": brief_error(exc)}
         reply["seconds"] = time.perf_counter() - started
         channel.send(reply)

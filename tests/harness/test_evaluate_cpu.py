@@ -80,7 +80,7 @@ def test_correct_candidate_passes_with_timing_and_speedups(referee: Referee) -> 
     assert verdict.timing is not None and verdict.timing.n >= 5 and verdict.timing.median_ms > 0
     assert verdict.baselines is not None and verdict.baselines.eager is not None
     assert verdict.speedup_vs_eager is not None and verdict.speedup_vs_eager > 0
-    assert verdict.sol_ms is not None and 0 < verdict.pct_of_sol
+    assert verdict.sol_ms is not None and verdict.pct_of_sol > 0
     assert verdict.flops and verdict.flops > 0
     prov = verdict.provenance
     assert prov["target"] == "cpu" and prov["mode"] == "train" and prov["torch"]
