@@ -269,7 +269,7 @@ class BuildCache:
             with _capture_fd_output() as box:
                 try:
                     module = build(directory)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the log says why; reported as BuildError
                     failure = f"{type(exc).__name__}: {exc}"
             log = (box[0] if box else "") + (f"\n{failure}" if failure else "")
             self.logs.append(log)

@@ -200,8 +200,9 @@ class Referee:
                 return CompileResult(ok=False, seconds=time.perf_counter() - started,
                                      errors=f"compile timed out after {self.options.timeouts.compile_s:.0f} s")
             except ChannelClosed:
+                exec_error = process.sandbox_report.get("exec_error", "")
                 return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"the compile process died ({process.describe_exit()}):\n"
+                                     errors=f"the compile process died ({process.describe_exit()}): {exec_error}\n"
                                      + process.log_tail(4000))
         errors = reply.get("errors", "")
         if not reply.get("ok") and reply.get("message"):
@@ -285,6 +286,7 @@ class Referee:
                     "workdir": str(workdir), "problem": self.problem.to_dict(), "target": self.target.value,
                     "candidate_path": str(run_dir / "candidate.py"), "builds_dir": str(self.options.builds_dir),
                     "arch_list": self.options.arch_list, "mode": self.problem.mode.value,
+                    "transport": self.options.cuda_transport if self.target is Target.CUDA else "file",
                     "init_seed": derive_seed(self._secret, "init"),
                     "weights_seed": derive_seed(self._secret, "weights"),
                     "trials": [t.to_dict() for t in self.trials],
@@ -429,6 +431,7 @@ class Referee:
             "seeds": secret_identity(self._secret),
             "compile_mode": "default",
             "sandbox": (sandbox or {}).get("namespaces"),
+            "transport": self.options.cuda_transport if self.target is Target.CUDA else "file",
             "host": platform.node(),
             "pid": os.getpid(),
         }

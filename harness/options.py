@@ -116,6 +116,8 @@ class HarnessOptions:
     arch_list: str = "9.0a"
     max_jobs: int = max(1, min(8, (os.cpu_count() or 2)))
     sandbox: bool = True
+    #: How CUDA outputs reach the comparer: "cuda_ipc" (no copy through the host) or "file".
+    cuda_transport: str = "cuda_ipc"
     output_limit: int = 16 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
     timing: TimingOptions = field(default_factory=TimingOptions)

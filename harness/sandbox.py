@@ -174,6 +174,13 @@ class SandboxSpec:
         return env
 
 
+def _interpreter_paths() -> list[Path]:
+    """What a stage needs to start Python and import the harness and torch (kept visible)."""
+    paths = {_REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
+    paths.update(Path(p) for p in sys.path if p and os.path.isdir(p))
+    return sorted(paths)
+
+
 def read_tail(path: Path, limit: int) -> str:
     """The last ``limit`` bytes of a log, marked when cut."""
     try:
@@ -202,7 +209,7 @@ class StageProcess:
             "cwd": str(spec.workdir),
             "namespaces": list(spec.namespaces) if sandbox else [],
             "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],
-            "needed_paths": [str(p) for p in spec.needed_paths],
+            "needed_paths": [str(p) for p in (*spec.needed_paths, *_interpreter_paths())],
             "hidden_paths": [str(p) for p in spec.hidden_paths],
             "rlimits": dict(spec.rlimits),
             "status_fd": status_w,

@@ -1,38 +1,87 @@
 """Moving a forward's outputs from the untrusted candidate process to the trusted comparer.
 
-The candidate writes its outputs as a ``torch.save`` file in its private directory and sends
-the file's name; the comparer checks the path stays inside that directory, checks the size,
-loads it with ``weights_only=True`` (no pickle code runs) and validates that it is a list of
-tensors. Inputs are never shipped: each side regenerates them from the trial's seed.
+Two transports, both validated on the trusted side and neither running any code of the sender's
+(no pickle):
+
+- ``file`` (CPU, and the CUDA fallback): the candidate writes a ``torch.save`` file in its
+  private directory and sends its name; the comparer checks that the path stays inside that
+  directory, checks the size, loads it with ``weights_only=True`` and checks it holds tensors.
+- ``cuda_ipc`` (CUDA): the candidate sends, per tensor, the IPC handle of its allocation (from
+  the caching allocator), the offset, dtype, shape and strides; the comparer opens the handle
+  with ``cudaIpcOpenMemHandle``, checks the view fits inside the allocation, copies the tensor
+  into its own memory and closes the handle. Nothing crosses the PCIe bus.
+
+Inputs are never shipped: each side regenerates them from the trial's seed.
 """
 
 from __future__ import annotations
 
+import base64
+import ctypes
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["OutputRejected", "export_output", "import_output"]
+__all__ = ["TRANSPORTS", "OutputRejected", "export_output", "import_output"]
 
+TRANSPORTS = ("file", "cuda_ipc")
 #: Accepted outputs are at most this many times the expected size (plus a small allowance).
 _SIZE_SLACK = 2
 _SIZE_ALLOWANCE = 1 << 20
+_IPC_HANDLE_BYTES = 64
+#: torch's shareable-handle prefix: a version byte, then "c" for a cudaMalloc'd block.
+_TORCH_HANDLE_CUDA_MALLOC = ord("c")
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64,
+)}
 
 
 class OutputRejected(ValueError):
-    """The candidate's output file is missing, too large, or not tensors."""
+    """The candidate's output is missing, too large, malformed or not tensors."""
 
 
-def export_output(output: Any, directory: Path, name: str) -> dict[str, Any]:
-    """Save a forward's output for the comparer; non-tensor outputs are described, not saved."""
+def _as_tensors(output: Any) -> tuple[list[torch.Tensor], bool] | None:
     if isinstance(output, torch.Tensor):
-        tensors, single = [output], True
-    elif isinstance(output, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in output):
-        tensors, single = list(output), False
-    else:
+        return [output], True
+    if isinstance(output, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in output):
+        return list(output), False
+    return None
+
+
+def _ipc_describe(t: torch.Tensor) -> dict[str, Any] | None:
+    """Describe a CUDA tensor by its allocation's IPC handle, or None if it cannot be shared."""
+    if not t.is_cuda or str(t.dtype).removeprefix("torch.") not in _DTYPES:
+        return None
+    shared = t.untyped_storage()._share_cuda_()
+    device, handle, storage_bytes, offset_bytes = shared[0], shared[1], shared[2], shared[3]
+    if len(handle) == _IPC_HANDLE_BYTES + 2 and handle[1] == _TORCH_HANDLE_CUDA_MALLOC:
+        handle = handle[2:]
+    elif len(handle) != _IPC_HANDLE_BYTES:
+        return None  # an expandable segment: not a plain cudaMalloc handle
+    return {
+        "device": int(device), "handle": base64.b64encode(handle).decode(),
+        "storage_bytes": int(storage_bytes), "offset_bytes": int(offset_bytes),
+        "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "stride": list(t.stride()),
+        "storage_offset": int(t.storage_offset()),
+    }
+
+
+def export_output(output: Any, directory: Path, name: str, *, transport: str = "file") -> dict[str, Any]:
+    """Hand a forward's output to the comparer; non-tensor outputs are described, not sent.
+
+    With ``cuda_ipc`` the caller must keep ``output`` alive until the comparer has copied it.
+    """
+    found = _as_tensors(output)
+    if found is None:
         return {"kind": "invalid", "type": type(output).__name__}
+    tensors, single = found
+    if transport == "cuda_ipc" and all(t.is_cuda for t in tensors):
+        described = [_ipc_describe(t) for t in tensors]
+        if all(d is not None for d in described):
+            return {"kind": "cuda_ipc", "tensors": described, "single": single}
     path = directory / f"{name}.pt"
     payload = [t.detach().to("cpu") for t in tensors]
     # Device is part of the contract; the file holds CPU copies, so record where they came from.
@@ -40,12 +89,9 @@ def export_output(output: Any, directory: Path, name: str) -> dict[str, Any]:
     return {"kind": "file", "name": path.name}
 
 
-def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
-    """Load and validate what `export_output` wrote; returns a tensor or a list of tensors."""
-    if desc.get("kind") == "invalid":
-        raise OutputRejected(f"forward returned {desc.get('type')}, expected tensor output(s)")
+def _import_file(desc: dict[str, Any], directory: Path, expected_bytes: int, device: torch.device) -> Any:
     name = desc.get("name")
-    if desc.get("kind") != "file" or not isinstance(name, str) or "/" in name or name.startswith("."):
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
         raise OutputRejected("malformed output descriptor")
     path = directory / name
     real = Path(os.path.realpath(path))
@@ -56,7 +102,7 @@ def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int,
         raise OutputRejected(f"output file of {size} bytes; expected about {expected_bytes}")
     try:
         data = torch.load(real, weights_only=True, map_location="cpu")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any load failure is the candidate's malformed output
         raise OutputRejected(f"unreadable output: {type(exc).__name__}") from None
     if not isinstance(data, dict) or not isinstance(data.get("tensors"), list):
         raise OutputRejected("malformed output file")
@@ -67,3 +113,92 @@ def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int,
     # A tensor from the wrong device stays on the CPU, so the comparer reports the mismatch.
     moved = [t.to(device) if dev == device.type else t for t, dev in zip(tensors, devices, strict=True)]
     return moved[0] if data.get("single") and len(moved) == 1 else moved
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
+
+
+def _cudart() -> ctypes.CDLL:
+    """The CUDA runtime torch loaded into this process."""
+    torch.cuda.init()
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            path = line.split()[-1]
+            if "libcudart.so" in os.path.basename(path):
+                return ctypes.CDLL(path)
+    return ctypes.CDLL("libcudart.so")
+
+
+class _CudaArray:
+    """A raw device byte range, wrapped for ``torch.as_tensor`` without a copy."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+                                         "version": 3, "strides": None}
+
+
+def _validated_view_bytes(spec: dict[str, Any]) -> tuple[torch.dtype, int]:
+    dtype = _DTYPES.get(spec.get("dtype", ""))
+    shape, stride = spec.get("shape"), spec.get("stride")
+    if dtype is None or not isinstance(shape, list) or not isinstance(stride, list) or len(shape) != len(stride):
+        raise OutputRejected("malformed CUDA output descriptor")
+    scalars = (spec.get("storage_offset", -1), spec.get("storage_bytes", -1), spec.get("offset_bytes", -1))
+    if any(not isinstance(v, int) or v < 0 for v in (*shape, *stride, *scalars)):
+        raise OutputRejected("malformed CUDA output descriptor")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    last = spec["storage_offset"] + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if n > 0)
+    needed = 0 if 0 in shape else (last + 1) * itemsize
+    if needed > spec["storage_bytes"]:
+        raise OutputRejected("CUDA output view runs past its allocation")
+    return dtype, needed
+
+
+def _import_ipc(desc: dict[str, Any], expected_bytes: int, device: torch.device) -> Any:
+    specs = desc.get("tensors")
+    if not isinstance(specs, list) or not specs:
+        raise OutputRejected("malformed CUDA output descriptor")
+    total = 0
+    for spec in specs:
+        _, needed = _validated_view_bytes(spec)
+        total += needed
+    if total > _SIZE_SLACK * expected_bytes + _SIZE_ALLOWANCE:
+        raise OutputRejected(f"output of {total} bytes; expected about {expected_bytes}")
+    cudart = _cudart()
+    opened: dict[str, int] = {}
+    copies = []
+    try:
+        for spec in specs:
+            key = spec["handle"]
+            if key not in opened:
+                raw = base64.b64decode(key)
+                if len(raw) != _IPC_HANDLE_BYTES:
+                    raise OutputRejected("malformed CUDA IPC handle")
+                ptr = ctypes.c_void_p()
+                err = cudart.cudaIpcOpenMemHandle(ctypes.byref(ptr), _IpcHandle(raw), ctypes.c_uint(1))
+                if err != 0:
+                    raise OutputRejected(f"cannot open the output's CUDA IPC handle (error {err})")
+                opened[key] = int(ptr.value or 0)
+            dtype, _ = _validated_view_bytes(spec)
+            base = opened[key] + int(spec["offset_bytes"])
+            raw_bytes = torch.as_tensor(_CudaArray(base, int(spec["storage_bytes"])), device=device)
+            typed = raw_bytes[: raw_bytes.numel() - raw_bytes.numel() % torch.empty((), dtype=dtype).element_size()]
+            view = typed.view(dtype).as_strided(spec["shape"], spec["stride"], spec["storage_offset"])
+            copies.append(view.clone())
+        torch.cuda.synchronize(device)
+    finally:
+        for ptr in opened.values():
+            cudart.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+    return copies[0] if desc.get("single") and len(copies) == 1 else copies
+
+
+def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
+    """Load and validate what `export_output` sent; returns a tensor or a list of tensors."""
+    kind = desc.get("kind")
+    if kind == "invalid":
+        raise OutputRejected(f"forward returned {desc.get('type')}, expected tensor output(s)")
+    if kind == "file":
+        return _import_file(desc, directory, expected_bytes, device)
+    if kind == "cuda_ipc" and device.type == "cuda":
+        return _import_ipc(desc, expected_bytes, device)
+    raise OutputRejected("malformed output descriptor")

@@ -244,7 +244,7 @@ def main() -> int:
             os.chdir(cfg["cwd"])
             os.close(status_fd)
             os.execv(cfg["argv"][0], cfg["argv"])
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
             os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
             os._exit(126)
     os.close(write_fd)

@@ -98,6 +98,6 @@ def serve(channel: Channel) -> None:
     request = channel.recv()
     try:
         reply = check(request)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a problem that crashes is refused with the reason
         reply = {"ok": False, "message": "the problem failed to run", "errors": brief_error(exc)}
     channel.send(reply)

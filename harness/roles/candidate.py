@@ -80,6 +80,9 @@ class Candidate:
         self.target = request["target"]
         self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
         self.trials = {t["index"]: contract.TrialSpec.from_dict(t) for t in request["trials"]}
+        self.transport = request.get("transport", "file")
+        #: Outputs handed over by CUDA IPC stay referenced until the next request.
+        self._held: list[Any] = []
         contract.tf32_off()
         self.cache = BuildCache(Path(request["builds_dir"]), mode="load", arch_list=request["arch_list"])
         self.cache.install()
@@ -142,7 +145,9 @@ class Candidate:
         if threading.active_count() > self.threads_at_start:
             flags.append("background_threads")
         name = f"{'noop' if noop else 'trial'}-{index}"
-        reply: dict[str, Any] = {"output": export_output(out, self.workdir, name), "flags": flags}
+        self._held = [out]
+        reply: dict[str, Any] = {"output": export_output(out, self.workdir, name, transport=self.transport),
+                                 "flags": flags}
         if record_ops:
             reply["ops"] = sorted(ops)
         return reply
@@ -151,7 +156,9 @@ class Candidate:
         sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
         tf32_before = contract.tf32_state()
         run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
-        kept = [{"index": set_indices[s], "call": call, "output": export_output(out, self.workdir, f"timed-{call}")}
+        self._held = [out for _, _, out in run.kept]
+        kept = [{"index": set_indices[s], "call": call,
+                 "output": export_output(out, self.workdir, f"timed-{call}", transport=self.transport)}
                 for call, s, out in run.kept]
         flags = ["tf32_enabled"] if contract.tf32_state() != tf32_before else []
         return {"timing": run.timing.to_dict(), "kept": kept, "wall_s": run.wall_s, "flags": flags}
@@ -187,7 +194,7 @@ def serve(channel: Channel) -> None:
     workdir = Path(request["workdir"])
     try:
         candidate = Candidate(request, workdir)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - every load failure is the candidate's, reported
         channel.send({"ok": False, "message": "loading the candidate failed", "errors": brief_error(exc)})
         return
     channel.send({"ok": True, "extensions": [m.__name__ for m in candidate.cache.modules]})
@@ -207,7 +214,7 @@ def serve(channel: Channel) -> None:
                 reply = candidate.time(TimingOptions(**message["timing"]), message["sets"])
             else:
                 reply = {"error": f"unknown op {op!r}"}
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's
             reply = {"error": brief_error(exc)}
         reply["seconds"] = time.perf_counter() - started
         channel.send(reply)

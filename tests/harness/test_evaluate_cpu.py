@@ -191,3 +191,15 @@ def test_candidate_sees_no_secret_and_no_network(harness_cache: Path, tmp_path: 
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("pass"), result.stdout
+
+
+def test_a_killed_build_leaves_no_lock_behind(referee: Referee, options: HarnessOptions) -> None:
+    """torch's own lock file, left by a killed compiler, does not block the next build."""
+    source = (REPO / "examples" / "seed1_cpu_compile_error.py").read_text()
+    referee.evaluate(source)  # creates the build directory (the build fails: no marker)
+    (directory,) = options.builds_dir.glob("kl_seed1_cpu_compile_error-*")
+    (directory / "lock").write_text("")  # what torch's FileBaton leaves when its process is killed
+    started = time.monotonic()
+    verdict = referee.evaluate(source)
+    assert verdict.stage is Stage.COMPILE and "main.cpp:" in verdict.compile.errors
+    assert time.monotonic() - started < 120

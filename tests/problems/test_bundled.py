@@ -370,7 +370,7 @@ def _child_main(ids: list[str]) -> None:
         for index in range(-1, len(problem.extra_shapes)):
             try:
                 record = _child_check(problem, index)
-            except Exception as exc:  # reported per problem, the rest still runs
+            except Exception as exc:  # noqa: BLE001 - reported per problem, the rest still runs
                 record = {"id": pid, "shape_index": index, "errors": [f"{type(exc).__name__}: {exc}"]}
             print(json.dumps(record), flush=True)
 
