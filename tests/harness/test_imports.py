@@ -1,0 +1,35 @@
+"""The harness's dependency rules: stdlib-only for the driver side, torch + stdlib for the stages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_PACKAGES = {"fastapi", "starlette", "sqlalchemy", "alembic", "celery", "kombu", "redis", "openai",
+                    "pydantic", "pydantic_settings", "typer", "rich", "httpx", "store", "api", "worker", "agent",
+                    "config", "cli"}
+
+
+def imported_after(code: str) -> set[str]:
+    probe = f"import sys\nbefore = set(sys.modules)\n{code}\nimport json\n" \
+            "print(json.dumps(sorted({m.split('.')[0] for m in set(sys.modules) - before})))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    return set(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_the_driver_side_needs_only_the_standard_library() -> None:
+    """A worker or the CLI drives evaluations without importing torch (no CUDA in that process)."""
+    found = imported_after("import harness, harness.admission, harness.evaluate, harness.sandbox")
+    third_party = {m for m in found if m not in sys.stdlib_module_names} - {"harness", "problems"}
+    assert third_party == set(), third_party
+
+
+def test_stage_modules_need_only_torch_and_the_standard_library() -> None:
+    modules = sorted(p.stem for p in (REPO / "harness" / "roles").glob("*.py") if p.stem != "__main__")
+    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.timing")
+    assert "torch" in found
+    assert found & SERVICE_PACKAGES == set(), found & SERVICE_PACKAGES
