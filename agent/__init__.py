@@ -1,0 +1,44 @@
+"""The agent loop: an LLM proposes ``ModelNew`` programs, the referee judges them, everything is stored.
+
+Public surface::
+
+    from agent import run_job, JobSpec, Budgets, JobResult, Evaluator, Recorder, SerialEvaluator
+
+`run_job` needs an `Evaluator` (a `harness.Referee`), a `Recorder` (the worker's, over the store)
+and an LLM provider (built from the job's `config.settings.LLMProfile` unless one is passed).
+Importing this package needs torch-free stdlib plus the harness's result types; the ``openai``
+package is imported only when an ``openai`` provider is built.
+"""
+
+from agent.job import DEFAULT_CONTEXT_TOKENS, Budgets, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.loop import run_job, trajectory_plan
+from agent.protocols import Evaluator, Recorder
+from agent.providers import AssistantTurn, ContextOverflow, LLMProvider, ProviderError, ToolCall, Usage, make_provider
+from agent.serial import SerialEvaluator
+from agent.tools import TOOL_SCHEMAS, ToolName, is_verified, source_sha256
+
+__all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
+    "TOOL_SCHEMAS",
+    "AssistantTurn",
+    "Budgets",
+    "ContextOverflow",
+    "Evaluator",
+    "JobResult",
+    "JobSpec",
+    "LLMProvider",
+    "ProviderError",
+    "Recorder",
+    "SerialEvaluator",
+    "StopReason",
+    "ToolCall",
+    "ToolName",
+    "Totals",
+    "TrajectoryResult",
+    "Usage",
+    "is_verified",
+    "make_provider",
+    "run_job",
+    "source_sha256",
+    "trajectory_plan",
+]

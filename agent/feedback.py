@@ -1,0 +1,433 @@
+"""What the model reads after each tool call, and the summary that keeps long histories bounded.
+
+Everything here works on verdict dicts (``Verdict.to_dict()``), the form verdicts are stored in,
+so a verdict served again from the store reads exactly like a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.providers.base import estimate_tokens
+
+__all__ = [
+    "FLAG_MEANING",
+    "AttemptNote",
+    "context_too_long",
+    "gpu_summary",
+    "summarise_history",
+    "verdict_feedback",
+]
+
+#: Characters of compiler output, load errors and logs shown to the model (the harness trims too).
+MAX_ERROR_CHARS = 2500
+MAX_LOG_CHARS = 1200
+#: Rows of the profiler table shown.
+PROFILE_ROWS = 10
+#: Trials listed one by one; the rest are counted.
+MAX_TRIAL_LINES = 8
+
+#: What each integrity flag means, and what to do about it.
+FLAG_MEANING = {
+    "tf32_enabled": "the candidate switched TF32 on; leave torch.backends' TF32 switches alone (TF32 is off)",
+    "mutated_inputs": "forward modified its input tensors in place; write to new tensors",
+    "background_threads": "threads were left running after forward (deferred work is not allowed)",
+    "no_custom_kernel": "no extension was built: the file must build its own kernel with load_inline",
+    "extension_does_no_work": "replacing your extension's functions with no-ops still gave the right output: "
+                              "your extension does no real work (torch computes the result)",
+    "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch ops",
+    "clock_disagrees": "the reported times exceed the trusted wall clock (timers must not be patched)",
+    "timed_output_mismatch": "outputs of timed calls differ from the reference (caching or races?)",
+    "speedup_over_limit": "the speedup over eager is above the quarantine limit (10x)",
+    "faster_than_roofline": "the time is below the roofline's lower bound for this device",
+}
+
+
+def _fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 100:
+        return f"{value:.1f} ms"
+    if value >= 1:
+        return f"{value:.3f} ms"
+    return f"{value * 1000:.1f} us"
+
+
+def _fmt_num(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}"
+
+
+def _fmt_speedup(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}x " + ("faster" if value >= 1 else "(slower than it)")
+
+
+def _clip(text: str, limit: int, *, tail: bool = False) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    return ("[...]\n" + text[-limit:]) if tail else (text[:limit] + "\n[... trimmed]")
+
+
+_MANGLED = re.compile(r"^_Z(?:N\d*)?(\d+)([A-Za-z_]\w*)")
+
+
+def _kernel_name(name: str) -> str:
+    """The identifier inside an Itanium-mangled name (enough to tell kernels apart)."""
+    match = _MANGLED.match(name)
+    if match and len(match.group(2)) >= int(match.group(1)):
+        return match.group(2)[: int(match.group(1))]
+    return name
+
+
+def _trial_label(trial: Mapping[str, Any]) -> str:
+    kind = str(trial.get("kind", "random"))
+    if kind == "random":
+        what = "random inputs"
+    elif kind == "variant":
+        what = "variant inputs: uniform values in [-2.5, 3.5)"
+    elif kind.startswith("shape:"):
+        what = f"extra shape {kind.removeprefix('shape:')}"
+    else:
+        what = kind
+    return f"trial {trial.get('seed_index')} ({what})"
+
+
+def _tolerance_text(verdict: Mapping[str, Any]) -> str:
+    tol = (verdict.get("provenance") or {}).get("tolerance") or {}
+    atol, rtol = tol.get("atol"), tol.get("rtol")
+    if atol is None and rtol is None:
+        return "|out - ref| <= atol + rtol*|ref| with atol = rtol = 1e-4 for float32 (1e-2 for fp16/bf16)"
+    return f"|out - ref| <= atol + rtol*|ref| with atol = {atol}, rtol = {rtol}"
+
+
+def _build_lines(verdict: Mapping[str, Any]) -> list[str]:
+    compile_info = verdict.get("compile") or {}
+    lines = []
+    extensions = compile_info.get("extensions") or []
+    if extensions:
+        built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'})" for e in extensions)
+        lines.append(f"build: {built}; compile stage {compile_info.get('seconds', 0.0):.1f} s")
+    kernels = compile_info.get("kernels") or []
+    if kernels:
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for k in kernels:
+            groups.setdefault(_kernel_name(str(k.get("kernel", "?"))), []).append(k)
+        lines.append("kernels (ptxas):")
+        for name, variants in list(groups.items())[:8]:
+            regs = sorted({int(k["registers"]) for k in variants if k.get("registers") is not None})
+            reg_text = "?" if not regs else (str(regs[0]) if len(regs) == 1 else f"{regs[0]}-{regs[-1]}")
+            stores = max(int(k.get("spill_stores", 0) or 0) for k in variants)
+            loads = max(int(k.get("spill_loads", 0) or 0) for k in variants)
+            text = f"  {name}" + (f" ({len(variants)} instantiations)" if len(variants) > 1 else "")
+            text += f": {reg_text} registers, "
+            if stores or loads:
+                text += (f"up to {stores} B spill stores / {loads} B spill loads (SPILLS: reduce live registers "
+                         "or add __launch_bounds__)")
+            else:
+                text += "no spills"
+            smem = max(int(k.get("smem_bytes", 0) or 0) for k in variants)
+            if smem:
+                text += f", up to {smem} B static smem"
+            lines.append(text)
+    return lines
+
+
+def _flag_lines(verdict: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for flag in verdict.get("flags") or ():
+        lines.append(f"flag {flag}: {FLAG_MEANING.get(flag, 'see the message')}")
+    for hint in verdict.get("hints") or ():
+        lines.append(f"hint: {hint}")
+    return lines
+
+
+def _trial_lines(verdict: Mapping[str, Any]) -> list[str]:
+    trials = list(verdict.get("trials") or ())
+    failed = [t for t in trials if not t.get("passed")]
+    lines = []
+    messages = {t.get("message") for t in failed}
+    if len(failed) > 1 and len(messages) == 1 and all(t.get("max_abs_err") is None for t in failed):
+        lines.append(f"  every failing trial ({', '.join(str(t.get('seed_index')) for t in failed)}): "
+                     f"{next(iter(messages)) or 'no comparable output'}")
+        lines.extend(_failure_pattern(trials))
+        return lines
+    for trial in (failed or trials)[:MAX_TRIAL_LINES]:
+        state = "FAIL" if not trial.get("passed") else "ok"
+        err = (f"max abs err {_fmt_num(trial.get('max_abs_err'))}, mean abs err "
+               f"{_fmt_num(trial.get('mean_abs_err'))}, {100 * float(trial.get('mismatch_frac') or 0):.1f}% "
+               "of elements outside tolerance")
+        if trial.get("max_abs_err") is None and not trial.get("passed"):
+            err = trial.get("message") or "no comparable output"
+        lines.append(f"  {_trial_label(trial)}: {state}: {err}")
+    hidden = len(failed or trials) - MAX_TRIAL_LINES
+    if hidden > 0:
+        lines.append(f"  [... {hidden} more]")
+    passed = [t for t in trials if t.get("passed")]
+    if failed and passed:
+        lines.append("  passing: " + ", ".join(_trial_label(t) for t in passed))
+    lines.extend(_failure_pattern(trials))
+    return lines
+
+
+def _failure_pattern(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line of diagnosis from which kinds of trials failed."""
+    failed = [t for t in trials if not t.get("passed")]
+    if not failed:
+        return []
+    kinds = {str(t.get("kind", "random")).split(":")[0] for t in failed}
+    all_kinds = {str(t.get("kind", "random")).split(":")[0] for t in trials}
+    if kinds == {"shape"} and "random" in all_kinds:
+        return ["diagnosis: only the extra-shape trials fail: something assumes the main sizes "
+                "(hard-coded sizes, tails not handled, alignment or vector width assumptions)"]
+    if kinds == {"variant"}:
+        return ["diagnosis: only the other value distribution fails: a range or sign assumption, or an "
+                "approximation (fast-math, low precision accumulation) that breaks on larger values"]
+    if all(t.get("max_abs_err") is None for t in failed):
+        return ["diagnosis: no output could be compared (see the message): wrong shape, dtype or device, a "
+                "non-tensor result, or an output that could not be handed over"]
+    fracs = [float(t.get("mismatch_frac") or 0) for t in failed]
+    if len(failed) == len(trials) and min(fracs) > 0.5:
+        return ["diagnosis: every trial fails on most elements: a systematic error (a missing term, a wrong "
+                "parameter, wrong statistics for the mode, wrong layout/indexing)"]
+    if max(fracs) < 0.05:
+        return ["diagnosis: few elements are off: edges/tails, a race, or accumulated rounding"]
+    return []
+
+
+def _timing_lines(verdict: Mapping[str, Any], best_ms: float | None) -> list[str]:
+    timing = verdict.get("timing") or {}
+    baselines = verdict.get("baselines") or {}
+    median = timing.get("median_ms")
+    lines = [f"time: {_fmt_ms(median)} median (IQR {_fmt_ms(timing.get('iqr_ms'))}, n={timing.get('n')})"]
+    eager, compiled = baselines.get("eager_ms"), baselines.get("compile_ms")
+    if eager is not None:
+        lines.append(f"vs eager PyTorch {_fmt_ms(eager)}: {_fmt_speedup(verdict.get('speedup_vs_eager'))}")
+    if compiled is not None:
+        lines.append(f"vs torch.compile {_fmt_ms(compiled)}: {_fmt_speedup(verdict.get('speedup_vs_compile'))}")
+    for note in baselines.get("notes") or ():
+        lines.append(f"baseline note: {note}")
+    if verdict.get("sol_ms") is not None:
+        lines.append(f"roofline: speed-of-light {_fmt_ms(verdict['sol_ms'])} "
+                     f"({_fmt_num(verdict.get('flops'))} FLOP, {_fmt_num(verdict.get('min_bytes'))} B minimum "
+                     f"traffic): you are at {_fmt_num(verdict.get('pct_of_sol'))}% of SOL")
+    for warning in timing.get("warnings") or ():
+        lines.append(f"timing warning: {warning}")
+    if best_ms is not None and median is not None and verdict.get("status") == "pass":
+        if median < best_ms:
+            lines.append(f"new best of this session (previous {_fmt_ms(best_ms)})")
+        else:
+            lines.append(f"best of this session so far: {_fmt_ms(best_ms)}")
+    return lines
+
+
+_NOT_KERNELS = ("aten::", "cuda", "Activity Buffer", "Memcpy", "Memset", "ProfilerStep")
+
+
+def _profile_lines(verdict: Mapping[str, Any]) -> list[str]:
+    rows = list(verdict.get("profile") or ())
+    if not rows:
+        return ["profile: no rows (nothing took measurable time?)"]
+
+    def ms(row: Mapping[str, Any]) -> float:
+        return float(row.get("ms_per_forward", row.get("total_ms", 0.0)) or 0.0)
+
+    def table(title: str, picked: list[Mapping[str, Any]]) -> list[str]:
+        total = sum(ms(r) for r in picked) or 1.0
+        out = [title, f"  {'ms':>9} {'share':>6} {'calls':>5}  name"]
+        for row in picked[:PROFILE_ROWS]:
+            out.append(f"  {ms(row):9.4f} {100 * ms(row) / total:5.1f}% {row.get('calls', '?'):>5}  "
+                       f"{_kernel_name(str(row.get('name', '?')))[:100]}")
+        if len(picked) > PROFILE_ROWS:
+            out.append(f"  [... {len(picked) - PROFILE_ROWS} more rows]")
+        return out
+
+    if (verdict.get("provenance") or {}).get("target") != "cuda":
+        return table("profile (self CPU time per forward):", rows)
+    # On CUDA a torch op's device time includes its kernels': list the kernels, then the ops apart.
+    kernels = [r for r in rows if not str(r.get("name", "")).startswith(_NOT_KERNELS)]
+    ops = [r for r in rows if str(r.get("name", "")).startswith("aten::")]
+    lines = table("profile (GPU kernel time per forward; share of all kernels):", kernels or rows)
+    if ops:
+        lines.append("torch ops, inclusive of their kernels: " + ", ".join(
+            f"{r.get('name')} {ms(r):.4g} ms" for r in ops[:5]))
+    return lines
+
+
+def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str | None = None,
+                     best_ms: float | None = None) -> str:
+    """The tool message for one code-running call.
+
+    Args:
+        tool: the tool the model called.
+        verdict: the verdict dict.
+        reused_from: the tool of the earlier identical attempt whose verdict is served again.
+        best_ms: the fastest verified time of this trajectory before this call.
+    """
+    status = str(verdict.get("status", "error"))
+    stage = str(verdict.get("stage", "?"))
+    message = str(verdict.get("message") or "")
+    lines = [f"{tool}: {status.upper()} (stage {stage}) - {message.splitlines()[0] if message else ''}".rstrip(" -")]
+    if reused_from:
+        lines.append(f"(identical source to an earlier {reused_from} call: its stored verdict, not re-run)")
+    compile_info = verdict.get("compile") or {}
+    if status == "error" and stage == "compile":
+        lines.append("the extension did not build; first compiler errors:")
+        errors = str(compile_info.get("errors") or verdict.get("log") or message)
+        lines.append(_clip(errors, MAX_ERROR_CHARS))
+        if "main.cpp" in errors or "cuda.cu" in errors:
+            lines.append("(load_inline writes cpp_sources to main.cpp and cuda_sources to cuda.cu; with "
+                         "no_implicit_headers=True line N is line N of that string, counting the newline "
+                         "right after r\"\"\" as line 1; without it, load_inline prepends 1 line to main.cpp "
+                         "and 3 to cuda.cu)")
+        return "\n".join(lines)
+    lines.extend(_build_lines(verdict))
+    if status == "error":
+        detail = "\n".join(message.splitlines()[1:])
+        if detail:
+            lines.append(_clip(detail, MAX_ERROR_CHARS))
+        log = str(verdict.get("log") or "")
+        if log and log.strip() not in detail:
+            lines.append("log tail:\n" + _clip(log, MAX_LOG_CHARS, tail=True))
+        if stage == "load":
+            lines.append("(loading = importing your file, building ModelNew(*get_init_inputs()), loading the "
+                         "reference state_dict into it, moving it to the device)")
+    if verdict.get("trials"):
+        trials = verdict["trials"]
+        passed = sum(1 for t in trials if t.get("passed"))
+        lines.append(f"correctness: {passed}/{len(trials)} trials pass ({_tolerance_text(verdict)})")
+        if passed < len(trials):
+            lines.extend(_trial_lines(verdict))
+        else:
+            worst = max((t.get("max_abs_err") or 0.0) for t in trials)
+            lines.append(f"  largest abs error over all trials: {_fmt_num(worst)}")
+    lines.extend(_flag_lines(verdict))
+    if verdict.get("timing"):
+        lines.extend(_timing_lines(verdict, best_ms))
+    if verdict.get("profile"):
+        lines.extend(_profile_lines(verdict))
+    if status == "suspicious":
+        lines.append("QUARANTINED: this result will be re-timed in a fresh process with fresh seeds before it "
+                     "can count; if it skips or caches work, it will be rejected.")
+    elif status == "pass" and verdict.get("depth") in ("compile", "correctness"):
+        lines.append("(not timed: call benchmark for timing, or profile for a per-kernel breakdown)")
+    return "\n".join(lines)
+
+
+# -- the device ---------------------------------------------------------------------------------
+def gpu_summary(specs: Mapping[str, Any]) -> str:
+    """A few lines about the device, with the ridge point (FLOP per byte) the playbook asks for."""
+    peaks = specs.get("peak_flops") or {}
+    fp32 = peaks.get("fp32")
+    bandwidth = specs.get("measured_bandwidth")
+    parts = [str(specs.get("name") or "unknown device")]
+    if specs.get("target") == "cuda":
+        if specs.get("compute_capability"):
+            parts.append(f"compute capability {specs['compute_capability']}")
+        if specs.get("multiprocessors"):
+            parts.append(f"{specs['multiprocessors']} SMs")
+        if specs.get("l2_bytes"):
+            parts.append(f"L2 {specs['l2_bytes'] / 2**20:.0f} MiB")
+        if specs.get("memory_bytes"):
+            parts.append(f"{specs['memory_bytes'] / 2**30:.0f} GiB memory")
+        if specs.get("shared_memory_per_block_optin"):
+            parts.append(f"{specs['shared_memory_per_block_optin'] // 1024} KiB shared memory per block (opt-in)")
+    elif specs.get("cores"):
+        parts.append(f"{specs['cores']} cores")
+    lines = [", ".join(parts)]
+    if peaks:
+        rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in peaks.items())
+        lines.append(f"peak rates ({specs.get('peak_source', '?')}): {rates}; TF32 is off, so fp32 math runs at "
+                     "the fp32 rate")
+    if bandwidth:
+        lines.append(f"memory bandwidth (measured copy): {bandwidth / 1e9:.0f} GB/s")
+    if fp32 and bandwidth:
+        lines.append(f"ridge point: {fp32 / bandwidth:.1f} FLOP/byte at fp32 (below it a kernel is memory-bound)")
+    return "\n".join(lines)
+
+
+# -- long histories -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttemptNote:
+    """One line of the attempt log a summary carries."""
+
+    tool: str
+    status: str
+    stage: str
+    median_ms: float | None = None
+    speedup: float | None = None
+    note: str = ""
+
+    def line(self, n: int) -> str:
+        text = f"{n}. {self.tool}: {self.status} (stage {self.stage})"
+        if self.median_ms is not None:
+            text += f", {_fmt_ms(self.median_ms)}"
+        if self.speedup is not None:
+            text += f", {self.speedup:.2f}x vs eager"
+        return text + (f" - {self.note}" if self.note else "")
+
+    @classmethod
+    def from_verdict(cls, tool: str, verdict: Mapping[str, Any]) -> AttemptNote:
+        timing = verdict.get("timing") or {}
+        message = str(verdict.get("message") or "").splitlines()
+        return cls(tool=tool, status=str(verdict.get("status")), stage=str(verdict.get("stage")),
+                   median_ms=timing.get("median_ms"), speedup=verdict.get("speedup_vs_eager"),
+                   note=(message[0][:160] if message else ""))
+
+
+def context_too_long(messages: Sequence[Mapping[str, Any]], budget_tokens: int) -> bool:
+    return estimate_tokens(messages) > budget_tokens
+
+
+def _turn_groups(messages: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Messages grouped by assistant turn: the turn, its tool results, and any nudge after them.
+
+    Whatever precedes the first assistant message (an older summary) forms no group.
+    """
+    groups: list[list[dict[str, Any]]] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            groups.append([dict(message)])
+        elif groups:
+            groups[-1].append(dict(message))
+    return groups
+
+
+def summarise_history(messages: Sequence[Mapping[str, Any]], notes: Sequence[AttemptNote], *,
+                      keep_turns: int, best_source: str | None, best_line: str | None) -> list[dict[str, Any]]:
+    """The history with its middle replaced by a summary: what was tried and what came of it.
+
+    Keeps the system message and the problem (the first two messages) and the last ``keep_turns``
+    assistant turns with their tool results; everything between becomes one user message listing
+    every attempt so far and, when there is one, the source of the best verified candidate.
+    """
+    head = [dict(m) for m in messages[:2]]
+    groups = _turn_groups(messages[2:])
+    tail_groups = groups[-keep_turns:] if keep_turns > 0 else []
+    lines = ["Summary of the earlier part of this session (older messages were dropped to save context):"]
+    if notes:
+        lines.append("Attempts so far, in order:")
+        lines.extend(note.line(i + 1) for i, note in enumerate(notes))
+    else:
+        lines.append("No code was evaluated yet.")
+    if best_line:
+        lines.append(f"Best verified candidate so far: {best_line}")
+    if best_source:
+        lines.append("Its source:\n```python\n" + best_source.rstrip() + "\n```")
+    summary = {"role": "user", "content": "\n".join(lines)}
+    tail = [m for group in tail_groups for m in group]
+    return [*head, summary, *tail]
+
+
+def tool_error(text: str) -> str:
+    """A tool result that reports a malformed call."""
+    return f"error: {text}"
+
+
+def dumps_specs(specs: Mapping[str, Any]) -> str:
+    return json.dumps(dict(specs), indent=1, sort_keys=True, default=str)

@@ -1,0 +1,188 @@
+"""A job's specification, budgets and result: frozen values that cross into the worker."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from config.settings import LLMProfile
+    from problems.spec import Problem
+
+__all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
+    "Budgets",
+    "JobResult",
+    "JobSpec",
+    "StopReason",
+    "Totals",
+    "TrajectoryResult",
+]
+
+#: When the history sent to the model grows past this estimate, its middle is summarised. Well
+#: under common 128k windows: long contexts cost money and models attend worse to their middle.
+DEFAULT_CONTEXT_TOKENS = 48_000
+
+
+class StopReason(StrEnum):
+    """Why a trajectory (or the whole job) stopped."""
+
+    SUBMITTED = "submitted"
+    TURNS = "turns"
+    TOOL_CALLS = "tool_calls"
+    TOKENS = "tokens"
+    COST = "cost"
+    WALL_CLOCK = "wall_clock"
+    TARGET_REACHED = "target_reached"
+    CANCELLED = "cancelled"
+    #: The LLM endpoint failed for good (retries exhausted, auth, a bad request).
+    LLM_ERROR = "llm_error"
+    #: The history did not fit even after summarising.
+    CONTEXT_OVERFLOW = "context_overflow"
+    #: Our evaluation infrastructure kept failing.
+    INFRA_ERROR = "infra_error"
+    #: A bug on our side; the message is in `JobResult.error`.
+    INTERNAL_ERROR = "internal_error"
+    #: Job level: every trajectory ended on its own.
+    COMPLETED = "completed"
+
+    @property
+    def outcome(self) -> str:
+        """The trajectory state this ends in (the values of ``store.states.TrajectoryState``)."""
+        if self is StopReason.SUBMITTED:
+            return "submitted"
+        if self is StopReason.CANCELLED:
+            return "cancelled"
+        if self in (StopReason.LLM_ERROR, StopReason.CONTEXT_OVERFLOW, StopReason.INFRA_ERROR,
+                    StopReason.INTERNAL_ERROR):
+            return "failed"
+        return "exhausted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budgets:
+    """Limits per trajectory (turns, tool calls, as in the seeds) and per job (the rest).
+
+    Args:
+        turns: assistant messages per trajectory.
+        tool_calls: tool calls per trajectory (infra failures are not charged).
+        max_tokens: prompt + completion tokens over the whole job.
+        max_cost_usd: over the whole job, from the profile's prices.
+        wall_clock_s: for the whole job.
+        target_speedup: stop the job once a verified candidate is this much faster than eager.
+    """
+
+    turns: int = 10
+    tool_calls: int = 30
+    max_tokens: int = 400_000
+    max_cost_usd: float = 5.0
+    wall_clock_s: float = 3600.0
+    target_speedup: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "tool_calls", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Budgets.{name} must be at least 1")
+        if self.max_cost_usd < 0 or self.wall_clock_s <= 0:
+            raise ValueError("Budgets.max_cost_usd must be >= 0 and wall_clock_s > 0")
+        if self.target_speedup is not None and self.target_speedup <= 0:
+            raise ValueError("Budgets.target_speedup must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """One agent job.
+
+    Args:
+        problem: the parsed problem.
+        target: ``cuda`` or ``cpu``.
+        llm: the server-side LLM profile (``config.settings.LLMProfile``).
+        budgets: the limits.
+        trajectories: independent chats, run concurrently; the best verified attempt wins.
+        random_trials: random-input trials the evaluator runs (``HarnessOptions.trials``), for the prompt.
+        context_tokens: summarise the history past this many (estimated) tokens.
+    """
+
+    problem: Problem
+    target: str
+    llm: LLMProfile
+    budgets: Budgets = field(default_factory=Budgets)
+    trajectories: int = 1
+    random_trials: int = 3
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.target not in ("cuda", "cpu"):
+            raise ValueError(f"target must be 'cuda' or 'cpu', got {self.target!r}")
+        if self.trajectories < 1:
+            raise ValueError("trajectories must be at least 1")
+
+
+@dataclass(frozen=True)
+class Totals:
+    """What a job consumed."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    #: Evaluations actually run (dedup hits excluded, infra retries included).
+    evaluations: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tokens": self.tokens}
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    index: int
+    temperature: float
+    strategy: str
+    reason: StopReason
+    turns: int
+    tool_calls: int
+    #: The trajectory's fastest verified attempt (same shape as `JobResult.best`).
+    best: dict[str, Any] | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "temperature": self.temperature, "strategy": self.strategy,
+                "reason": self.reason.value, "outcome": self.reason.outcome, "turns": self.turns,
+                "tool_calls": self.tool_calls, "best": self.best, "error": self.error}
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The outcome of `run_job`.
+
+    ``best`` is the fastest ``pass`` verdict of depth ``benchmark`` across trajectories (compile- or
+    correctness-only passes and ``suspicious`` verdicts never count), as the verdict dict plus
+    ``source``, ``source_sha256``, ``tool`` and ``trajectory``. ``quarantined`` lists the
+    ``suspicious`` ones in the same shape, for the worker to re-time.
+    """
+
+    best: dict[str, Any] | None
+    reason: StopReason
+    totals: Totals
+    trajectories: tuple[TrajectoryResult, ...] = ()
+    quarantined: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.best is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "reason": self.reason.value, "totals": self.totals.to_dict(),
+                "trajectories": [t.to_dict() for t in self.trajectories],
+                "quarantined": list(self.quarantined), "error": self.error, "succeeded": self.succeeded}

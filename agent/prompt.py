@@ -1,0 +1,147 @@
+"""The opening of every trajectory: the system prompt (role, contract, device, playbook, tools,
+budget, strategy) and the problem message.
+
+The contract is DESIGN §2 stated outright, with this problem's values filled in, so the model
+never spends turns guessing what the seed transcripts had to guess: train or eval mode, whether
+weights are copied, the tolerance, whether torch ops may stay, whether TF32 is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agent.feedback import gpu_summary
+from agent.playbook import playbook
+
+if TYPE_CHECKING:
+    from agent.job import Budgets
+    from problems.spec import Problem
+
+__all__ = ["contract_text", "problem_message", "system_prompt"]
+
+
+def _tolerance(problem: Problem) -> str:
+    default = "atol = rtol = 1e-4 for float32 outputs, 1e-2 for float16/bfloat16, exact for integers and bools"
+    if problem.atol is None and problem.rtol is None:
+        return default
+    return (f"this problem sets atol = {problem.atol if problem.atol is not None else 'per dtype'}, "
+            f"rtol = {problem.rtol if problem.rtol is not None else 'per dtype'} (default: {default})")
+
+
+def _mode(problem: Problem) -> str:
+    if problem.mode.value == "train":
+        return (
+            "TRAIN. Both models are in .train() mode, as PyTorch builds them. BatchNorm normalises with "
+            "the current batch's statistics (per channel over N, H, W: the mean and the biased variance) "
+            "and updates running_mean / running_var (momentum, unbiased variance); the running statistics "
+            "are NOT used for the output, so folding them into weights is wrong here. Dropout would be "
+            "active (problems with dropout declare themselves non-deterministic)."
+        )
+    return (
+        "EVAL. Both models are in .eval() mode. BatchNorm uses its running statistics, which makes it a "
+        "per-channel affine (foldable into a preceding conv's weight and bias, in forward); dropout is "
+        "the identity."
+    )
+
+
+def _policy(problem: Problem) -> str:
+    if problem.policy.value == "pure":
+        return ("PURE: forward may use torch only to allocate tensors and take views; every computation runs "
+                "in your own kernels (the harness records the torch ops forward dispatches).")
+    return ("MIXED: vendor ops through torch (F.conv2d, matmul, cuDNN/cuBLAS/oneDNN) may stay beside your "
+            "kernels, but your extension must do real work: the harness replaces the outputs of your "
+            "extension's functions with noise, and the result must then be wrong.")
+
+
+def _trials(problem: Problem, random_trials: int) -> str:
+    parts = [f"{random_trials} trials with get_inputs() re-drawn from per-trial seeds"]
+    if problem.input_variants:
+        parts.append("1 trial with another value distribution (uniform in [-2.5, 3.5) instead of randn)")
+    for i, shape in enumerate(problem.extra_shapes):
+        overrides = ", ".join(f"{k}={v}" for k, v in shape.items())
+        parts.append(f"extra shape {i}: {overrides}")
+    return "; ".join(parts)
+
+
+def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
+    """The evaluation contract, with this problem's mode, policy, tolerance and trials."""
+    gpu_import = ("Your file is imported (and its extensions built) in a process with no GPU visible: "
+                  "module-level code may compile but must not touch the GPU (no CUDA tensors, no torch.cuda "
+                  "calls at import). " if target == "cuda" else "")
+    return f"""\
+## How your file is judged (the evaluation contract; nothing here is left to guess)
+- Your file defines class ModelNew(nn.Module) with the same constructor arguments as Model (they come from
+  get_init_inputs()) and the same forward arguments (from get_inputs()), returning the same tensor(s). It
+  builds its kernels with torch.utils.cpp_extension.load_inline at import time. {gpu_import}
+- Weights: Model is built, then every floating-point parameter and buffer is re-drawn from a secret seed
+  (each keeps its scale; variances stay positive), so defaults such as BatchNorm's running_mean = 0 and
+  running_var = 1, or zero biases, never hold. ModelNew is built with the same arguments and the reference
+  state_dict is loaded into it by key, AFTER __init__: keep every parameter and buffer of Model under the
+  same name and shape (e.g. self.conv = nn.Conv2d(...), self.bias = nn.Parameter(...)); extra keys are
+  fine. Anything derived from weights (folded BatchNorm, transposed layouts) must be computed in forward
+  (cache it keyed on the tensors' ._version if you like), never in __init__.
+- Mode: {_mode(problem)}
+- Forward runs under torch.no_grad() for the reference and for you: no autograd support is needed.
+- Inputs: {_trials(problem, random_trials)}. All must pass.
+- Numerics: shape, dtype and device must match exactly; NaN and inf must sit in the same places; values
+  must satisfy |out - ref| <= atol + rtol * |ref| with {_tolerance(problem)}. TF32 is OFF for the reference,
+  the baselines and you (matmuls and convolutions run in true fp32); the harness checks after every call
+  that you did not switch it on.
+- Policy: {_policy(problem)}
+- Not custom kernels: torch.compile, Triton, CUDA graphs. No try/except fallbacks to torch, no in-place
+  changes to the inputs, no background threads, no outputs cached across calls.
+- Timing: after warm-up, repeated calls with the caches flushed before each and inputs rotated; the median
+  counts, and some timed outputs are re-checked. You get the speedup over eager PyTorch and over
+  torch.compile of the reference, and the % of the roofline's speed-of-light (the reference's FLOPs and
+  minimum bytes against this device's peak rate and bandwidth). A speedup above 10x, or a time under the
+  roofline, is quarantined and re-timed in a fresh process before it can count.
+"""
+
+
+def _tools_and_budget(budgets: Budgets) -> str:
+    return f"""\
+## Tools and budget
+- get_gpu_specs(); compile(source); check_correctness(source); benchmark(source); profile(source);
+  submit(source). `source` is always the complete Python file. Several calls in one message run in order.
+- An identical source is never evaluated twice: you get the stored verdict back.
+- Budget: {budgets.turns} turns (your messages; one without a tool call still uses a turn) and
+  {budgets.tool_calls} tool calls. When it runs out the session ends and your fastest candidate that
+  passed benchmark counts, submitted or not; submit(source) verifies your final answer and ends the
+  session. Problems on our side are retried and never charged to you.
+"""
+
+
+def system_prompt(problem: Problem, target: str, *, specs: Mapping[str, Any] | None, budgets: Budgets,
+                  random_trials: int, strategy: str | None = None) -> str:
+    """The system message of a trajectory."""
+    if target == "cuda":
+        role = ("You are an expert CUDA performance engineer. Replace a PyTorch reference model with ModelNew: "
+                "the same outputs, computed faster by your own CUDA kernels.")
+    else:
+        role = ("You are an expert C++ performance engineer. This session's target is the CPU: replace a PyTorch "
+                "reference model with ModelNew: the same outputs, computed faster by your own C++ kernels "
+                "(OpenMP allowed).")
+    device = ("## The device\n" + gpu_summary(specs)) if specs else (
+        "## The device\n(specs not available yet: call get_gpu_specs)")
+    sections = [role, contract_text(problem, target, random_trials=random_trials), device,
+                "## Playbook\n" + playbook(target), _tools_and_budget(budgets)]
+    if strategy:
+        sections.append("## Strategy for this session\n" + strategy)
+    return "\n\n".join(s.strip() for s in sections) + "\n"
+
+
+def problem_message(problem: Problem, target: str) -> str:
+    """The first user message: the problem, its sizes on this target, and what to do first."""
+    title = f"Problem {problem.id}" + (f" (level {problem.level})" if problem.level else "")
+    if problem.description:
+        title += f": {problem.description}"
+    lines = [title, f"Target: {target}. Mode: {problem.mode.value}. Policy: {problem.policy.value}."]
+    if target == "cpu" and problem.cpu_sizes:
+        sizes = ", ".join(f"{k}={v!r}" for k, v in problem.cpu_sizes.items())
+        lines.append(f"On the cpu target these module constants are replaced before anything runs: {sizes}. "
+                     "Reason about shapes with these values.")
+    lines.append("```python\n" + problem.source.rstrip() + "\n```")
+    lines.append("Write ModelNew. First restate the shapes and count FLOPs and bytes against the device, name "
+                 "the exact rewrites you can use, state your plan; then call the tools.")
+    return "\n\n".join(lines)

@@ -1,0 +1,55 @@
+"""What the loop needs from the outside: something that judges candidates and somewhere to write.
+
+The worker passes a `harness.Referee` (wrapped in `agent.SerialEvaluator` when trajectories run
+concurrently) as the `Evaluator`, and a `Recorder` over ``store/``. Tests pass fakes with the same
+shape (`agent.testing`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from harness.options import Depth
+    from harness.verdict import Verdict
+
+__all__ = ["Evaluator", "Recorder"]
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """Judges one candidate source to a depth (``harness.Referee`` has this shape)."""
+
+    def evaluate(self, source: str, depth: Depth | str) -> Verdict: ...
+
+    @property
+    def device_specs(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Recorder(Protocol):
+    """Where a job's trajectories, messages and attempts go, as they happen.
+
+    Calls come from the trajectories' threads; `run_job` serialises them, so an implementation
+    need not be thread-safe itself (but must not be bound to the thread that created it).
+    """
+
+    def trajectory_started(self, *, index: int, temperature: float, strategy: str) -> None: ...
+
+    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
+                tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
+                cost_usd: float) -> None: ...
+
+    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
+        """The stored verdict dict of this job's newest attempt with this source and tool, if any
+        (verdicts with ``error_kind == "infra"`` excluded)."""
+        ...
+
+    def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
+                verdict: dict[str, Any]) -> None: ...
+
+    def trajectory_finished(self, *, index: int, reason: str) -> None: ...
+
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled (checked before every LLM call and tool call)."""
+        ...

@@ -1,0 +1,99 @@
+"""`MemoryRecorder`: the `Recorder` protocol over lists, for tests and the offline demo."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage"]
+
+
+@dataclass(frozen=True)
+class RecordedMessage:
+    trajectory: int
+    role: str
+    content: str | None
+    tool_calls: list[Any] | None
+    tool_call_id: str | None
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class RecordedAttempt:
+    n: int
+    trajectory: int
+    tool: str
+    source: str
+    sha256: str
+    parent_sha256: str | None
+    verdict: dict[str, Any]
+
+
+@dataclass
+class MemoryRecorder:
+    """Keeps everything in order; ``cancel()`` (or ``cancel_when``) makes `cancelled` true."""
+
+    cancel_when: Callable[[MemoryRecorder], bool] | None = None
+    messages: list[RecordedMessage] = field(default_factory=list)
+    attempts: list[RecordedAttempt] = field(default_factory=list)
+    started: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finished: dict[int, str] = field(default_factory=dict)
+    #: Every call, as (method, trajectory or None), in order.
+    events: list[tuple[str, int | None]] = field(default_factory=list)
+    _cancelled: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def trajectory_started(self, *, index: int, temperature: float, strategy: str) -> None:
+        with self._lock:
+            self.started[index] = {"temperature": temperature, "strategy": strategy}
+            self.events.append(("trajectory_started", index))
+
+    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
+                tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
+                cost_usd: float) -> None:
+        with self._lock:
+            self.messages.append(RecordedMessage(trajectory, role, content, tool_calls, tool_call_id, tokens_in,
+                                                 tokens_out, latency_ms, cost_usd))
+            self.events.append(("message", trajectory))
+
+    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
+        with self._lock:
+            for attempt in reversed(self.attempts):
+                if (attempt.sha256 == source_sha256 and attempt.tool == tool
+                        and attempt.verdict.get("error_kind") != "infra"):
+                    return attempt.verdict
+        return None
+
+    def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
+                verdict: dict[str, Any]) -> None:
+        with self._lock:
+            sha = hashlib.sha256(source.encode()).hexdigest()
+            self.attempts.append(RecordedAttempt(len(self.attempts) + 1, trajectory, tool, source, sha,
+                                                 parent_sha256, verdict))
+            self.events.append(("attempt", trajectory))
+
+    def trajectory_finished(self, *, index: int, reason: str) -> None:
+        with self._lock:
+            self.finished[index] = reason
+            self.events.append(("trajectory_finished", index))
+
+    def cancelled(self) -> bool:
+        if not self._cancelled and self.cancel_when is not None and self.cancel_when(self):
+            self._cancelled = True
+        return self._cancelled
+
+    # -- views for assertions ----------------------------------------------------------------
+    def messages_of(self, trajectory: int) -> list[RecordedMessage]:
+        return [m for m in self.messages if m.trajectory == trajectory]
+
+    def tool_results(self, trajectory: int = 0) -> list[str]:
+        return [m.content or "" for m in self.messages_of(trajectory) if m.role == "tool"]

@@ -1,0 +1,306 @@
+"""The tools the model calls, as OpenAI function schemas, and their execution through an Evaluator.
+
+Every code-running call is an *attempt*: evaluated to the tool's depth, recorded with its verdict
+and its parent (the source this one was derived from in the same trajectory). An identical source
+is not evaluated twice in a job: a stored verdict that answers the call (same tool, a deeper one,
+or a failure before the requested stage) is served again instead. Verdicts of kind ``infra`` are
+retried, recorded, never shown to the model and never charged to its budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agent.feedback import AttemptNote, dumps_specs, gpu_summary, tool_error, verdict_feedback
+from agent.protocols import Evaluator, Recorder
+from agent.providers.base import ToolCall
+from harness.verdict import ErrorKind, Stage, Status, Verdict
+from problems.spec import MAX_SOURCE_BYTES
+
+__all__ = [
+    "DEPTH_OF",
+    "TOOL_SCHEMAS",
+    "Ledger",
+    "ToolExecutor",
+    "ToolName",
+    "ToolResult",
+    "is_verified",
+    "source_sha256",
+    "tool_schemas",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ToolName(StrEnum):
+    GET_GPU_SPECS = "get_gpu_specs"
+    COMPILE = "compile"
+    CHECK_CORRECTNESS = "check_correctness"
+    BENCHMARK = "benchmark"
+    PROFILE = "profile"
+    SUBMIT = "submit"
+
+
+#: The evaluation depth (``harness.Depth`` values) each code-running tool asks for.
+DEPTH_OF = {
+    ToolName.COMPILE: "compile",
+    ToolName.CHECK_CORRECTNESS: "correctness",
+    ToolName.BENCHMARK: "benchmark",
+    ToolName.PROFILE: "profile",
+    ToolName.SUBMIT: "benchmark",
+}
+#: Stored verdicts of these tools answer a call of the key tool for the same source.
+_ANSWERED_BY = {
+    ToolName.COMPILE: (ToolName.COMPILE, ToolName.CHECK_CORRECTNESS, ToolName.BENCHMARK, ToolName.SUBMIT,
+                       ToolName.PROFILE),
+    ToolName.CHECK_CORRECTNESS: (ToolName.CHECK_CORRECTNESS, ToolName.BENCHMARK, ToolName.SUBMIT,
+                                 ToolName.PROFILE),
+    ToolName.BENCHMARK: (ToolName.BENCHMARK, ToolName.SUBMIT),
+    ToolName.SUBMIT: (ToolName.SUBMIT, ToolName.BENCHMARK),
+    ToolName.PROFILE: (ToolName.PROFILE,),
+}
+#: A candidate's failure at one of these stages answers any deeper call for the same source.
+_EARLY_STAGES = frozenset({"compile", "load", "correctness", "integrity"})
+
+_SOURCE = {
+    "type": "string",
+    "description": "The complete Python file defining class ModelNew (the whole file every time, not a diff).",
+}
+
+
+def _schema(name: ToolName, description: str, *, source: bool) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+    if source:
+        parameters = {"type": "object", "properties": {"source": _SOURCE}, "required": ["source"],
+                      "additionalProperties": False}
+    return {"type": "function", "function": {"name": name.value, "description": description,
+                                             "parameters": parameters}}
+
+
+TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
+    _schema(ToolName.GET_GPU_SPECS, "Specs of the device the candidate is judged on: name, SMs, caches, "
+            "peak FLOP rates, measured memory bandwidth.", source=False),
+    _schema(ToolName.COMPILE, "Build the file's extensions (no GPU visible; identical extension sources reuse "
+            "an earlier build). Returns compiler errors with file:line, or registers and spills per kernel.",
+            source=True),
+    _schema(ToolName.CHECK_CORRECTNESS, "Build, then run every correctness trial against the reference "
+            "(random inputs, another value distribution, extra shapes) and the integrity checks. Returns "
+            "pass/fail per trial with max/mean abs error and mismatch fraction.", source=True),
+    _schema(ToolName.BENCHMARK, "Correctness, then timing: median time, speedup vs eager PyTorch and vs "
+            "torch.compile, and % of the roofline's speed-of-light.", source=True),
+    _schema(ToolName.PROFILE, "Correctness, then a per-kernel time table from the torch profiler (where the "
+            "time goes).", source=True),
+    _schema(ToolName.SUBMIT, "Final answer: full verification (correctness + timing) of this file, then the "
+            "session ends. Submit your fastest correct candidate.", source=True),
+)
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """Fresh copies of the schemas (providers may serialise or alter what they are given)."""
+    import copy
+
+    return [copy.deepcopy(s) for s in TOOL_SCHEMAS]
+
+
+def source_sha256(source: str) -> str:
+    """The digest attempts are deduplicated by (the store's ``source_sha256``)."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def is_verified(verdict: dict[str, Any]) -> bool:
+    """Whether a verdict can be a job's best: a timed ``pass`` (not suspicious, not untimed)."""
+    timing = verdict.get("timing") or {}
+    return (verdict.get("status") == Status.PASS.value and verdict.get("depth") == "benchmark"
+            and timing.get("median_ms") is not None)
+
+
+def _answers(stored_tool: ToolName, verdict: dict[str, Any], wanted: ToolName) -> bool:
+    if verdict.get("error_kind") == ErrorKind.INFRA.value:
+        return False
+    if stored_tool in _ANSWERED_BY[wanted]:
+        return True
+    return verdict.get("status") in ("fail", "error") and verdict.get("stage") in _EARLY_STAGES
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one tool call, for the loop."""
+
+    #: The tool message the model reads.
+    text: str
+    #: Whether it counts against the tool-call budget (infra failures do not).
+    charged: bool = True
+    ends_trajectory: bool = False
+    verdict: dict[str, Any] | None = None
+    source: str | None = None
+    infra_failure: bool = False
+
+
+@dataclass
+class Ledger:
+    """One trajectory's memory of its attempts: parents, the attempt log, its best."""
+
+    parent_of: dict[str, str | None] = field(default_factory=dict)
+    last_sha: str | None = None
+    notes: list[AttemptNote] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+
+    def parent_for(self, sha: str) -> str | None:
+        """The source this one was derived from: the previous distinct source when first seen."""
+        if sha not in self.parent_of:
+            self.parent_of[sha] = self.last_sha if self.last_sha != sha else None
+        self.last_sha = sha
+        return self.parent_of[sha]
+
+    @property
+    def best_ms(self) -> float | None:
+        return (self.best.get("timing") or {}).get("median_ms") if self.best else None
+
+    def observe(self, tool: str, verdict: dict[str, Any], source: str, trajectory: int) -> None:
+        self.notes.append(AttemptNote.from_verdict(tool, verdict))
+        entry = {**verdict, "source": source, "source_sha256": source_sha256(source), "tool": tool,
+                 "trajectory": trajectory}
+        if is_verified(verdict):
+            median = verdict["timing"]["median_ms"]
+            if self.best_ms is None or median < self.best_ms:
+                self.best = entry
+        elif verdict.get("status") == Status.SUSPICIOUS.value and all(
+                q["source_sha256"] != entry["source_sha256"] for q in self.quarantined):
+            self.quarantined.append(entry)
+
+
+class ToolExecutor:
+    """Runs tool calls for every trajectory of one job (thread-safe).
+
+    Args:
+        evaluator: judges candidates.
+        recorder: stores attempts and finds earlier ones (already serialised by the caller).
+        infra_retries: further tries after an ``infra`` verdict.
+        infra_backoff_s: waits before those tries (the last value repeats).
+        sleep: how to wait (tests pass a no-op).
+    """
+
+    def __init__(self, evaluator: Evaluator, recorder: Recorder, *, infra_retries: int = 2,
+                 infra_backoff_s: tuple[float, ...] = (2.0, 10.0),
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.evaluator = evaluator
+        self.recorder = recorder
+        self.infra_retries = infra_retries
+        self.infra_backoff_s = infra_backoff_s or (0.0,)
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[str, str], threading.Lock] = {}
+        self._specs: dict[str, Any] | None = None
+        self.evaluations = 0
+
+    # -- device specs ------------------------------------------------------------------------
+    def device_specs(self) -> dict[str, Any] | None:
+        """The evaluator's device specs (asked once per job; None if they cannot be had now)."""
+        with self._lock:
+            if self._specs is not None:
+                return self._specs
+        for attempt in range(self.infra_retries + 1):
+            try:
+                specs = dict(self.evaluator.device_specs)
+            except Exception:  # the reference could not start: infra, retried
+                log.warning("device_specs failed (try %d)", attempt + 1, exc_info=True)
+                if attempt < self.infra_retries:
+                    self._sleep(self._backoff(attempt))
+                continue
+            with self._lock:
+                self._specs = specs
+            return specs
+        return None
+
+    def _backoff(self, attempt: int) -> float:
+        return self.infra_backoff_s[min(attempt, len(self.infra_backoff_s) - 1)]
+
+    # -- one call ----------------------------------------------------------------------------
+    def execute(self, call: ToolCall, *, trajectory: int, ledger: Ledger) -> ToolResult:
+        """Validate and run one tool call; malformed calls come back as error text for the model."""
+        if call.error:
+            return ToolResult(tool_error(f"{call.name or 'tool call'}: {call.error}"))
+        try:
+            tool = ToolName(call.name)
+        except ValueError:
+            known = ", ".join(t.value for t in ToolName)
+            return ToolResult(tool_error(f"unknown tool {call.name!r}; the tools are: {known}"))
+        arguments = call.arguments or {}
+        if tool is ToolName.GET_GPU_SPECS:
+            specs = self.device_specs()
+            if specs is None:
+                return ToolResult("get_gpu_specs is unavailable right now (a problem on our side, not charged); "
+                                  "call it again later.", charged=False, infra_failure=True)
+            return ToolResult(gpu_summary(specs) + "\n" + dumps_specs(specs))
+        source = arguments.get("source")
+        unexpected = sorted(set(arguments) - {"source"})
+        if not isinstance(source, str) or not source.strip():
+            return ToolResult(tool_error(f"{tool.value} needs `source`: the complete Python file as a string"))
+        if unexpected:
+            return ToolResult(tool_error(f"{tool.value} takes only `source`; unexpected: {', '.join(unexpected)}"))
+        if len(source.encode()) > MAX_SOURCE_BYTES:
+            return ToolResult(tool_error(f"the source is {len(source.encode())} bytes; the limit is "
+                                         f"{MAX_SOURCE_BYTES}"))
+        return self._run_code_tool(tool, source, trajectory=trajectory, ledger=ledger)
+
+    def _stored(self, tool: ToolName, sha: str) -> tuple[ToolName, dict[str, Any]] | None:
+        order = [tool, *(t for t in ToolName if t is not tool and t is not ToolName.GET_GPU_SPECS)]
+        for stored_tool in order:
+            verdict = self.recorder.find_attempt(source_sha256=sha, tool=stored_tool.value)
+            if verdict is not None and _answers(stored_tool, verdict, tool):
+                return stored_tool, verdict
+        return None
+
+    def _key_lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._lock:
+            return self._inflight.setdefault(key, threading.Lock())
+
+    def _run_code_tool(self, tool: ToolName, source: str, *, trajectory: int, ledger: Ledger) -> ToolResult:
+        sha = source_sha256(source)
+        parent = ledger.parent_for(sha)
+        best_before = ledger.best_ms
+        # One evaluation per (source, depth) at a time across trajectories; the second caller
+        # finds the first one's stored verdict.
+        with self._key_lock((sha, DEPTH_OF[tool])):
+            stored = self._stored(tool, sha)
+            if stored is not None:
+                stored_tool, verdict = stored
+                ledger.observe(tool.value, verdict, source, trajectory)
+                text = verdict_feedback(tool.value, verdict, reused_from=stored_tool.value, best_ms=best_before)
+                return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
+            verdict = self._evaluate_with_retries(tool, source, trajectory=trajectory, parent=parent)
+        if verdict.get("error_kind") == ErrorKind.INFRA.value:
+            return ToolResult(f"{tool.value} could not run because of a problem on our side (not your code); it "
+                              "was not charged to your budget. Call it again.", charged=False, infra_failure=True)
+        ledger.observe(tool.value, verdict, source, trajectory)
+        text = verdict_feedback(tool.value, verdict, best_ms=best_before)
+        return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
+
+    def _evaluate_with_retries(self, tool: ToolName, source: str, *, trajectory: int,
+                               parent: str | None) -> dict[str, Any]:
+        depth = DEPTH_OF[tool]
+        verdict: dict[str, Any] = {}
+        for attempt in range(self.infra_retries + 1):
+            try:
+                verdict = self.evaluator.evaluate(source, depth).to_dict()
+            except Exception as exc:  # an evaluator that raises is our failure, not the model's
+                log.warning("evaluate(%s) raised", depth, exc_info=True)
+                verdict = Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
+                                  message=f"the evaluator raised {type(exc).__name__}: {exc}", depth=depth).to_dict()
+            with self._lock:
+                self.evaluations += 1
+            self.recorder.attempt(trajectory=trajectory, tool=tool.value, source=source, parent_sha256=parent,
+                                  verdict=verdict)
+            if verdict.get("error_kind") != ErrorKind.INFRA.value:
+                return verdict
+            if attempt < self.infra_retries:
+                self._sleep(self._backoff(attempt))
+        return verdict

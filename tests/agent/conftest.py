@@ -1,0 +1,31 @@
+"""Fixtures for the agent's tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.providers.replay import ReplayProvider
+from agent.testing import MemoryRecorder
+from problems import load_problem
+from problems.spec import Problem
+from tests.agent.support import SEED1, SEED2
+
+
+@pytest.fixture(scope="session")
+def seed1() -> Problem:
+    return load_problem(SEED1)
+
+
+@pytest.fixture(scope="session")
+def seed2() -> Problem:
+    return load_problem(SEED2)
+
+
+@pytest.fixture
+def replay1() -> ReplayProvider:
+    return ReplayProvider.for_problem(SEED1, "cpu")
+
+
+@pytest.fixture
+def recorder() -> MemoryRecorder:
+    return MemoryRecorder()

@@ -1,0 +1,162 @@
+"""The ``openai`` provider through the real openai client, over HTTP, against the stub server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agent import StopReason, run_job
+from agent.providers import make_provider
+from agent.providers.openai_chat import OpenAIProvider
+from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder, StubChatServer, StubResponse
+from config.settings import LLMProfile
+from problems.spec import Problem
+from tests.agent.support import no_sleep, spec_for
+
+FAST, WRONG = "# fast\nclass ModelNew: ...\n", "# wrong\nclass ModelNew: ...\n"
+TOOL_NAMES = {"get_gpu_specs", "compile", "check_correctness", "benchmark", "profile", "submit"}
+
+
+def _profile(server: StubChatServer, **kw: Any) -> LLMProfile:
+    return LLMProfile(provider="openai", base_url=server.base_url, model="stub-model", api_key_env=None,
+                      price_in_per_mtok=1.0, price_out_per_mtok=2.0, timeout_s=5.0, **kw)
+
+
+def _evaluator() -> FakeEvaluator:
+    return FakeEvaluator({FAST: FakeCandidate(median_ms=1.0), WRONG: FakeCandidate("wrong")})
+
+
+def _tool_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
+    script = [
+        StubResponse.tool_calls(("get_gpu_specs", {}), content="Shapes first."),          # 0
+        StubResponse.rate_limited(retry_after=0.01),                                       # 1
+        StubResponse.tool_calls(("compile", '{"source": "import torch\n')),                 # 2 malformed JSON
+        StubResponse.tool_calls(("optimize", {"source": FAST})),                           # 3 unknown tool
+        StubResponse.text("I will now think about tiling."),                               # 4 no tool call
+        StubResponse.server_error(503),                                                    # 5
+        StubResponse.tool_calls(("check_correctness", {"source": WRONG})),                 # 6
+        StubResponse.context_overflow(),                                                   # 7
+        StubResponse.tool_calls(("benchmark", {"source": FAST})),                          # 8
+        StubResponse.tool_calls(("submit", {"source": FAST}), usage=None),                 # 9 no usage
+    ]
+    sleeps: list[float] = []
+    recorder = MemoryRecorder()
+    with StubChatServer(script) as server:
+        provider = OpenAIProvider.from_profile(_profile(server), sleep=sleeps.append)
+        result = run_job(spec_for(seed1, llm=_profile(server)), evaluator=_evaluator(), recorder=recorder,
+                         provider=provider, sleep=no_sleep)
+        requests = server.requests
+        assert server.remaining == 0 and set(server.paths) == {"/v1/chat/completions"}
+
+    assert result.trajectories[0].reason is StopReason.SUBMITTED
+    assert result.best is not None and result.best["source"] == FAST
+    assert sleeps == [0.01, 1.0]  # Retry-After honoured; then exponential backoff
+    assert len(requests) == 10
+    for request in requests:
+        assert request["model"] == "stub-model" and request["temperature"] == 0.2
+        assert {t["function"]["name"] for t in request["tools"]} == TOOL_NAMES
+        assert request["tools"][1]["function"]["parameters"]["required"] == ["source"]
+    assert requests[0]["messages"][0]["role"] == "system" and "## How your file is judged" in \
+        requests[0]["messages"][0]["content"]
+    assert requests[2]["messages"] == requests[1]["messages"]  # the 429 was retried as is
+    assert "ridge point" in _tool_messages(requests[2])[-1]
+    assert "not valid JSON" in _tool_messages(requests[3])[-1]  # malformed arguments fed back
+    assert _tool_messages(requests[4])[-1].startswith("error: unknown tool 'optimize'")
+    assert requests[5]["messages"][-1] == requests[6]["messages"][-1]
+    assert requests[5]["messages"][-1]["role"] == "user"
+    assert requests[5]["messages"][-1]["content"].startswith("Your message had no tool call")
+    assert _tool_messages(requests[7])[-1].startswith("check_correctness: FAIL")
+    summarised = requests[8]["messages"]  # after the context-length error
+    assert summarised[2]["role"] == "user" and summarised[2]["content"].startswith("Summary of the earlier part")
+    assert "1. check_correctness: fail (stage correctness)" in summarised[2]["content"]
+    assert len(json.dumps(summarised)) < len(json.dumps(requests[7]["messages"]))
+    # the assistant's calls come back to the server exactly as it sent them
+    sent = requests[1]["messages"][2]
+    assert sent["role"] == "assistant" and sent["tool_calls"][0]["function"]["name"] == "get_gpu_specs"
+    # usage and cost per message, from the profile's prices (estimated when the server sends none)
+    assistants = [m for m in recorder.messages if m.role == "assistant"]
+    assert len(assistants) == 7
+    assert (assistants[0].tokens_in, assistants[0].tokens_out) == (120, 40)
+    assert assistants[0].cost_usd == pytest.approx(120e-6 + 80e-6)
+    assert assistants[0].latency_ms > 0
+    assert assistants[-1].tokens_in > 1000  # estimated from the history
+    assert result.totals.llm_calls == 7
+
+
+def test_refusal_and_timeout_then_success(seed1: Problem) -> None:
+    script = [
+        StubResponse.refusal("I can't help with that."),
+        StubResponse(delay_s=1.0, body={}),  # the client times out; retried
+        StubResponse.tool_calls(("submit", {"source": FAST})),
+    ]
+    recorder = MemoryRecorder()
+    with StubChatServer(script) as server:
+        profile = _profile(server).model_copy(update={"timeout_s": 0.3})
+        provider = OpenAIProvider.from_profile(profile, sleep=no_sleep)
+        result = run_job(spec_for(seed1, llm=profile), evaluator=_evaluator(), recorder=recorder,
+                         provider=provider, sleep=no_sleep)
+        assert len(server.requests) == 3
+    assert result.trajectories[0].reason is StopReason.SUBMITTED
+    nudge = next(m for m in recorder.messages if m.role == "user" and m.content and m.content.startswith("You"))
+    assert (nudge.content or "").startswith("You declined (I can't help with that.)")
+
+
+def test_exhausted_retries_and_refused_requests_fail_the_trajectory(seed1: Problem) -> None:
+    with StubChatServer([StubResponse.server_error()] * 3) as server:
+        profile = _profile(server, max_retries=2)
+        result = run_job(spec_for(seed1, llm=profile), evaluator=_evaluator(), recorder=MemoryRecorder(),
+                         provider=OpenAIProvider.from_profile(profile, sleep=no_sleep), sleep=no_sleep)
+        assert len(server.requests) == 3
+    assert result.reason is StopReason.LLM_ERROR and "failed after 3 tries" in (result.error or "")
+
+    with StubChatServer([StubResponse.error(401, "Incorrect API key provided", code="invalid_api_key")]) as server:
+        profile = _profile(server)
+        result = run_job(spec_for(seed1, llm=profile), evaluator=_evaluator(), recorder=MemoryRecorder(),
+                         provider=OpenAIProvider.from_profile(profile, sleep=no_sleep), sleep=no_sleep)
+        assert len(server.requests) == 1
+    assert result.reason is StopReason.LLM_ERROR and "Incorrect API key" in (result.error or "")
+    assert "HTTP 401" in (result.error or "")
+
+
+def test_text_tool_call_fallback_over_http(seed1: Problem) -> None:
+    reply = ("Pool first, then tanh.\n```python\n" + FAST + "```\n"
+             '```json\n{"tool": "benchmark", "arguments": {}}\n```')
+    script = [StubResponse.text(reply), StubResponse.text('```json\n{"tool": "submit", "arguments": {"source": '
+                                                          + json.dumps(FAST) + "}}\n```")]
+    recorder = MemoryRecorder()
+    with StubChatServer(script) as server:
+        profile = _profile(server, text_tool_calls=True)
+        result = run_job(spec_for(seed1, llm=profile), evaluator=_evaluator(), recorder=recorder,
+                         provider=OpenAIProvider.from_profile(profile, sleep=no_sleep), sleep=no_sleep)
+        requests = server.requests
+    assert result.trajectories[0].reason is StopReason.SUBMITTED
+    assert result.best is not None and result.best["source"] == FAST
+    assert all("tools" not in r for r in requests)
+    assert "## Calling tools" in requests[0]["messages"][0]["content"]
+    second = requests[1]["messages"]
+    assert {m["role"] for m in second} == {"system", "user", "assistant"}
+    assert second[-1]["role"] == "user" and second[-1]["content"].startswith("Result of benchmark")
+    # stored in the canonical form, with the parsed call
+    stored = next(m for m in recorder.messages if m.role == "assistant")
+    assert stored.tool_calls and stored.tool_calls[0]["function"]["name"] == "benchmark"
+
+
+def test_make_provider_reads_the_key_from_the_profiles_environment_variable(seed1: Problem,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KL_TEST_LLM_KEY", "sk-test-123")
+    with StubChatServer([StubResponse.tool_calls(("submit", {"source": FAST}))]) as server:
+        profile = _profile(server).model_copy(update={"api_key_env": "KL_TEST_LLM_KEY"})
+        result = run_job(spec_for(seed1, llm=profile), evaluator=_evaluator(), recorder=MemoryRecorder(),
+                         sleep=no_sleep)
+        assert server.headers[0].get("authorization") == "Bearer sk-test-123"
+    assert result.best is not None
+    assert isinstance(make_provider(LLMProfile(provider="openai", api_key_env=None), problem=seed1, target="cpu"),
+                      OpenAIProvider)
+    with pytest.raises(ValueError, match="unknown LLM provider"):
+        make_provider(LLMProfile(provider="nope"), problem=seed1, target="cpu")

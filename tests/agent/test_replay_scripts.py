@@ -1,0 +1,99 @@
+"""Replay scripts: every seed problem on both targets, candidates built from the examples."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import pytest
+
+from agent import StopReason, run_job
+from agent.providers.base import ProviderError
+from agent.providers.replay import NoReplayScript, ReplayProvider, replay_script, scripted_problems
+from agent.providers.replay_candidates import EXAMPLES_DIR
+from agent.testing import MemoryRecorder
+from problems import load_problem
+from tests.agent.support import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
+
+ALL = [(p, t) for p in (SEED1, SEED2, SEED2_EVAL) for t in ("cpu", "cuda")]
+EXAMPLE_OF_FAST = {
+    (SEED1, "cpu"): "seed1_cpu.py", (SEED1, "cuda"): "seed1_cuda.py",
+    (SEED2, "cpu"): "seed2_train_cpu.py", (SEED2, "cuda"): "seed2_train_cuda.py",
+    (SEED2_EVAL, "cpu"): "seed2_train_cpu.py", (SEED2_EVAL, "cuda"): "seed2_eval_cuda.py",
+}
+
+
+def extension_part(source: str) -> str:
+    """Everything that decides the build: the sources and the load_inline call."""
+    start = min(source.index(m) for m in ("CUDA_SOURCE = ", "CPP_SOURCE = ") if m in source)
+    return source[start: source.index("class ModelNew")]
+
+
+def extension_name(source: str) -> str:
+    match = re.search(r'name="([^"]+)"', source)
+    assert match
+    return match.group(1)
+
+
+def test_every_seed_problem_has_a_script_on_both_targets() -> None:
+    assert set(scripted_problems()) == set(ALL)
+
+
+@pytest.mark.parametrize(("problem_id", "target"), ALL)
+def test_script_walks_the_playbook_and_its_candidates_are_valid(problem_id: str, target: str) -> None:
+    turns, sources = replay_script(problem_id, target)
+    calls = [(c.tool, c.candidate) for turn in turns for c in turn.calls]
+    assert calls == [("get_gpu_specs", None), ("compile", "draft"), ("check_correctness", "wrong"),
+                     ("check_correctness", "slow"), ("benchmark", "slow"), ("benchmark", "fast"),
+                     ("profile", "fast"), ("submit", "fast")]
+    assert len(turns) <= 10 and all(turn.content for turn in turns)
+    for source in sources.values():
+        tree = ast.parse(source)
+        assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+        assert "load_inline(" in source
+    fast = (EXAMPLES_DIR / EXAMPLE_OF_FAST[(problem_id, target)]).read_text()
+    assert sources["fast"] == fast
+    if sources["slow"] != (EXAMPLES_DIR / "seed2_train_cuda.py").read_text():  # eval/cuda: the unfolded example
+        assert extension_part(sources["slow"]) == extension_part(fast)  # same build, no compile
+    assert len({sources[k] for k in ("wrong", "slow", "fast")}) == 3
+    # the draft is a compile error with its own extension, so its failed build collides with nothing
+    assert extension_name(sources["draft"]) not in {extension_name(sources[k]) for k in ("wrong", "slow", "fast")}
+    if target == "cuda":
+        assert "cuda_sources=" in sources["draft"] and "no_implicit_headers=True" in sources["draft"]
+
+
+def test_wrong_variants_share_the_build_of_a_correct_example() -> None:
+    for key in ALL:
+        _, sources = replay_script(*key)
+        wrong = extension_part(sources["wrong"])
+        assert any(wrong == extension_part(p.read_text()) for p in EXAMPLES_DIR.glob("seed*.py")), key
+
+
+def test_seed1_cpu_script_uses_the_example_compile_error() -> None:
+    _, sources = replay_script(SEED1, "cpu")
+    assert sources["draft"] == (EXAMPLES_DIR / "seed1_cpu_compile_error.py").read_text()
+    assert sources["wrong"] == (EXAMPLES_DIR / "seed1_cpu_wrong.py").read_text()
+
+
+@pytest.mark.parametrize(("problem_id", "target"), ALL)
+def test_each_script_runs_to_submit_against_a_fake(problem_id: str, target: str) -> None:
+    provider = ReplayProvider.for_problem(problem_id, target)
+    recorder = MemoryRecorder()
+    result = run_job(spec_for(load_problem(problem_id), target), evaluator=fake_for(provider), recorder=recorder,
+                     provider=provider, sleep=no_sleep)
+    assert result.trajectories[0].reason is StopReason.SUBMITTED
+    assert result.best is not None and result.best["source"] == provider.source("fast")
+
+
+def test_position_survives_summaries_and_unknown_scripts_are_refused() -> None:
+    provider = ReplayProvider.for_problem(SEED1, "cpu")
+    history: list[dict[str, Any]] = [{"role": "system"}, {"role": "user"}, {"role": "user", "content": "Summary"},
+               {"role": "assistant", "tool_calls": [{"id": "replay-4-0"}]}, {"role": "tool"},
+               {"role": "user", "content": "nudge"}]
+    assert provider.position(history) == 5
+    assert provider.complete(history, [], temperature=0.2).tool_calls[0].name == "profile"
+    with pytest.raises(ProviderError, match="no turn 8"):
+        provider.complete([{"role": "assistant", "tool_calls": [{"id": "replay-6-0"}]}], [], temperature=0.2)
+    with pytest.raises(NoReplayScript, match="level1/matmul"):
+        ReplayProvider.for_problem("level1/matmul", "cpu")
