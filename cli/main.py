@@ -192,5 +192,18 @@ def problems_check(
     raise typer.Exit(1 if refused else 0)
 
 
+def _register_service_commands() -> None:
+    """The service-side commands; their heavy imports happen inside each command."""
+    from cli import keys, optimize, service
+
+    app.command("optimize")(optimize.optimize)
+    app.command("up")(service.up)
+    app.command("serve")(service.serve)
+    app.command("worker")(service.worker)
+    app.add_typer(keys.keys_app, name="keys")
+
+
+_register_service_commands()
+
 if __name__ == "__main__":
     app()

@@ -63,16 +63,15 @@ def verdict_figures(verdict: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _beats_current(best_id: Any, median_ms: float | None) -> ColumnElement[bool]:
+def _beats_current(best_id: Any, median_ms: float) -> ColumnElement[bool]:
     """SQL: the attempt timed ``median_ms`` is better than the row's current best ``best_id``."""
     current = aliased(Attempt)
     current_ms = select(current.median_ms).where(current.id == best_id).scalar_subquery()
-    if median_ms is None:
-        return best_id.is_(None)
     return or_(best_id.is_(None), current_ms.is_(None), current_ms > median_ms)
 
 
 def _promote(session: Session, model: type[Job] | type[Trajectory], row_id: int, attempt: Attempt) -> bool:
+    assert attempt.median_ms is not None
     stmt = (
         update(model)
         .where(model.id == row_id, _beats_current(model.best_attempt_id, attempt.median_ms))
@@ -132,7 +131,8 @@ def record_attempt(
     session.add(attempt)
     session.flush()
     best = False
-    if attempt.status is Status.PASS:
+    # Only a timed pass is a verified kernel: compile- or correctness-only passes never become best.
+    if attempt.status is Status.PASS and attempt.median_ms is not None:
         best = _promote(session, Job, job_id, attempt)
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)

@@ -29,6 +29,7 @@ __all__ = [
     "ReapedJob",
     "add_job_usage",
     "cancel_job",
+    "claim_job",
     "claim_next_job",
     "create_job",
     "delete_job",
@@ -197,14 +198,7 @@ def claim_next_job(
         stmt = (
             update(Job)
             .where(Job.id == oldest, Job.state == JobState.QUEUED)
-            .values(
-                state=JobState.RUNNING,
-                worker_id=worker_id,
-                heartbeat_at=now,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                # A re-queued job keeps its first start. The literal is typed so it is stored in UTC.
-                started_at=func.coalesce(Job.started_at, literal(now, UTCDateTime())),
-            )
+            .values(_lease_values(worker_id, now, lease_seconds))
             .returning(Job.id)
             .execution_options(synchronize_session=False)
         )
@@ -219,6 +213,56 @@ def claim_next_job(
         if session.scalar(queued.limit(1)) is None:
             return None
     return None
+
+
+def _lease_values(worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+    """The columns a claim sets: the worker's lease, and the first start (kept across re-queues)."""
+    return {
+        "state": JobState.RUNNING,
+        "worker_id": worker_id,
+        "heartbeat_at": now,
+        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        # The literal is typed so it is stored in UTC.
+        "started_at": func.coalesce(Job.started_at, literal(now, UTCDateTime())),
+    }
+
+
+def claim_job(
+    *,
+    session: Session,
+    job_id: int,
+    worker_id: str,
+    lease_seconds: float,
+    target: Target | None = None,
+    now: datetime | None = None,
+) -> Job | None:
+    """Atomically take one job by id, if it is still queued, and start its lease.
+
+    What a worker does when a broker message names the job: one guarded
+    ``UPDATE jobs … WHERE id = :id AND state = 'queued' RETURNING id``, so of two deliveries of
+    the same message (or a message and a re-dispatch after the reaper) only one runs the job.
+    ``worker_id`` must be unique per worker process, as for `claim_next_job`.
+
+    Args:
+        target: claim only a job of this target (a CPU worker must not run a CUDA job that was
+            sent to the wrong queue); ``None`` for any.
+
+    Returns:
+        The claimed job, now ``running`` under ``worker_id``; ``None`` when the job is not
+        queued any more (claimed, cancelled, finished, deleted) or is of another target.
+    """
+    if lease_seconds <= 0:
+        raise ValueError(f"lease_seconds must be positive, got {lease_seconds}")
+    now = now or utcnow()
+    transition(JobState.QUEUED, JobState.RUNNING)
+    guard = [Job.id == job_id, Job.state == JobState.QUEUED]
+    if target is not None:
+        guard.append(Job.target == Target(target))
+    stmt = update(Job).where(*guard).values(_lease_values(worker_id, now, lease_seconds)).returning(Job.id)
+    if write_row(session, Job, job_id, stmt) is None:
+        return None
+    _state_event(session, job_id, JobState.RUNNING, JobState.QUEUED, now, worker_id=worker_id)
+    return _refresh(session, job_id)
 
 
 def heartbeat(

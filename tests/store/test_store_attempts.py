@@ -99,10 +99,10 @@ def test_best_attempt_is_the_fastest_pass(session: Session, build: Any) -> None:
 
     failed = _record(session, job.id, build.verdict(Status.FAIL, correct=False, median_ms=0.1))
     assert best() is None and failed.seq == 1
-    untimed = _record(session, job.id, build.verdict(median_ms=None), tool="check_correctness")
-    assert best() == untimed.id  # a verified candidate beats none
+    _record(session, job.id, build.verdict(median_ms=None), tool="check_correctness")
+    assert best() is None  # correct but untimed: not a verified kernel yet
     slow = _record(session, job.id, build.verdict(median_ms=2.0))
-    assert best() == slow.id  # a timed pass beats an untimed one
+    assert best() == slow.id
     fast = _record(session, job.id, build.verdict(median_ms=1.0))
     assert best() == fast.id
     _record(session, job.id, build.verdict(median_ms=1.5))
@@ -115,7 +115,7 @@ def test_best_attempt_is_the_fastest_pass(session: Session, build: Any) -> None:
     events = events_after(session=session, job_id=job.id, limit=100)
     events = [e for e in events if e.type == EventType.ATTEMPT]
     assert [e.payload["n"] for e in events] == list(range(1, 10))
-    assert [e.payload["best"] for e in events] == [False, True, True, True, False, False, False, False, False]
+    assert [e.payload["best"] for e in events] == [False, False, True, True, False, False, False, False, False]
     assert events[7].payload["status"] == "suspicious"
 
 

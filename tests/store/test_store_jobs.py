@@ -30,6 +30,7 @@ from store import (
     Trajectory,
     append_message,
     cancel_job,
+    claim_job,
     claim_next_job,
     create_api_key,
     create_job,
@@ -90,6 +91,54 @@ def test_claim_runs_the_oldest_job_of_the_target(session: Session, build: Any) -
     assert again is not None and again.id == second.id
     assert claim_next_job(session=session, worker_id="w3", target=Target.CPU, lease_seconds=LEASE) is None
     assert get_job(session=session, job_id=cuda.id).state is JobState.QUEUED
+
+
+def test_claim_job_takes_that_job_only_while_queued(session: Session, build: Any) -> None:
+    older, job, cuda = build.job(), build.job(), build.job(target=Target.CUDA)
+    session.commit()
+
+    claimed = claim_job(session=session, job_id=job.id, worker_id="w1", lease_seconds=LEASE, now=T0)
+    session.commit()
+    assert claimed is not None and claimed.id == job.id
+    assert claimed.state is JobState.RUNNING and claimed.worker_id == "w1"
+    assert claimed.started_at == T0 and claimed.lease_expires_at == T0 + timedelta(seconds=LEASE)
+    assert _state_events(session, job.id) == ["queued", "running"]
+    assert get_job(session=session, job_id=older.id).state is JobState.QUEUED
+
+    # A second delivery of the same message finds it taken.
+    assert claim_job(session=session, job_id=job.id, worker_id="w2", lease_seconds=LEASE) is None
+    assert get_job(session=session, job_id=job.id).worker_id == "w1"
+    # A job of another target, or one that does not exist, is not claimed.
+    assert claim_job(session=session, job_id=cuda.id, worker_id="w2", lease_seconds=LEASE, target=Target.CPU) is None
+    assert claim_job(session=session, job_id=cuda.id + 100, worker_id="w2", lease_seconds=LEASE) is None
+    assert cancel_job(session=session, job_id=older.id) is CancelOutcome.CANCELLED
+    assert claim_job(session=session, job_id=older.id, worker_id="w2", lease_seconds=LEASE) is None
+    with pytest.raises(ValueError):
+        claim_job(session=session, job_id=cuda.id, worker_id="w2", lease_seconds=0)
+
+
+def test_claim_job_after_a_requeue_keeps_the_first_start(session: Session, build: Any) -> None:
+    job = build.job()
+    claim_job(session=session, job_id=job.id, worker_id="w1", lease_seconds=LEASE, now=T0)
+    later = T0 + timedelta(seconds=LEASE + 1)
+    (reaped,) = reap_expired_leases(session=session, max_requeues=2, now=later)
+    assert reaped.state is JobState.QUEUED
+    again = claim_job(session=session, job_id=job.id, worker_id="w2", lease_seconds=LEASE, now=later)
+    assert again is not None and again.worker_id == "w2" and again.started_at == T0
+
+
+def test_racing_deliveries_of_one_job_one_claims(factory: sessionmaker[Session]) -> None:
+    with session_scope(factory) as session:
+        job_id = create_job(session=session, problem_id=_problem_id(session), target=Target.CPU).id
+
+    def claim(session: Session, worker: str) -> str | None:
+        job = claim_job(session=session, job_id=job_id, worker_id=worker, lease_seconds=LEASE)
+        return job.worker_id if job else None
+
+    winners = [r for r in _race(factory, 3, claim) if r is not None]
+    assert len(winners) == 1
+    with session_scope(factory) as session:
+        assert _state_events(session, job_id) == ["queued", "running"]
 
 
 def _race(factory: sessionmaker[Session], workers: int, action: Callable[[Session, str], Any]) -> list[Any]:

@@ -1,0 +1,90 @@
+"""`create_app`: the FastAPI application, built from a `Settings` and nothing global.
+
+The engine, the session factory and the dispatcher are made when the app starts (its lifespan)
+and kept on ``app.state``; they are disposed of when it stops. Two apps in one process (tests)
+share nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
+from api.errors import install_error_handlers
+from api.metrics import RequestMetrics
+from api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from api.routes import api_router, dashboard, job_problem
+from api.streaming import StreamOptions
+from config import Settings
+from store import make_engine, make_session_factory
+
+__all__ = ["create_app"]
+
+_DESCRIPTION = """\
+An LLM agent writes CUDA kernels for a PyTorch reference model; a sandboxed referee judges them.
+
+* **Auth**: every route that creates or reads jobs needs an `X-API-Key` header (an admin creates
+  keys with `kernelloop keys create`). A key sees its own jobs; admin keys see all. `/problems`,
+  `/health` and `/metrics` are open.
+* **Errors**: every 4xx/5xx body is `{"detail": "...", "code": "..."}`; `detail` says what to fix.
+* **Live**: `GET /jobs/{id}/events` streams Server-Sent Events; resume with `Last-Event-ID`.
+* The API never runs problem or candidate code: it checks sources statically and queues them.
+"""
+
+
+def _default_dispatcher(settings: Settings) -> Dispatcher:
+    return NullDispatcher() if settings.embedded else CeleryDispatcher(settings)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    dispatcher: Dispatcher | None = None,
+    stream_options: StreamOptions | None = None,
+) -> FastAPI:
+    """The API app.
+
+    Args:
+        settings: the service settings (database URL, broker URL, limits, LLM profiles).
+        dispatcher: how new jobs are announced; default: Celery when ``settings.broker_url`` is
+            set, else nothing (the embedded worker polls the database).
+        stream_options: pacing of event streams (`StreamOptions` defaults otherwise).
+    """
+    metrics = RequestMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.resolved_database_url)
+        own_dispatcher = dispatcher is None
+        active = _default_dispatcher(settings) if dispatcher is None else dispatcher
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.session_factory = make_session_factory(engine)
+        app.state.dispatcher = active
+        app.state.metrics = metrics
+        app.state.stream_options = stream_options or StreamOptions()
+        try:
+            yield
+        finally:
+            if own_dispatcher and isinstance(active, CeleryDispatcher):
+                active.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="kernelloop",
+        version="0.1.0",
+        summary="CUDA kernels written by an LLM, judged by a sandboxed referee.",
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(api_router)
+    app.include_router(job_problem.router)
+    app.include_router(dashboard.router)
+    # Added last = outermost: metrics see every answer, including the body limit's 413s.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

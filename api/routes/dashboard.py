@@ -1,0 +1,354 @@
+"""The dashboard: server-rendered pages for browsers, signed in by a session cookie.
+
+``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages read the
+store like the JSON routes (a key sees its own jobs, an admin all), and the job page updates
+itself from ``/jobs/{id}/events`` and ``/jobs/{id}`` (which accept the cookie too). None of these
+routes is in the OpenAPI schema: they are HTML for people, not an API.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from api import services
+from api.dashboard import pages
+from api.dashboard.highlight import highlight
+from api.dashboard.problem_facts import read_facts
+from api.dashboard.session import (
+    CSRF_FIELD,
+    LOGIN_CSRF_COOKIE,
+    clear_session_cookie,
+    codec_for,
+    read_session,
+    set_session_cookie,
+)
+from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep, browser_key
+from api.schemas import AttemptPublic, JobPublic
+from store import (
+    MAX_PAGE_SIZE,
+    ApiKey,
+    Attempt,
+    Job,
+    JobState,
+    NotFound,
+    list_attempts,
+    list_jobs,
+    session_scope,
+    verify_api_key,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "dashboard" / "static"
+_STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+_STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in _STATIC_TYPES} if STATIC_DIR.is_dir() else {}
+#: Attempts shown on a job page (newer ones still arrive live); a job past this is unusual.
+MAX_PAGE_ATTEMPTS = 2000
+JOBS_PER_PAGE = 50
+#: Jobs scanned for a problem page's measurements (the newest first).
+PROBLEM_JOBS_SCANNED = 200
+#: Security headers of every page: no framing (clickjacking), scripts and styles from here only.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def _html(body: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status_code, headers=_PAGE_HEADERS)
+
+
+def _safe_next(value: str | None) -> str:
+    """A local path to go back to after signing in; anything else (another site) becomes /dashboard."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or "\n" in value:
+        return "/dashboard"
+    return value
+
+
+class _Browser:
+    """The signed-in key of a page request and its CSRF token."""
+
+    def __init__(self, key: ApiKey, csrf: str) -> None:
+        self.key = key
+        self.csrf = csrf
+
+    @property
+    def owner(self) -> str:
+        return f"{self.key.owner} · {self.key.key_prefix}…" + (" (admin)" if self.key.is_admin else "")
+
+
+def _require_browser(request: Request, factory: SessionFactoryDep) -> _Browser:
+    """The page's key, or a redirect to /login that comes back here."""
+    session = read_session(request)
+    key = browser_key(request, factory) if session is not None else None
+    if key is None or session is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise HTTPException(303, "sign in first", headers={"Location": f"/login?next={quote(target)}"})
+    return _Browser(key, codec_for(request).csrf_token(session))
+
+
+BrowserDep = Annotated[_Browser, Depends(_require_browser)]
+
+
+def _not_found(browser: _Browser, what: str) -> HTMLResponse:
+    page = pages.message_page(
+        heading="Not found", text=f"{what} does not exist, or belongs to another key.", owner=browser.owner,
+        csrf=browser.csrf,
+    )
+    return _html(page, 404)
+
+
+# -- sign in and out -------------------------------------------------------------------------------
+
+
+@router.get("/")
+def root() -> RedirectResponse:
+    """The dashboard."""
+    return RedirectResponse("/dashboard", status_code=307)
+
+
+@router.get("/login")
+def login_form(request: Request, next: Annotated[str | None, Query(max_length=2048)] = None) -> HTMLResponse:
+    """The sign-in form (a double-submit cookie guards it against cross-site posts)."""
+    token = secrets.token_urlsafe(16)
+    response = _html(pages.login_page(login_csrf=token, next_path=_safe_next(next)))
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE, token, max_age=3600, path="/login", httponly=True, samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A urlencoded form body (no multipart: the dashboard's forms have no files)."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return {}
+    fields = parse_qs((await request.body()).decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {name: values[0] for name, values in fields.items() if values}
+
+
+def _check_key(factory: SessionFactoryDep, plaintext: str) -> ApiKey | None:
+    with session_scope(factory) as session:
+        return verify_api_key(session=session, plaintext=plaintext)
+
+
+@router.post("/login")
+async def login(request: Request, factory: SessionFactoryDep) -> Response:
+    """Exchange an API key for a session cookie, then go back where the browser came from."""
+    form = await _form(request)
+    next_path = _safe_next(form.get("next"))
+    expected = request.cookies.get(LOGIN_CSRF_COOKIE)
+    token = secrets.token_urlsafe(16)
+
+    def again(error: str, status_code: int) -> HTMLResponse:
+        response = _html(pages.login_page(login_csrf=token, next_path=next_path, error=error), status_code)
+        response.set_cookie(
+            LOGIN_CSRF_COOKIE, token, max_age=3600, path="/login", httponly=True, samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    if not expected or not secrets.compare_digest(expected, form.get(CSRF_FIELD, "")):
+        return again("The form expired; sign in again.", 400)
+    plaintext = form.get("api_key", "").strip()
+    key = await run_in_threadpool(_check_key, factory, plaintext) if plaintext else None
+    if key is None:
+        return again("That key is unknown or revoked.", 401)
+    response = RedirectResponse(next_path, status_code=303)
+    set_session_cookie(response, request, codec_for(request).issue(key_id=key.id, key_hash=key.key_hash))
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    """End the browser's session (the form carries the session's CSRF token)."""
+    form = await _form(request)
+    session = read_session(request)
+    if session is not None and not codec_for(request).check_csrf(session, form.get(CSRF_FIELD)):
+        return _html(pages.message_page(heading="Not signed out", text="The form expired; reload the page."), 403)
+    response = RedirectResponse("/login", status_code=303)
+    clear_session_cookie(response, request)
+    return response
+
+
+# -- pages -----------------------------------------------------------------------------------------
+
+
+@router.get("/dashboard")
+def jobs_list(
+    browser: BrowserDep,
+    session: SessionDep,
+    state: Annotated[JobState | None, Query()] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> HTMLResponse:
+    """Your jobs (every job for an admin key), newest first."""
+    owner = None if browser.key.is_admin else browser.key.id
+    page = list_jobs(session=session, owner_id=owner, state=state, limit=JOBS_PER_PAGE, offset=offset)
+    jobs = [JobPublic.from_job(j).model_dump(mode="json") for j in page.items]
+    body = pages.jobs_page(
+        jobs=jobs, owner=browser.owner, csrf=browser.csrf, state=state.value if state else None,
+        next_offset=page.next_cursor, total=page.total,
+    )
+    return _html(body)
+
+
+def _all_attempts(session: Session, job_id: int) -> list[Attempt]:
+    found: list[Attempt] = []
+    after = 0
+    while len(found) < MAX_PAGE_ATTEMPTS:
+        page = list_attempts(session=session, job_id=job_id, after_n=after, limit=MAX_PAGE_SIZE)
+        found.extend(page.items)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    return found[:MAX_PAGE_ATTEMPTS]
+
+
+def _compile_line(attempts: list[Attempt]) -> float | None:
+    """eager_ms / compile_ms: where torch.compile sits on a chart of speedups over eager."""
+    for attempt in reversed(attempts):
+        baselines = (attempt.verdict or {}).get("baselines") or {}
+        eager, compiled = baselines.get("eager_ms"), baselines.get("compile_ms")
+        if isinstance(eager, (int, float)) and isinstance(compiled, (int, float)) and compiled > 0:
+            return float(eager) / float(compiled)
+    return None
+
+
+def _elapsed_s(job: Job) -> float | None:
+    if job.started_at is None:
+        return None
+    end = job.finished_at or datetime.now(UTC)
+    return max(0.0, (end - job.started_at).total_seconds())
+
+
+@router.get("/dashboard/jobs/{job_id}")
+def job_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+    """One job, live: attempts, the speedup chart, the best kernel."""
+    try:
+        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
+    except NotFound:
+        return _not_found(browser, f"Job {job_id}")
+    # The event id first, then the attempts: an attempt missing from the page has a later event.
+    last_event_id = job.last_event_id
+    public = JobPublic.from_job(job).model_dump(mode="json")
+    attempts = _all_attempts(session, job_id)
+    body = pages.job_page(
+        job=public,
+        attempts=[AttemptPublic.from_attempt(a).model_dump(mode="json") for a in attempts],
+        best_source=job.best_attempt.source if job.best_attempt is not None else None,
+        last_event_id=last_event_id,
+        compile_line=_compile_line(attempts),
+        elapsed_s=_elapsed_s(job),
+        owner=browser.owner,
+        csrf=browser.csrf,
+    )
+    return _html(body)
+
+
+@router.get("/dashboard/jobs/{job_id}/best.html")
+def best_fragment(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+    """The best kernel's highlighted source, as an HTML fragment for the live page."""
+    try:
+        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
+    except NotFound:
+        return _not_found(browser, f"Job {job_id}")
+    best = job.best_attempt
+    if best is None:
+        return _html('<span class="muted">No verified kernel yet.</span>')
+    response = _html(highlight(best.source))
+    response.headers["X-Attempt-N"] = str(best.seq)
+    return response
+
+
+def _work_figures(session: Session, key: ApiKey, sha256: str) -> tuple[list[pages.WorkFigures], list[int]]:
+    """Per (target, device): FLOPs, bytes and baselines from the newest verdicts of visible jobs."""
+    owner = None if key.is_admin else key.id
+    page = list_jobs(session=session, owner_id=owner, limit=PROBLEM_JOBS_SCANNED)
+    jobs = [j for j in page.items if j.problem.sha256 == sha256]
+    figures: dict[tuple[str, str], pages.WorkFigures] = {}
+    for job in jobs:
+        candidates = [job.best_attempt] if job.best_attempt is not None else []
+        candidates += list_attempts(session=session, job_id=job.id, limit=20).items
+        for attempt in candidates:
+            verdict: dict[str, Any] = attempt.verdict or {}
+            if verdict.get("flops") is None and verdict.get("min_bytes") is None:
+                continue
+            provenance = verdict.get("provenance") or {}
+            ident = (str(provenance.get("target") or job.target.value), str(provenance.get("device") or "?"))
+            if ident in figures:
+                break
+            baselines = verdict.get("baselines") or {}
+            figures[ident] = pages.WorkFigures(
+                target=ident[0], device=ident[1], flops=verdict.get("flops"), min_bytes=verdict.get("min_bytes"),
+                sol_ms=verdict.get("sol_ms"), eager_ms=baselines.get("eager_ms"),
+                compile_ms=baselines.get("compile_ms"), job_id=job.id,
+            )
+            break
+    return list(figures.values()), [j.id for j in jobs]
+
+
+@router.get("/dashboard/problems/{problem_id:path}")
+def problem_view(
+    problem_id: Annotated[str, PathParam(max_length=128)], browser: BrowserDep, session: SessionDep
+) -> HTMLResponse:
+    """A bundled problem: source, input shapes, sizes, and the FLOPs and bytes measured so far."""
+    problem = services.find_bundled_problem(problem_id)
+    if problem is None:
+        return _not_found(browser, f"Problem {problem_id!r}")
+    work, job_ids = _work_figures(session, browser.key, problem.sha256)
+    body = pages.problem_page(
+        name=problem.id, description=problem.description, source=problem.source, mode=problem.mode.value,
+        policy=problem.policy.value, atol=problem.atol, rtol=problem.rtol, sha256=problem.sha256,
+        facts=read_facts(problem.source), work=work, job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
+    )
+    return _html(body)
+
+
+@router.get("/dashboard/jobs/{job_id}/problem")
+def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+    """The problem of one job (a posted source has no bundled page)."""
+    try:
+        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
+    except NotFound:
+        return _not_found(browser, f"Job {job_id}")
+    stored = job.problem
+    declarations: dict[str, Any] = dict(stored.declarations or {})
+    work, job_ids = _work_figures(session, browser.key, stored.sha256)
+    body = pages.problem_page(
+        name=stored.bundled_id or f"problem of job {job_id}",
+        description=str(declarations.get("description") or ""),
+        source=stored.source, mode=str(declarations.get("mode", "train")),
+        policy=str(declarations.get("policy", "mixed")), atol=declarations.get("atol"),
+        rtol=declarations.get("rtol"), sha256=stored.sha256, facts=read_facts(stored.source), work=work,
+        job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
+    )
+    return _html(body)
+
+
+@router.get("/dashboard/static/{name}")
+def static_file(name: Annotated[str, PathParam(max_length=64)]) -> Response:
+    """The dashboard's script and stylesheet (a fixed set of files, nothing else on disk)."""
+    path = _STATIC_FILES.get(name)
+    if path is None:
+        raise HTTPException(404, f"no static file {name!r}")
+    return FileResponse(
+        path, media_type=_STATIC_TYPES[path.suffix], headers={"Cache-Control": "no-cache"}
+    )

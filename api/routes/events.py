@@ -1,0 +1,67 @@
+"""``/jobs/{id}/events``: the job's live event stream (Server-Sent Events), resumable."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api import services
+from api.deps import MAX_ID, CurrentKey, JobId, MetricsDep, SessionFactoryDep, StreamOptionsDep
+from api.errors import error_responses
+from api.streaming import job_event_stream
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["events"])
+
+#: Each event as OpenAPI 3.2 describes Server-Sent Events (``itemSchema``: one object per event).
+_EVENT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+_STREAM_DOC = {
+    "content": {"text/event-stream": {"itemSchema": _EVENT_SCHEMA}},
+    "description": "`id:` the job's event number, `event:` its type (`state`, `attempt`, `cancel_requested`, …), "
+    "`data:` its JSON payload; `: keep-alive` comments while idle; a final `event: end` once the job is over.",
+}
+
+
+@router.get(
+    "/events",
+    response_class=Response,  # the stream's own type is documented above; errors stay JSON
+    responses={200: _STREAM_DOC, **error_responses(401, 404, 422)},
+)
+async def stream_events(
+    request: Request,
+    job_id: JobId,
+    key: CurrentKey,
+    factory: SessionFactoryDep,
+    options: StreamOptionsDep,
+    metrics: MetricsDep,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Start after this event id.")] = 0,
+    last_event_id: Annotated[
+        int | None,
+        Header(alias="Last-Event-ID", ge=0, le=MAX_ID, description="Resume point; wins over `after`."),
+    ] = None,
+) -> StreamingResponse:
+    """Stream the job's events as Server-Sent Events; reconnect with Last-Event-ID to resume."""
+    await run_in_threadpool(lambda: services.check_owned_job(factory=factory, key=key, job_id=job_id))
+    stream = job_event_stream(
+        factory=factory,
+        job_id=job_id,
+        after=last_event_id if last_event_id is not None else after,
+        options=options,
+        metrics=metrics,
+        is_disconnected=request.is_disconnected,
+    )
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,400 @@
+"""Request and response bodies: ``XCreate`` comes in, ``XPublic`` goes out, ``Page[X]`` lists.
+
+Inputs are checked here as far as types and bounds go (pydantic); what needs the problem parser,
+the settings or the database (problem syntax, LLM profile names, quotas) is checked in
+`api.services`. Every input model forbids unknown fields, so a typo ("trajectory") or a secret
+put where it does not belong ("api_key") is an error instead of being silently dropped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from problems import MAX_SOURCE_BYTES, Problem
+from store import Attempt, Job, JobKind, JobState, Message, Target
+
+__all__ = [
+    "MAX_TRAJECTORIES",
+    "AttemptDetail",
+    "AttemptPublic",
+    "BestPublic",
+    "Budgets",
+    "CancelPublic",
+    "ComponentHealth",
+    "ErrorPublic",
+    "EvaluationCreate",
+    "FieldError",
+    "HealthPublic",
+    "JobCreate",
+    "JobPublic",
+    "MessagePublic",
+    "Page",
+    "ProblemDetail",
+    "ProblemPublic",
+    "ResolvedBudgets",
+]
+
+T = TypeVar("T")
+
+#: Trajectories are independent chats run side by side; past 16 they only burn budget.
+MAX_TRAJECTORIES = 16
+# Budget bounds: wide enough for any real run, tight enough that a typo (an extra zero or three)
+# is refused instead of running for a week.
+MAX_TURNS = 100
+MAX_TOOL_CALLS = 1000
+MAX_TOKENS = 20_000_000
+MAX_COST_USD = 10_000.0
+MAX_WALL_CLOCK_S = 7 * 24 * 3600.0
+MAX_TARGET_SPEEDUP = 1000.0
+#: A bundled id is ``level<k>/<name>``; anything longer is not one.
+MAX_PROBLEM_ID_CHARS = 128
+MAX_PROFILE_CHARS = 64
+
+_INPUT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorPublic(BaseModel):
+    """Every 4xx/5xx body: what went wrong, in words, and a stable code to branch on."""
+
+    detail: str = Field(description="What went wrong and what to do about it.")
+    code: str = Field(description="A stable machine-readable code, e.g. `invalid_problem`, `quota_exceeded`.")
+    errors: list[FieldError] | None = Field(default=None, description="Per-field messages (request validation only).")
+
+
+# -- input -----------------------------------------------------------------------------------------
+
+
+class Budgets(BaseModel):
+    """Limits of a job; anything left out takes the server's default."""
+
+    model_config = _INPUT
+
+    turns: int | None = Field(default=None, ge=1, le=MAX_TURNS, description="Assistant turns per trajectory.")
+    tool_calls: int | None = Field(default=None, ge=1, le=MAX_TOOL_CALLS, description="Tool calls per trajectory.")
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS, description="Tokens for the whole job.")
+    max_cost_usd: float | None = Field(
+        default=None, ge=0, le=MAX_COST_USD, description="LLM cost for the whole job (capped by the key's cost cap)."
+    )
+    wall_clock_s: float | None = Field(default=None, gt=0, le=MAX_WALL_CLOCK_S, description="Wall clock for the job.")
+    target_speedup: float | None = Field(
+        default=None, gt=0, le=MAX_TARGET_SPEEDUP, description="Stop early once a verified attempt is this much faster."
+    )
+
+
+class _ProblemRef(BaseModel):
+    model_config = _INPUT
+
+    problem_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PROBLEM_ID_CHARS,
+        description="A bundled problem id from `GET /problems`, e.g. `level2/conv_bn_scale_train`.",
+        examples=["level1/softmax"],
+    )
+    problem_source: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SOURCE_BYTES,
+        description="A problem file's Python source: `class Model(nn.Module)`, `get_inputs()`, "
+        "`get_init_inputs()` (KernelBench format). Checked statically, never run by the API.",
+    )
+    target: Target = Field(default=Target.CUDA, description="Where kernels run: `cuda` (the product) or `cpu`.")
+
+    @model_validator(mode="after")
+    def _one_problem(self) -> _ProblemRef:
+        if (self.problem_id is None) == (self.problem_source is None):
+            raise ValueError("give exactly one of problem_id (a bundled id, see GET /problems) or problem_source")
+        return self
+
+
+class JobCreate(_ProblemRef):
+    """An agent job: an LLM proposes kernels for the problem."""
+
+    llm_profile: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PROFILE_CHARS,
+        description="A server-side LLM profile name (the server holds the keys); default: the server's.",
+    )
+    budgets: Budgets = Budgets()
+    trajectories: int | None = Field(
+        None, ge=1, le=MAX_TRAJECTORIES, description="Independent chats; the best attempt across them wins."
+    )
+
+
+class EvaluationCreate(_ProblemRef):
+    """One candidate judged against the problem, no LLM."""
+
+    candidate_source: str = Field(
+        min_length=1,
+        max_length=MAX_SOURCE_BYTES,
+        description="Python source defining `class ModelNew(nn.Module)`; runs only in the worker's sandbox.",
+    )
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+class Page(BaseModel, Generic[T]):
+    """One page. Pass ``next_cursor`` back (as ``offset`` or ``after``) for the next; ``None`` on the last."""
+
+    items: list[T]
+    next_cursor: int | None
+    total: int | None = Field(default=None, description="Counted for job listings; histories grow while read.")
+
+
+class ResolvedBudgets(BaseModel):
+    turns: int
+    tool_calls: int
+    max_tokens: int
+    max_cost_usd: float
+    wall_clock_s: float
+    target_speedup: float | None = None
+
+
+class ProblemRefPublic(BaseModel):
+    bundled_id: str | None = Field(description="The bundled id, or null for a posted source.")
+    sha256: str
+
+
+class BestSummary(BaseModel):
+    n: int
+    median_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+
+
+class JobPublic(BaseModel):
+    id: int
+    kind: JobKind
+    state: JobState
+    target: Target
+    problem: ProblemRefPublic
+    llm_profile: str | None
+    llm_model: str | None
+    budgets: dict[str, Any]
+    trajectories: int
+    cancel_requested: bool
+    error: str | None
+    attempts_count: int
+    best: BestSummary | None
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    gpu_seconds: float
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    links: dict[str, str]
+
+    @classmethod
+    def from_job(cls, job: Job) -> JobPublic:
+        """Needs the job's session open (the problem and the best attempt load on access)."""
+        best = job.best_attempt
+        base = f"/jobs/{job.id}"
+        return cls(
+            id=job.id,
+            kind=job.kind,
+            state=job.state,
+            target=job.target,
+            problem=ProblemRefPublic(bundled_id=job.problem.bundled_id, sha256=job.problem.sha256),
+            llm_profile=job.llm_profile,
+            llm_model=job.llm_model,
+            budgets=dict(job.budgets or {}),
+            trajectories=job.trajectories_count,
+            cancel_requested=job.cancel_requested,
+            error=job.error,
+            attempts_count=job.attempts_count,
+            best=None
+            if best is None
+            else BestSummary(
+                n=best.seq,
+                median_ms=best.median_ms,
+                speedup_vs_eager=best.speedup_vs_eager,
+                speedup_vs_compile=best.speedup_vs_compile,
+            ),
+            tokens_in=job.tokens_in,
+            tokens_out=job.tokens_out,
+            cost_usd=job.cost_usd,
+            gpu_seconds=job.gpu_seconds,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            links={
+                "self": base,
+                "attempts": f"{base}/attempts",
+                "messages": f"{base}/messages",
+                "events": f"{base}/events",
+                "best": f"{base}/best",
+                "cancel": f"{base}/cancel",
+            },
+        )
+
+
+class CancelPublic(BaseModel):
+    outcome: Literal["cancelled", "requested", "already_finished"] = Field(
+        description="`cancelled`: it was queued and is now cancelled; `requested`: it is running and its "
+        "worker stops at the next safe point; `already_finished`: it had been cancelled before."
+    )
+    job: JobPublic
+
+
+class AttemptPublic(BaseModel):
+    id: int
+    n: int = Field(description="The attempt's number within its job: the `n` of /jobs/{id}/attempts/{n}.")
+    trajectory_id: int | None
+    parent_id: int | None = Field(description="The `id` of the attempt this one was edited from.")
+    tool: str
+    status: str
+    stage: str
+    error_kind: str | None
+    correct: bool
+    median_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    pct_of_sol: float | None
+    compile_s: float | None
+    sha256: str
+    message: str
+    created_at: datetime
+
+    @classmethod
+    def _fields(cls, attempt: Attempt) -> dict[str, Any]:
+        return {
+            "id": attempt.id,
+            "n": attempt.seq,
+            "trajectory_id": attempt.trajectory_id,
+            "parent_id": attempt.parent_id,
+            "tool": attempt.tool,
+            "status": attempt.status.value,
+            "stage": attempt.stage,
+            "error_kind": attempt.error_kind.value if attempt.error_kind else None,
+            "correct": attempt.correct,
+            "median_ms": attempt.median_ms,
+            "speedup_vs_eager": attempt.speedup_vs_eager,
+            "speedup_vs_compile": attempt.speedup_vs_compile,
+            "pct_of_sol": attempt.pct_of_sol,
+            "compile_s": attempt.compile_s,
+            "sha256": attempt.sha256,
+            "message": str((attempt.verdict or {}).get("message", "")),
+            "created_at": attempt.created_at,
+        }
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
+        return cls(**cls._fields(attempt))
+
+
+class AttemptDetail(AttemptPublic):
+    source: str
+    verdict: dict[str, Any] = Field(description="The whole Verdict JSON (DESIGN §3).")
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> AttemptDetail:
+        return cls(**cls._fields(attempt), source=attempt.source, verdict=dict(attempt.verdict or {}))
+
+
+class BestPublic(BaseModel):
+    job_id: int
+    attempt: AttemptDetail
+    download: str = Field(description="Where to download the source as a file.")
+
+
+class MessagePublic(BaseModel):
+    id: int
+    trajectory_id: int
+    seq: int
+    role: str
+    content: str | None
+    tool_calls: list[Any] | None
+    tool_call_id: str | None
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float | None
+    cost_usd: float
+    created_at: datetime
+
+    @classmethod
+    def from_message(cls, message: Message) -> MessagePublic:
+        return cls(
+            id=message.id,
+            trajectory_id=message.trajectory_id,
+            seq=message.seq,
+            role=message.role,
+            content=message.content,
+            tool_calls=message.tool_calls,
+            tool_call_id=message.tool_call_id,
+            tokens_in=message.tokens_in,
+            tokens_out=message.tokens_out,
+            latency_ms=message.latency_ms,
+            cost_usd=message.cost_usd,
+            created_at=message.created_at,
+        )
+
+
+class ProblemPublic(BaseModel):
+    id: str
+    level: int | None
+    description: str
+    mode: str
+    policy: str
+    sha256: str
+
+    @classmethod
+    def from_problem(cls, problem: Problem) -> ProblemPublic:
+        return cls(
+            id=problem.id,
+            level=problem.level,
+            description=problem.description,
+            mode=problem.mode.value,
+            policy=problem.policy.value,
+            sha256=problem.sha256,
+        )
+
+
+class ProblemDetail(ProblemPublic):
+    source: str
+    atol: float | None
+    rtol: float | None
+    cpu_sizes: dict[str, Any]
+    extra_shapes: list[dict[str, Any]]
+    input_variants: bool
+    nondeterministic: bool
+
+    @classmethod
+    def from_problem(cls, problem: Problem) -> ProblemDetail:
+        data = problem.to_dict()
+        return cls(
+            **ProblemPublic.from_problem(problem).model_dump(),
+            source=problem.source,
+            atol=data["atol"],
+            rtol=data["rtol"],
+            cpu_sizes=data["cpu_sizes"],
+            extra_shapes=data["extra_shapes"],
+            input_variants=data["input_variants"],
+            nondeterministic=data["nondeterministic"],
+        )
+
+
+class ComponentHealth(BaseModel):
+    ok: bool
+    latency_ms: float | None = None
+    error: str | None = Field(default=None, description="The kind of failure (details are in the server's log).")
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok", "unavailable"]
+    mode: Literal["embedded", "distributed"]
+    database: ComponentHealth
+    broker: ComponentHealth | None = Field(description="Null in the embedded mode (the database is the queue).")

@@ -1,0 +1,136 @@
+"""``kernelloop keys``: issue, list and revoke API keys in the service's database.
+
+Each command reads the settings (``KERNELLOOP_DATABASE_URL`` …), migrates the database to the
+latest schema, then acts. A new key's plaintext goes to stdout alone (``KEY=$(kernelloop keys
+create --name ci)``), everything else to stderr; only its SHA-256 is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from config import load_settings
+from store import ApiKey, NotFound, create_api_key, make_engine, make_session_factory, revoke_api_key, session_scope
+from store.migrate import upgrade
+from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
+
+__all__ = ["keys_app"]
+
+keys_app = typer.Typer(help="Manage API keys (the plaintext is shown once, at creation).", no_args_is_help=True)
+
+_err = Console(stderr=True)
+_out = Console()
+
+
+@contextmanager
+def _session() -> Iterator[Session]:
+    settings = load_settings()
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with session_scope(make_session_factory(engine)) as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def _row(key: ApiKey) -> dict[str, object]:
+    return {
+        "id": key.id,
+        "name": key.name,
+        "owner": key.owner,
+        "prefix": key.key_prefix,
+        "admin": key.is_admin,
+        "max_concurrent_jobs": key.max_concurrent_jobs,
+        "max_jobs_per_day": key.max_jobs_per_day,
+        "cost_cap_usd": key.cost_cap_usd,
+        "created_at": key.created_at.isoformat(),
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+    }
+
+
+@keys_app.command("create")
+def create(
+    name: Annotated[str, typer.Option("--name", help="a label, e.g. \"alice's laptop\"")],
+    owner: Annotated[str | None, typer.Option(help="who the key belongs to (default: the name)")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="sees and manages every key's jobs")] = False,
+    max_concurrent: Annotated[
+        int, typer.Option("--max-concurrent", min=1, help="jobs queued or running at once")
+    ] = DEFAULT_MAX_CONCURRENT_JOBS,
+    max_per_day: Annotated[
+        int, typer.Option("--max-per-day", min=1, help="jobs created per rolling 24 hours")
+    ] = DEFAULT_MAX_JOBS_PER_DAY,
+    cost_cap: Annotated[
+        float | None, typer.Option("--cost-cap", min=0.0, help="USD of LLM cost over all its jobs (default: none)")
+    ] = None,
+) -> None:
+    """Create a key and print it (once: only its hash is kept)."""
+    with _session() as session:
+        issued = create_api_key(
+            session=session,
+            name=name,
+            owner=owner or name,
+            is_admin=admin,
+            max_concurrent_jobs=max_concurrent,
+            max_jobs_per_day=max_per_day,
+            cost_cap_usd=cost_cap,
+        )
+        key_id = issued.key.id
+    _err.print(
+        f"created key {key_id} ({name}{', admin' if admin else ''}); store it now, it is not shown again:"
+    )
+    sys.stdout.write(issued.plaintext + "\n")
+
+
+@keys_app.command("list")
+def list_keys(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
+    revoked: Annotated[bool, typer.Option("--revoked", help="include revoked keys")] = False,
+) -> None:
+    """List keys (prefixes only; the keys themselves are not stored)."""
+    with _session() as session:
+        stmt = select(ApiKey).order_by(ApiKey.id)
+        if not revoked:
+            stmt = stmt.where(ApiKey.revoked_at.is_(None))
+        rows = [_row(k) for k in session.scalars(stmt)]
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    table = Table(title=f"{len(rows)} API keys")
+    for column in ("id", "name", "owner", "prefix", "admin", "concurrent", "per day", "cost cap", "created", "revoked"):
+        table.add_column(column)
+    for r in rows:
+        cap = "—" if r["cost_cap_usd"] is None else f"${r['cost_cap_usd']}"
+        table.add_row(
+            str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "",
+            str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]), cap, str(r["created_at"])[:19],
+            str(r["revoked_at"] or "")[:19],
+        )
+    _out.print(table)
+
+
+@keys_app.command("revoke")
+def revoke(key_id: Annotated[int, typer.Argument(help="the key's id (see `kernelloop keys list`)")]) -> None:
+    """Revoke a key: it stops working at once; its jobs stay."""
+    try:
+        with _session() as session:
+            key = revoke_api_key(session=session, api_key_id=key_id)
+            name = key.name
+    except NotFound:
+        _err.print(f"[red]error:[/red] no API key with id {key_id} (see `kernelloop keys list`)")
+        raise typer.Exit(1) from None
+    _err.print(f"revoked key {key_id} ({name})")

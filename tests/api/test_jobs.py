@@ -1,0 +1,285 @@
+"""``POST /jobs``, listing, reading, ownership, quotas, cancel and delete, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from api import create_app
+from api.dispatch import DispatchError
+from config import Settings
+from store import JobState, Target, add_job_usage, claim_next_job, finish_job, get_job, session_scope
+from tests.api.conftest import PROBLEM_SOURCE, Key, Keys, RecordingDispatcher, job_body
+
+
+def post_job(client: TestClient, key: Key, **changes: object) -> dict:
+    response = client.post("/jobs", json=job_body(**changes), headers=key.headers)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def test_post_job_is_queued_stored_and_dispatched(
+    client: TestClient, alice: Key, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+) -> None:
+    response = client.post(
+        "/jobs",
+        json=job_body(target="cuda", trajectories=2, budgets={"turns": 5, "max_cost_usd": 1.5}),
+        headers=alice.headers,
+    )
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert response.headers["location"] == f"/jobs/{job['id']}"
+    assert job["state"] == "queued" and job["kind"] == "agent" and job["target"] == "cuda"
+    assert job["problem"]["bundled_id"] == "level1/softmax"
+    assert job["llm_profile"] == "replay" and job["trajectories"] == 2
+    # Given budgets kept, the rest filled with the server's defaults.
+    assert job["budgets"]["turns"] == 5 and job["budgets"]["max_cost_usd"] == 1.5
+    assert job["budgets"]["tool_calls"] == 30 and job["budgets"]["target_speedup"] is None
+    assert dispatcher.calls == [(job["id"], "cuda")]
+    with session_scope(factory) as session:
+        stored = get_job(session=session, job_id=job["id"])
+        assert stored.owner_id == alice.id and stored.state is JobState.QUEUED
+    assert client.get(response.headers["location"], headers=alice.headers).json()["id"] == job["id"]
+
+
+def test_post_job_with_problem_source(client: TestClient, alice: Key, dispatcher: RecordingDispatcher) -> None:
+    job = post_job(client, alice, problem_id=None, problem_source=PROBLEM_SOURCE, target="cpu")
+    assert job["problem"]["bundled_id"] is None
+    assert dispatcher.calls == [(job["id"], "cpu")]
+
+
+BAD_JOB_INPUTS = [
+    pytest.param(
+        {"problem_id": None, "problem_source": "class Model(:\n    pass\n"},
+        "invalid_problem",
+        "syntax error at line 1",
+        id="malformed-source",
+    ),
+    pytest.param(
+        {"problem_id": None, "problem_source": "def get_inputs():\n    return []\n"},
+        "invalid_problem",
+        "must define Model, get_init_inputs",
+        id="missing-model",
+    ),
+    pytest.param(
+        {"problem_id": None, "problem_source": PROBLEM_SOURCE + "\nMODE = 'inference'\n"},
+        "invalid_problem",
+        "MODE is 'train' or 'eval'",
+        id="bad-declaration",
+    ),
+    pytest.param({"problem_id": "level9/nope"}, "unknown_problem", "GET /problems", id="unknown-problem-id"),
+    pytest.param({"problem_id": "softmax"}, "unknown_problem", "did you mean level1/softmax", id="near-problem-id"),
+    pytest.param({"problem_id": "/etc/passwd"}, "unknown_problem", "no bundled problem", id="path-is-not-an-id"),
+    pytest.param({"problem_id": None}, "invalid_request", "exactly one of problem_id", id="no-problem"),
+    pytest.param(
+        {"problem_source": PROBLEM_SOURCE}, "invalid_request", "exactly one of problem_id", id="two-problems"
+    ),
+    pytest.param(
+        {"llm_profile": "gpt-9"}, "unknown_llm_profile", "choose one of: openai, replay", id="unknown-profile"
+    ),
+    pytest.param(
+        {"trajectories": 17},
+        "invalid_request",
+        "trajectories: Input should be less than or equal to 16",
+        id="too-many-trajectories",
+    ),
+    pytest.param({"trajectories": 0}, "invalid_request", "trajectories", id="no-trajectories"),
+    pytest.param({"budgets": {"turns": 0}}, "invalid_request", "budgets.turns", id="zero-turns"),
+    pytest.param({"budgets": {"wall_clock_s": 1e9}}, "invalid_request", "budgets.wall_clock_s", id="week-long"),
+    pytest.param({"target": "tpu"}, "invalid_request", "target: Input should be 'cuda' or 'cpu'", id="bad-target"),
+    pytest.param({"api_key": "sk-..."}, "invalid_request", "api_key: Extra inputs are not permitted", id="key-in-body"),
+]
+
+
+@pytest.mark.parametrize(("changes", "code", "message"), BAD_JOB_INPUTS)
+def test_bad_job_input_is_a_422_that_says_what_to_fix(
+    client: TestClient, alice: Key, dispatcher: RecordingDispatcher, changes: dict, code: str, message: str
+) -> None:
+    body = {k: v for k, v in job_body(**changes).items() if v is not None}
+    response = client.post("/jobs", json=body, headers=alice.headers)
+    assert response.status_code == 422, response.text
+    error = response.json()
+    assert error["code"] == code
+    assert message in error["detail"]
+    assert dispatcher.calls == []
+
+
+def test_malformed_json_is_a_422(client: TestClient, alice: Key) -> None:
+    response = client.post(
+        "/jobs", content=b'{"problem_id": ', headers={**alice.headers, "content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_request"
+
+
+def test_oversized_body_is_a_413(
+    client: TestClient, alice: Key, settings: Settings, dispatcher: RecordingDispatcher
+) -> None:
+    big = "x" * (settings.max_body_bytes + 1)
+    response = client.post("/jobs", json=job_body(problem_id=None, problem_source=big), headers=alice.headers)
+    assert response.status_code == 413
+    assert response.json() == {
+        "detail": f"request body larger than {settings.max_body_bytes} bytes; send a smaller problem or candidate "
+        "source",
+        "code": "body_too_large",
+    }
+
+    def chunks():  # no Content-Length: the limit counts the bytes as they arrive
+        yield b'{"problem_source": "'
+        for _ in range(settings.max_body_bytes // 4096 + 1):
+            yield b"x" * 4096
+        yield b'"}'
+
+    response = client.post("/jobs", content=chunks(), headers={**alice.headers, "content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["code"] == "body_too_large"
+    assert dispatcher.calls == []
+
+
+def test_missing_invalid_and_revoked_keys_are_401(client: TestClient, keys: Keys) -> None:
+    response = client.post("/jobs", json=job_body())
+    assert response.status_code == 401
+    assert response.json()["code"] == "missing_api_key"
+    assert "X-API-Key" in response.json()["detail"]
+    response = client.get("/jobs", headers={"X-API-Key": "kl_not-a-key"})
+    assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+    key = keys.create("soon-revoked")
+    assert client.get("/jobs", headers=key.headers).status_code == 200
+    keys.revoke(key)
+    response = client.get("/jobs", headers=key.headers)
+    assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+
+
+def test_another_keys_job_is_404_and_admins_see_everything(client: TestClient, keys: Keys, alice: Key) -> None:
+    bob = keys.create("bob")
+    admin = keys.create("root", is_admin=True)
+    job = post_job(client, alice)
+    for path in (f"/jobs/{job['id']}", f"/jobs/{job['id']}/attempts", f"/jobs/{job['id']}/best",
+                 f"/jobs/{job['id']}/messages", f"/jobs/{job['id']}/events"):
+        response = client.get(path, headers=bob.headers)
+        assert response.status_code == 404, path
+        assert response.json()["code"] == "not_found"
+    assert client.post(f"/jobs/{job['id']}/cancel", headers=bob.headers).status_code == 404
+    assert client.delete(f"/jobs/{job['id']}", headers=bob.headers).status_code == 404
+    # A missing job and someone else's job answer alike: no existence leak.
+    missing = client.get("/jobs/999999", headers=bob.headers).json()
+    hidden = client.get(f"/jobs/{job['id']}", headers=bob.headers).json()
+    assert (missing["code"], hidden["detail"]) == ("not_found", f"job {job['id']} not found")
+    assert client.get("/jobs", headers=bob.headers).json()["total"] == 0
+    assert client.get(f"/jobs/{job['id']}", headers=admin.headers).status_code == 200
+    bobs = post_job(client, bob)
+    assert {j["id"] for j in client.get("/jobs", headers=admin.headers).json()["items"]} == {job["id"], bobs["id"]}
+
+
+def test_concurrency_quota(client: TestClient, keys: Keys, dispatcher: RecordingDispatcher) -> None:
+    key = keys.create("one-at-a-time", max_concurrent_jobs=1)
+    first = post_job(client, key)
+    response = client.post("/jobs", json=job_body(), headers=key.headers)
+    assert response.status_code == 429
+    assert response.json()["code"] == "quota_exceeded"
+    assert "1 jobs queued or running, its limit is 1" in response.json()["detail"]
+    assert client.post("/evaluations", json={**job_body(), "candidate_source": "class ModelNew: pass"},
+                       headers=key.headers).status_code == 429
+    assert client.post(f"/jobs/{first['id']}/cancel", headers=key.headers).status_code == 200
+    post_job(client, key)  # the slot is free again
+    assert len(dispatcher.calls) == 2
+
+
+def test_daily_quota(client: TestClient, keys: Keys) -> None:
+    key = keys.create("daily", max_jobs_per_day=2)
+    for _ in range(2):
+        job = post_job(client, key)
+        client.post(f"/jobs/{job['id']}/cancel", headers=key.headers)
+    response = client.post("/jobs", json=job_body(), headers=key.headers)
+    assert response.status_code == 429
+    assert "2 jobs in the last 24 hours, its limit is 2" in response.json()["detail"]
+
+
+def test_cost_cap(client: TestClient, keys: Keys, factory: sessionmaker[Session]) -> None:
+    key = keys.create("capped", cost_cap_usd=3.0)
+    job = post_job(client, key, budgets={"max_cost_usd": 5.0})
+    assert job["budgets"]["max_cost_usd"] == 3.0  # a job may spend at most what the key has left
+    with session_scope(factory) as session:
+        add_job_usage(session=session, job_id=job["id"], cost_usd=3.25)
+    response = client.post("/jobs", json=job_body(), headers=key.headers)
+    assert response.status_code == 429
+    assert "$3.25 of its $3.00 cap" in response.json()["detail"]
+    # Evaluations use no LLM: the cost cap does not stop them.
+    response = client.post(
+        "/evaluations",
+        json={**job_body(), "candidate_source": "class ModelNew:\n    pass\n"},
+        headers=key.headers,
+    )
+    assert response.status_code == 202, response.text
+
+
+def test_paging_and_state_filter(client: TestClient, alice: Key) -> None:
+    ids = [post_job(client, alice)["id"] for _ in range(5)]
+    client.post(f"/jobs/{ids[0]}/cancel", headers=alice.headers)
+    first = client.get("/jobs?limit=2", headers=alice.headers).json()
+    assert [j["id"] for j in first["items"]] == ids[::-1][:2]
+    assert first["total"] == 5 and first["next_cursor"] == 2
+    second = client.get(f"/jobs?limit=2&offset={first['next_cursor']}", headers=alice.headers).json()
+    third = client.get(f"/jobs?limit=2&offset={second['next_cursor']}", headers=alice.headers).json()
+    assert [j["id"] for j in second["items"] + third["items"]] == ids[::-1][2:]
+    assert third["next_cursor"] is None
+    cancelled = client.get("/jobs?state=cancelled", headers=alice.headers).json()
+    assert [j["id"] for j in cancelled["items"]] == [ids[0]]
+    response = client.get("/jobs?limit=0", headers=alice.headers)
+    assert response.status_code == 422 and "limit" in response.json()["detail"]
+    assert client.get("/jobs?state=paused", headers=alice.headers).status_code == 422
+
+
+def test_cancel_semantics(client: TestClient, alice: Key, factory: sessionmaker[Session]) -> None:
+    queued = post_job(client, alice)
+    response = client.post(f"/jobs/{queued['id']}/cancel", headers=alice.headers)
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "cancelled" and response.json()["job"]["state"] == "cancelled"
+    again = client.post(f"/jobs/{queued['id']}/cancel", headers=alice.headers)
+    assert again.status_code == 200 and again.json()["outcome"] == "already_finished"
+
+    running = post_job(client, alice)
+    with session_scope(factory) as session:
+        claimed = claim_next_job(session=session, worker_id="w1", target=Target.CPU, lease_seconds=60)
+        assert claimed is not None and claimed.id == running["id"]
+    response = client.post(f"/jobs/{running['id']}/cancel", headers=alice.headers)
+    assert response.status_code == 202
+    assert response.json()["outcome"] == "requested"
+    assert response.json()["job"]["cancel_requested"] is True
+    assert response.json()["job"]["state"] == "running"
+
+    with session_scope(factory) as session:
+        finish_job(session=session, job_id=running["id"], worker_id="w1", state=JobState.SUCCEEDED)
+    response = client.post(f"/jobs/{running['id']}/cancel", headers=alice.headers)
+    assert response.status_code == 409
+    assert response.json()["code"] == "illegal_transition"
+    assert "already finished" in response.json()["detail"]
+
+
+def test_delete_semantics(client: TestClient, alice: Key) -> None:
+    job = post_job(client, alice)
+    response = client.delete(f"/jobs/{job['id']}", headers=alice.headers)
+    assert response.status_code == 409
+    assert "cancel it first" in response.json()["detail"]
+    client.post(f"/jobs/{job['id']}/cancel", headers=alice.headers)
+    response = client.delete(f"/jobs/{job['id']}", headers=alice.headers)
+    assert response.status_code == 204 and response.content == b""
+    assert client.get(f"/jobs/{job['id']}", headers=alice.headers).status_code == 404
+    assert client.delete(f"/jobs/{job['id']}", headers=alice.headers).status_code == 404
+
+
+def test_a_broker_failure_cancels_the_job_and_answers_503(
+    settings: Settings, alice: Key, factory: sessionmaker[Session]
+) -> None:
+    class DownDispatcher:
+        def job_created(self, job_id: int, target: str) -> None:
+            raise DispatchError("connection refused")
+
+    with TestClient(create_app(settings, dispatcher=DownDispatcher())) as client:
+        response = client.post("/jobs", json=job_body(), headers=alice.headers)
+        assert response.status_code == 503
+        assert response.json()["code"] == "queue_unavailable"
+        jobs = client.get("/jobs", headers=alice.headers).json()["items"]
+    assert [j["state"] for j in jobs] == ["cancelled"]
+    assert "not queued" in jobs[0]["error"]

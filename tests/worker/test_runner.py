@@ -1,0 +1,290 @@
+"""`worker.runner.run_job` in-process on SQLite: evaluation and agent jobs, infra retries, cancel, loss.
+
+Evaluations on the CPU target use the seed-1 examples, whose build is in the shared test cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from config import Settings
+from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Verdict
+from store import (
+    JobState,
+    TrajectoryState,
+    cancel_job,
+    claim_job,
+    events_after,
+    get_job,
+    list_attempts,
+    list_messages,
+    list_trajectories,
+    reap_expired_leases,
+    session_scope,
+    utcnow,
+)
+from tests.worker import fake_agent
+from tests.worker.support import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options, wait_for
+from worker.runner import RunOutcome, agent_budgets, retime_options, run_job
+
+WORKER = "test-worker"
+
+
+def _claim(factory: sessionmaker[Session], job_id: int, worker: str = WORKER) -> None:
+    with session_scope(factory) as session:
+        assert claim_job(session=session, job_id=job_id, worker_id=worker, lease_seconds=30) is not None
+
+
+def _run(settings: Settings, factory: sessionmaker[Session], job_id: int, **kwargs: Any) -> RunOutcome:
+    kwargs.setdefault("harness_options", quick_options(settings.resolved_cache_dir))
+    kwargs.setdefault("agent", fake_agent)
+    return run_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER, **kwargs)
+
+
+def _events(factory: sessionmaker[Session], job_id: int) -> list[tuple[str, dict[str, Any]]]:
+    with session_scope(factory) as session:
+        return [(e.type, e.payload) for e in events_after(session=session, job_id=job_id)]
+
+
+@pytest.mark.slow
+def test_an_evaluation_job_stores_its_verdict_and_succeeds(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        good, wrong = evaluation_job(session, SEED1_CPU), evaluation_job(session, SEED1_CPU_WRONG)
+    for job_id in (good, wrong):
+        _claim(sqlite_factory, job_id)
+        assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.SUCCEEDED
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=good)
+        assert job.state is JobState.SUCCEEDED and job.error is None and job.lease_expires_at is None
+        (attempt,) = list_attempts(session=session, job_id=good).items
+        assert attempt.tool == "evaluate" and attempt.status is Status.PASS and attempt.correct
+        assert attempt.median_ms is not None and attempt.speedup_vs_eager is not None
+        assert attempt.verdict["depth"] == "benchmark" and job.best_attempt_id == attempt.id
+        assert job.gpu_seconds == 0  # a CPU job
+        # The candidate's failure is the verdict's business; the job itself succeeded.
+        job = get_job(session=session, job_id=wrong)
+        assert job.state is JobState.SUCCEEDED and job.best_attempt_id is None
+        (attempt,) = list_attempts(session=session, job_id=wrong).items
+        assert attempt.status is Status.FAIL and attempt.stage == "correctness"
+    events = _events(sqlite_factory, good)
+    assert [t for t, _ in events] == ["state", "state", "progress", "progress", "attempt", "state"]
+    assert events[2][1]["phase"] == "started" and events[3][1] == {"phase": "evaluating", "depth": "benchmark"}
+    assert events[4][1]["status"] == "pass" and events[-1][1]["state"] == "succeeded"
+
+
+class ScriptedReferee:
+    """A referee that answers from a list of verdicts (and counts what it was asked)."""
+
+    def __init__(self, verdicts: list[Verdict], target: Target = Target.CPU) -> None:
+        self.verdicts = list(verdicts)
+        self.target = target
+        self.asked: list[str] = []
+        self.closed = 0
+
+    def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
+        self.asked.append(Depth(depth).value)
+        return self.verdicts.pop(0)
+
+    @property
+    def device_specs(self) -> dict[str, Any]:
+        return {"name": "fake"}
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+INFRA = Verdict(status=Status.ERROR, stage=Stage.CORRECTNESS, error_kind=ErrorKind.INFRA,
+                message="the comparer failed: channel closed")
+PASSED = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed")
+
+
+def test_infra_failures_are_retried_then_the_job_succeeds(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    referee = ScriptedReferee([INFRA, INFRA, PASSED])
+    with session_scope(sqlite_factory) as session:
+        job_id = evaluation_job(session)
+    _claim(sqlite_factory, job_id)
+    outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: referee,
+                   retry_delays_s=(0.0, 0.0))
+    assert outcome is RunOutcome.SUCCEEDED
+    assert referee.asked == ["benchmark"] * 3 and referee.closed >= 3
+    with session_scope(sqlite_factory) as session:
+        (attempt,) = list_attempts(session=session, job_id=job_id).items  # only the final verdict
+        assert attempt.status is Status.PASS
+    retries = [p for t, p in _events(sqlite_factory, job_id) if t == "progress" and p["phase"] == "infra_retry"]
+    assert [r["tries"] for r in retries] == [1, 2] and retries[0]["stage"] == "correctness"
+
+
+def test_infra_failures_on_every_try_fail_the_job_with_the_reason(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = evaluation_job(session)
+    _claim(sqlite_factory, job_id)
+    outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: ScriptedReferee([INFRA] * 3),
+                   retry_delays_s=(0.0, 0.0))
+    assert outcome is RunOutcome.FAILED
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        assert job.state is JobState.FAILED
+        assert job.error == ("infrastructure error after 3 tries, at stage correctness: "
+                             "the comparer failed: channel closed")
+        (attempt,) = list_attempts(session=session, job_id=job_id).items
+        assert attempt.error_kind is ErrorKind.INFRA
+
+
+@pytest.mark.slow
+def test_an_agent_job_runs_the_agent_with_the_evaluator_and_recorder(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "compile_then_check")
+    _claim(sqlite_factory, job_id)
+    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.SUCCEEDED
+    with session_scope(sqlite_factory) as session:
+        assert get_job(session=session, job_id=job_id).state is JobState.SUCCEEDED
+        attempts = list_attempts(session=session, job_id=job_id).items
+        assert [(a.tool, a.status) for a in attempts] == [("compile", Status.PASS),
+                                                          ("check_correctness", Status.PASS)]
+        assert attempts[1].parent_id == attempts[0].id
+        assert attempts[1].verdict["depth"] == "correctness"
+        (trajectory,) = list_trajectories(session=session, job_id=job_id)
+        assert trajectory.state is TrajectoryState.SUBMITTED
+        assert len(list_messages(session=session, job_id=job_id).items) == 3
+
+
+def test_agent_budgets_merge_the_job_over_the_defaults(sqlite_settings: Settings) -> None:
+    budgets = agent_budgets(fake_agent.Budgets, {"turns": 4, "unknown": 1}, sqlite_settings)
+    assert budgets == fake_agent.Budgets(turns=4, tool_calls=30, max_tokens=400_000, max_cost_usd=5.0,
+                                         wall_clock_s=3600.0)
+    real = pytest.importorskip("agent.job")
+    assert agent_budgets(real.Budgets, {"tool_calls": 12}, sqlite_settings).tool_calls == 12
+
+
+def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "compile_then_check", llm_profile="gpt-9")
+    _claim(sqlite_factory, job_id)
+    fake_agent.CALLS.clear()
+    assert _run(sqlite_settings, sqlite_factory, job_id,
+                referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
+    assert fake_agent.CALLS == []
+    with session_scope(sqlite_factory) as session:
+        assert get_job(session=session, job_id=job_id).error == (
+            "unknown LLM profile 'gpt-9' (this service has: openai, replay)")
+
+
+def _run_in_thread(settings: Settings, factory: sessionmaker[Session], job_id: int) -> tuple[threading.Thread, list]:
+    result: list[RunOutcome] = []
+    thread = threading.Thread(target=lambda: result.append(
+        _run(settings, factory, job_id, referee_factory=lambda *a: ScriptedReferee([]))))
+    thread.start()
+    return thread, result
+
+
+def test_a_cancel_stops_a_running_agent_job_at_its_next_safe_point(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "until_cancelled")
+    _claim(sqlite_factory, job_id)
+    thread, result = _run_in_thread(sqlite_settings, sqlite_factory, job_id)
+
+    def chatted() -> bool:
+        with session_scope(sqlite_factory) as session:
+            return len(list_messages(session=session, job_id=job_id).items) >= 3
+
+    wait_for(chatted, timeout=10, what="the fake agent's messages")
+    with session_scope(sqlite_factory) as session:
+        cancel_job(session=session, job_id=job_id)
+    thread.join(timeout=10)
+    assert result == [RunOutcome.CANCELLED]
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        assert job.state is JobState.CANCELLED and job.error == "cancelled by its owner"
+        (trajectory,) = list_trajectories(session=session, job_id=job_id)
+        assert trajectory.state is TrajectoryState.CANCELLED
+    assert [t for t, _ in _events(sqlite_factory, job_id)][-2:] == ["trajectory", "state"]
+
+
+def test_a_job_reaped_from_under_its_worker_is_left_to_its_new_holder(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "until_cancelled")
+    _claim(sqlite_factory, job_id)
+    thread, result = _run_in_thread(sqlite_settings, sqlite_factory, job_id)
+    wait_for(lambda: _events(sqlite_factory, job_id)[-1][0] == "message", timeout=10, what="a message")
+    with session_scope(sqlite_factory) as session:
+        later = utcnow() + timedelta(seconds=60)
+        (reaped,) = reap_expired_leases(session=session, max_requeues=1, now=later)
+        assert reaped.state is JobState.QUEUED
+    thread.join(timeout=10)
+    assert result == [RunOutcome.LOST]
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        assert job.state is JobState.QUEUED and job.worker_id is None and job.requeue_count == 1
+
+
+def test_a_job_not_held_by_the_worker_is_not_run(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = evaluation_job(session)
+    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST  # still queued
+    _claim(sqlite_factory, job_id, worker="someone-else")
+    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST
+
+
+def test_quarantined_candidates_are_retimed_in_a_fresh_process(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "quarantine")
+    _claim(sqlite_factory, job_id)
+    built: list[tuple[Target, HarnessOptions]] = []
+    retimed = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed")
+
+    def factory(problem: Any, target: Target, options: HarnessOptions) -> ScriptedReferee:
+        built.append((target, options))
+        return ScriptedReferee([retimed])
+
+    base = quick_options(sqlite_settings.resolved_cache_dir).replace(secret_seed=7)
+    assert _run(sqlite_settings, sqlite_factory, job_id, referee_factory=factory,
+                harness_options=base) is RunOutcome.SUCCEEDED
+    (_, job_options), (_, retime) = built
+    assert job_options == base
+    assert retime == retime_options(base)
+    assert retime.secret_seed is None and retime.suspicious_speedup == float("inf")
+    assert retime.timing.min_repeats >= 50 and retime.trials == base.trials
+    with session_scope(sqlite_factory) as session:
+        (attempt,) = list_attempts(session=session, job_id=job_id).items
+        assert attempt.tool == "retime" and attempt.status is Status.PASS
+        assert get_job(session=session, job_id=job_id).best_attempt_id == attempt.id
+    assert any(p.get("phase") == "retime" for t, p in _events(sqlite_factory, job_id) if t == "progress")
+
+
+def test_an_agent_error_fails_the_job_with_it(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "fail")
+    _claim(sqlite_factory, job_id)
+    assert _run(sqlite_settings, sqlite_factory, job_id,
+                referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        assert job.state is JobState.FAILED and job.error == "the LLM endpoint failed: 401 Unauthorized"
+        (trajectory,) = list_trajectories(session=session, job_id=job_id)
+        assert trajectory.state is TrajectoryState.FAILED

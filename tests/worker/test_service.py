@@ -1,0 +1,219 @@
+"""``kernelloop up`` and ``kernelloop worker``, the Celery app's configuration, and what the worker imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from cli.service import WorkerPlan, detect_gpus, plan_workers
+from config import Settings
+from store import create_api_key, make_engine, make_session_factory, session_scope
+from tests.worker.support import PROBLEM_ID, REPO, SEED1_CPU
+from worker.celery_app import make_celery, queues_for
+from worker.tasks import RUN_JOB
+from worker.wiring import create_worker_app, target_for_queue
+
+
+def test_the_celery_app_takes_one_job_at_a_time_and_acks_late() -> None:
+    settings = Settings(broker_url="redis://127.0.0.1:6379/14", gpu_type="h200")
+    app = make_celery(settings)
+    conf = app.conf
+    assert conf.task_acks_late is True and conf.worker_prefetch_multiplier == 1
+    assert conf.worker_concurrency == 1 and conf.worker_pool == "solo"
+    assert conf.task_serializer == "json" and list(conf.accept_content) == ["json"]
+    assert [q.name for q in conf.task_queues] == ["cpu", "gpu-h200"] == list(queues_for(settings))
+    assert conf.broker_transport_options["visibility_timeout"] >= 3600
+    assert RUN_JOB not in app.tasks  # building the app registers nothing
+    with pytest.raises(ValueError, match="embedded"):
+        make_celery(Settings(broker_url=None))
+
+
+def test_the_worker_app_registers_the_task_by_name(tmp_path: Path) -> None:
+    settings = Settings(broker_url="redis://127.0.0.1:6379/14", data_dir=tmp_path)
+    app = create_worker_app(settings)
+    assert app.tasks[RUN_JOB].name == "kernelloop.run_job" and app.tasks[RUN_JOB].acks_late
+    assert any(step.label == "lease reaper" for step in app.steps["worker"])
+    assert target_for_queue("cpu").value == "cpu" and target_for_queue("gpu-a100").value == "cuda"
+    with pytest.raises(ValueError):
+        target_for_queue("celery")
+
+
+def test_the_worker_process_never_imports_torch() -> None:
+    code = ("import sys; import worker.main, worker.embedded, worker.runner, worker.recorder, cli.service\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")
+    env = {**os.environ, "KERNELLOOP_BROKER_URL": "redis://127.0.0.1:6379/14"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_gpus_are_found_without_torch(tmp_path: Path) -> None:
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert detect_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
+    for bus in ("0000:19:00.0", "0000:3b:00.0"):
+        (tmp_path / bus).mkdir()
+    assert detect_gpus({}, proc_dir=tmp_path) == ["0", "1"]
+
+
+def test_up_plans_one_worker_per_gpu_or_one_cpu_worker() -> None:
+    assert plan_workers(gpus=["0", "1"]) == [WorkerPlan("cuda", "0"), WorkerPlan("cuda", "1")]
+    assert plan_workers(gpus=[]) == [WorkerPlan("cpu")]
+    assert plan_workers(gpus=[], workers=2) == [WorkerPlan("cpu"), WorkerPlan("cpu")]
+    assert plan_workers(gpus=["0", "1"], workers=3)[2] == WorkerPlan("cuda", "0")
+    assert plan_workers(gpus=["0"], target="cpu") == [WorkerPlan("cpu")]
+    with pytest.raises(ValueError, match="no GPU"):
+        plan_workers(gpus=[], target="cuda")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _http(method: str, url: str, body: dict[str, Any] | None = None, key: str | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if key:
+        request.add_header("X-API-Key", key)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.extend(int(p) for p in text)
+    return found
+
+
+#: A candidate that fails at import (after building the cached extension): its evaluation ends at
+#: the compile stage in seconds, with no baselines to time.
+BROKEN = SEED1_CPU + "\nraise RuntimeError('not today')\n"
+
+
+@pytest.mark.slow
+def test_up_runs_the_api_and_an_embedded_worker_and_stops_them_all(tmp_path: Path, harness_cache: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST")}
+    env.update({"KERNELLOOP_DATA_DIR": str(tmp_path), "KERNELLOOP_CACHE_DIR": str(harness_cache),
+                "KERNELLOOP_POLL_INTERVAL_S": "0.1", "CUDA_VISIBLE_DEVICES": ""})
+    argv = [sys.executable, "-c", "import typer, cli.service as s; typer.run(s.up)", "--port", str(port)]
+    log = (tmp_path / "up.log").open("wb")
+    up = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if _http("GET", f"{base}/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert up.poll() is None, (tmp_path / "up.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()
+            time.sleep(0.3)
+        (worker_pid,) = _children(up.pid)
+
+        engine = make_engine(f"sqlite:///{tmp_path / 'kernelloop.db'}")
+        factory: sessionmaker[Session] = make_session_factory(engine)
+        with session_scope(factory) as session:
+            key = create_api_key(session=session, name="test", owner="tester").plaintext
+        engine.dispose()
+        status, job = _http("POST", f"{base}/evaluations",
+                            {"problem_id": PROBLEM_ID, "target": "cpu", "candidate_source": BROKEN}, key)
+        assert status == 202, job
+        deadline = time.monotonic() + 90
+        while job["state"] not in ("succeeded", "failed", "cancelled"):
+            assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()[-3000:]
+            time.sleep(0.3)
+            job = _http("GET", f"{base}/jobs/{job['id']}", key=key)[1]
+        assert job["state"] == "succeeded", job
+        status, attempts = _http("GET", f"{base}/jobs/{job['id']}/attempts", key=key)
+        (attempt,) = attempts["items"]
+        assert attempt["status"] == "error" and attempt["stage"] == "compile"
+
+        up.send_signal(signal.SIGINT)  # Ctrl-C
+        assert up.wait(timeout=30) is not None
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{worker_pid}").exists() and "zombie" not in _state(worker_pid):
+            assert time.monotonic() < deadline, "the embedded worker outlived `up`"
+            time.sleep(0.1)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        log.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
+
+
+def test_an_embedded_worker_whose_parent_is_already_gone_exits(tmp_path: Path) -> None:
+    env = {**os.environ, "KERNELLOOP_DATA_DIR": str(tmp_path)}
+    # Its parent is this test, not pid 1: as if `up` had died before the worker asked to die with it.
+    out = subprocess.run([sys.executable, "-m", "worker.embedded", "--parent-pid", "1"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "RuntimeWarning" not in out.stderr, out.stderr
+
+
+def test_worker_refuses_the_embedded_mode() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
+    out = subprocess.run([sys.executable, "-c", "import typer, cli.service as s; typer.run(s.worker)"],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 2 and "KERNELLOOP_BROKER_URL" in out.stderr
+
+
+COMPOSE = REPO / "docker-compose.yml"
+
+
+def test_the_compose_file_describes_the_production_topology() -> None:
+    yaml = pytest.importorskip("yaml")
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert {"postgres", "redis", "migrate", "api", "worker-gpu0"} <= set(services)
+    assert services["migrate"]["command"] == ["alembic", "upgrade", "head"]
+    assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    gpu = services["worker-gpu0"]
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"] and device["device_ids"] == ["0"]
+    assert {"seccomp=unconfined", "apparmor=unconfined"} <= set(gpu["security_opt"])
+    assert "privileged" not in gpu and "cap_add" not in gpu
+    assert gpu["command"][-2:] == ["--queue", "gpu-${KERNELLOOP_GPU_TYPE:-h200}"]
+    env = gpu["environment"]
+    assert env["KERNELLOOP_BROKER_URL"].startswith("redis://") and env["KERNELLOOP_WORKER_TARGET"] == "cuda"
+    assert env["KERNELLOOP_DATABASE_URL"].startswith("postgresql+psycopg://")
+    for name in ("migrate", "api", "worker-gpu0"):
+        assert services[name]["build"] == "." and services[name]["image"] == "kernelloop:latest"
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "util-linux" in dockerfile and "python3-dev" in dockerfile and "-devel-" in dockerfile
+
+
+def test_docker_compose_config_validates_the_file() -> None:
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
+        pytest.skip("no `docker compose` client here")
+    out = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True,
+                         text=True, cwd=REPO, check=False)
+    assert out.returncode == 0, out.stderr

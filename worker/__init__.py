@@ -1,0 +1,38 @@
+"""The worker: runs jobs with the harness (and the agent) and stores what happens (DESIGN §5).
+
+::
+
+    runner.run_job        the functional core: one claimed job, start to finish (both modes)
+    ├── lease.LeaseKeeper       heartbeat thread: renews the lease, notices cancel and loss
+    ├── evaluator.RefereeEvaluator  agent.Evaluator over harness.Referee: infra retries, timing lock
+    ├── recorder.StoreRecorder      agent.Recorder over the store: one short transaction per call
+    └── devicelock                  one timing run per device (flock under the harness cache)
+    reaper                expired leases back to the queue (or failed), re-dispatched
+    embedded.EmbeddedWorker   the embedded mode: the database is the queue (`kernelloop up`)
+    celery_app.make_celery    the distributed mode's Celery app (Redis), built and nothing else
+    tasks                 the task ``kernelloop.run_job(job_id)``: claim that job, run it
+    wiring.create_worker_app  app + tasks + reaper for one Celery worker process
+    main                  ``celery -A worker.main worker`` (`kernelloop worker` does the same)
+
+Nothing here imports torch: the harness drives every stage that touches a device in a sandboxed
+subprocess, so a worker process never initialises CUDA. Importing this package does not import
+Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedded` (run as
+``python -m worker.embedded``).
+"""
+
+from worker.evaluator import RefereeEvaluator
+from worker.lease import LeaseKeeper, StopReason, new_worker_id
+from worker.recorder import StoreRecorder, WorkerEvent
+from worker.runner import RunOutcome, harness_options_for, run_job
+
+__all__ = [
+    "LeaseKeeper",
+    "RefereeEvaluator",
+    "RunOutcome",
+    "StopReason",
+    "StoreRecorder",
+    "WorkerEvent",
+    "harness_options_for",
+    "new_worker_id",
+    "run_job",
+]

@@ -1,0 +1,161 @@
+"""The embedded mode's worker: the database is the queue (no Redis, no Celery).
+
+An `EmbeddedWorker` takes the oldest queued job of its target (`store.claim_next_job`, atomic)
+and runs it with the same `worker.runner.run_job` as the Celery task; when nothing is queued it
+waits ``settings.poll_interval_s``. A `worker.reaper.Reaper` thread hands back jobs of workers
+that died (nothing to re-dispatch: a re-queued row is picked up by the next poll).
+docs/deploy.md has the measurements that chose this over a Celery embedded transport.
+
+``python -m worker.embedded [--target cpu|cuda]`` runs one such worker process; ``kernelloop up``
+starts one per GPU (``CUDA_VISIBLE_DEVICES``) or one CPU worker, beside the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from config import Settings, load_settings
+from harness import HarnessOptions
+from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
+from worker.lease import check_lease_settings, new_worker_id
+from worker.reaper import Reaper
+from worker.runner import AgentAPI, RunOutcome, run_job
+
+__all__ = ["EmbeddedWorker", "main"]
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedWorker:
+    """Claims and runs queued jobs of one target, one at a time.
+
+    Args:
+        settings: the service settings (``poll_interval_s``, lease, reaper).
+        session_factory: sessions on the service's database.
+        target: the jobs this worker runs.
+        worker_id: its unique id (default: a new one for this process).
+        harness_options: overrides the harness options built from the settings (tests).
+        agent: the agent package (default ``import agent`` at the first agent job).
+        reap: also run the lease reaper in this process.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        session_factory: sessionmaker[Session],
+        target: Target,
+        worker_id: str | None = None,
+        harness_options: HarnessOptions | None = None,
+        agent: AgentAPI | None = None,
+        reap: bool = True,
+    ) -> None:
+        check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
+        self.settings = settings
+        self._factory = session_factory
+        self.target = Target(target)
+        self.worker_id = worker_id or new_worker_id(f"embedded-{self.target.value}")
+        self._harness_options = harness_options
+        self._agent = agent
+        self._reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
+                              interval_s=settings.reaper_interval_s) if reap else None
+        self._stop = threading.Event()
+
+    def run_once(self) -> tuple[int, RunOutcome] | None:
+        """Claim the oldest queued job of the target and run it; ``None`` when none is queued."""
+        with session_scope(self._factory) as session:
+            job = claim_next_job(session=session, worker_id=self.worker_id, target=self.target,
+                                 lease_seconds=self.settings.lease_seconds)
+            job_id = job.id if job is not None else None
+        if job_id is None:
+            return None
+        log.info("job %s claimed by %s", job_id, self.worker_id)
+        outcome = run_job(job_id, settings=self.settings, session_factory=self._factory, worker_id=self.worker_id,
+                          harness_options=self._harness_options, agent=self._agent)
+        log.info("job %s: %s", job_id, outcome.value)
+        return job_id, outcome
+
+    def serve(self, *, max_jobs: int | None = None) -> int:
+        """Run jobs until `stop` (or ``max_jobs`` jobs); returns how many ran."""
+        ran = 0
+        if self._reaper is not None:
+            self._reaper.start()
+        try:
+            while not self._stop.is_set() and (max_jobs is None or ran < max_jobs):
+                try:
+                    done = self.run_once()
+                except Exception:  # the database is unreachable or locked: wait and try again
+                    log.exception("embedded worker: claiming a job failed")
+                    done = None
+                if done is None:
+                    self._stop.wait(self.settings.poll_interval_s)
+                else:
+                    ran += 1
+        finally:
+            if self._reaper is not None:
+                self._reaper.stop()
+        return ran
+
+    def stop(self) -> None:
+        """Stop after the running job (if any) ends."""
+        self._stop.set()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGTERM us when ``kernelloop up`` dies, however it dies (Linux).
+
+    The request only covers a parent still alive when it is made: if ours (``parent_pid``, as it
+    told us) is already gone, exit now.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        sys.exit(1)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Unwind (closing the referee kills its sandboxed stages); the lease of a running job then
+    # expires and the reaper re-queues it.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.embedded", description=__doc__.split("\n")[0])
+    parser.add_argument("--target", choices=[t.value for t in Target], default=None,
+                        help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (our parent) dies")
+    parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
+    args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings()
+    engine = make_engine(settings.resolved_database_url)
+    worker = EmbeddedWorker(settings=settings, session_factory=make_session_factory(engine),
+                            target=Target(args.target or settings.worker_target))
+    log.info("embedded worker %s: %s jobs, CUDA_VISIBLE_DEVICES=%s", worker.worker_id, worker.target.value,
+             os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    try:
+        worker.serve(max_jobs=args.max_jobs)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

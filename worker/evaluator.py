@@ -1,0 +1,182 @@
+"""The agent's `Evaluator` over a `harness.Referee`: infra retries and the device's timing lock.
+
+- **Infra errors are retried, never charged.** A verdict with ``error_kind == "infra"`` (or a
+  `harness.ReferenceFailed` from starting the reference) is ours, not the candidate's: the
+  reference process is restarted and the evaluation tried again, up to ``len(retry_delays_s)``
+  more times. Only then does the infra verdict come back (flagged ``infra``, which the agent
+  neither feeds to the LLM nor counts against its budget). For agent jobs the agent's tool
+  executor does the retrying (it records each try), so the runner passes no delays here.
+- **One timing run per device.** ``benchmark`` and ``profile`` evaluations hold the device's lock
+  (`worker.devicelock`). On ``cuda`` the candidate is compiled first, outside the lock (no GPU is
+  used by a compile), so one job's compile overlaps another's timing; the timed evaluation then
+  finds the build in the cache. On ``cpu`` the whole evaluation holds the lock: a compile on the
+  same cores would disturb the other's timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from worker.devicelock import device_lock
+
+__all__ = ["INFRA_RETRY_DELAYS_S", "RefereeEvaluator", "RefereeLike"]
+
+log = logging.getLogger(__name__)
+
+#: Pauses before each retry of an evaluation that failed for our reasons (so two retries). Long
+#: enough for a busy GPU or a restarted reference to settle, short against a job's minutes.
+INFRA_RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0)
+#: Depths whose figures need the device to themselves.
+_TIMED = frozenset({Depth.BENCHMARK, Depth.PROFILE})
+_T = TypeVar("_T")
+
+
+class RefereeLike(Protocol):
+    """What the evaluator needs of `harness.Referee` (a test seam)."""
+
+    target: Target
+
+    def evaluate(self, source: str, depth: Depth | str = ...) -> Verdict: ...
+
+    @property
+    def device_specs(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _is_infra(verdict: Verdict) -> bool:
+    return verdict.error_kind is ErrorKind.INFRA
+
+
+class RefereeEvaluator:
+    """Implements ``agent.Evaluator``: ``evaluate(source, depth) -> Verdict`` and ``device_specs``.
+
+    Thread-safe: the agent's trajectories may call it concurrently. Everything that talks to the
+    referee's reference process runs on one long-lived thread of its own, one call at a time
+    (the reference's channel is a single conversation, and its sandbox dies with the thread that
+    started it, so it must not be a trajectory's); compiles run in the caller's thread and
+    overlap with it.
+
+    Args:
+        referee: the job's referee (its reference process stays alive across evaluations).
+        cache_dir: where the device locks live (the harness cache, shared by the host's workers).
+        device_key: the lock's name (`worker.devicelock.device_key`).
+        retry_delays_s: one pause per retry of an infra failure; empty where the caller retries
+            (the agent does, recording each try). Either way, an infra failure restarts the
+            reference before the next evaluation.
+        on_infra_failure: told of each infra failure that will be retried (the verdict, and how
+            many tries failed so far), e.g. to show it in the job's events.
+        sleep: the pause (a test seam).
+    """
+
+    def __init__(
+        self,
+        referee: RefereeLike,
+        *,
+        cache_dir: Path,
+        device_key: str,
+        retry_delays_s: Sequence[float] = INFRA_RETRY_DELAYS_S,
+        on_infra_failure: Callable[[Verdict, int], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.referee = referee
+        self._cache_dir = cache_dir
+        self._device_key = device_key
+        self._delays = tuple(retry_delays_s)
+        self._on_infra_failure = on_infra_failure
+        self._sleep = sleep
+        self._referee_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="referee")
+        self._stats = threading.Lock()
+        #: Seconds spent in evaluations that were not infra failures (what a job is charged).
+        self.charged_seconds = 0.0
+        #: Seconds waited for the device lock, all evaluations together.
+        self.lock_wait_seconds = 0.0
+        #: Evaluations (and reference starts) that failed for our reasons.
+        self.infra_failures = 0
+
+    # -- agent.Evaluator -------------------------------------------------------------------
+    @property
+    def device_specs(self) -> dict[str, Any]:
+        """The device the reference runs on; starting the reference is retried like an evaluation.
+
+        Raises:
+            ReferenceFailed: the reference could not start after every retry.
+        """
+        for delay in (*self._delays, None):
+            try:
+                return self._on_referee_thread(lambda: self.referee.device_specs)
+            except ReferenceFailed as exc:
+                self._count(infra=1)
+                self._on_referee_thread(self.referee.close)
+                if delay is None:
+                    raise
+                log.warning("the reference failed to start (%s); retrying in %.0f s", exc, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
+        """Evaluate one candidate, retrying infra failures; failures of the candidate are values."""
+        depth = Depth(depth)
+        for delay in (*self._delays, None):
+            started = time.monotonic()
+            verdict = self._once(source, depth)
+            if not _is_infra(verdict):
+                self._count(charged=time.monotonic() - started)
+                return verdict
+            self._count(infra=1)
+            self._on_referee_thread(self.referee.close)  # a fresh reference process next time
+            if delay is None:
+                return verdict
+            log.warning("infra failure at %s (%s); retrying in %.0f s", verdict.stage, verdict.message, delay)
+            if self._on_infra_failure is not None:
+                self._on_infra_failure(verdict, self.infra_failures)
+            self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Stop the reference process and the referee's thread."""
+        try:
+            self._on_referee_thread(self.referee.close)
+        finally:
+            self._referee_thread.shutdown(wait=True)
+
+    # -- internals -------------------------------------------------------------------------
+    def _on_referee_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return self._referee_thread.submit(fn, *args).result()
+
+    def _count(self, *, infra: int = 0, charged: float = 0.0, waited: float = 0.0) -> None:
+        with self._stats:
+            self.infra_failures += infra
+            self.charged_seconds += charged
+            self.lock_wait_seconds += waited
+
+    def _once(self, source: str, depth: Depth) -> Verdict:
+        try:
+            if depth is Depth.COMPILE:
+                return self.referee.evaluate(source, depth)
+            if self.referee.target is Target.CUDA:
+                # Compile here, with no GPU and no lock; the evaluation below reuses the build.
+                compiled = self.referee.evaluate(source, Depth.COMPILE)
+                if compiled.status is not Status.PASS:
+                    return compiled.with_changes(depth=depth.value)
+            if depth in _TIMED:
+                return self._on_referee_thread(self._timed, source, depth)
+            return self._on_referee_thread(self.referee.evaluate, source, depth)
+        except (ReferenceFailed, OSError) as exc:
+            # The referee reports its own failures as verdicts; these escaped it (the reference
+            # died while starting, the disk is full): ours, not the candidate's.
+            return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
+                           message=f"the evaluation could not run: {exc}", depth=depth.value,
+                           log=getattr(exc, "details", ""))
+
+    def _timed(self, source: str, depth: Depth) -> Verdict:
+        with device_lock(self._cache_dir, self._device_key) as waited:
+            self._count(waited=waited)
+            return self.referee.evaluate(source, depth)

@@ -1,0 +1,231 @@
+"""`StoreRecorder`: the agent's ``Recorder`` over the store, one short transaction per call.
+
+Every write first renews the job's lease in the same transaction (`store.heartbeat`, which locks
+the job row until commit): a worker that lost its job (reaped, cancelled and finished, deleted)
+writes nothing more and gets `store.LeaseLost`, which the runner turns into "stop quietly".
+
+Events this module appends to the job's stream (the store already appends ``state``,
+``cancel_requested`` and ``attempt``), with their payloads:
+
+- ``trajectory``: ``{"index", "trajectory_id", "state", "temperature"?, "strategy"?, "reason"?}``
+- ``message``: ``{"trajectory", "trajectory_id", "message_id", "seq", "role", "tool_calls",
+  "tool_call_id", "tokens_in", "tokens_out", "latency_ms", "cost_usd", "preview"}``; ``tool_calls``
+  lists the called functions' names, ``preview`` is the content's first characters (the whole
+  message is at ``GET /jobs/{id}/messages``).
+- ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from harness import Verdict
+from store import (
+    LeaseLost,
+    LeaseStatus,
+    Trajectory,
+    TrajectoryState,
+    append_event,
+    append_message,
+    create_trajectory,
+    find_attempt_by_source,
+    heartbeat,
+    record_attempt,
+    session_scope,
+    set_trajectory_state,
+)
+from worker.lease import LeaseKeeper
+
+__all__ = ["MESSAGE_PREVIEW_CHARS", "StoreRecorder", "WorkerEvent", "trajectory_state_for"]
+
+#: Characters of a message's content carried in its live event.
+MESSAGE_PREVIEW_CHARS = 240
+
+
+class WorkerEvent(StrEnum):
+    """Job event types the worker appends (see the module docstring for payloads)."""
+
+    TRAJECTORY = "trajectory"
+    MESSAGE = "message"
+    PROGRESS = "progress"
+
+
+def trajectory_state_for(reason: str) -> TrajectoryState:
+    """The final state of a trajectory that ended for ``reason`` (an ``agent.StopReason`` value).
+
+    A reason that is a state's value is that state; ``…_error`` and ``…_overflow`` reasons (the
+    LLM, the context, our infrastructure, a bug) are ``failed``; any other reason is a budget or a
+    goal reached without submitting (``turns``, ``tool_calls``, ``tokens``, ``cost``,
+    ``wall_clock``, ``target_reached``): ``exhausted``. The same mapping as
+    ``agent.StopReason.outcome``, without importing the agent.
+    """
+    text = reason.strip().lower()
+    for state in TrajectoryState:
+        if text == state.value:
+            return state
+    if text.endswith(("error", "overflow")) or text.startswith(("error", "fail")):
+        return TrajectoryState.FAILED
+    return TrajectoryState.EXHAUSTED
+
+
+def _tool_names(tool_calls: list[dict[str, Any]] | None) -> list[str]:
+    names = []
+    for call in tool_calls or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        names.append(str(name or (call.get("name") if isinstance(call, dict) else None) or "?"))
+    return names
+
+
+class StoreRecorder:
+    """Implements ``agent.Recorder`` for one job run by one worker.
+
+    Args:
+        session_factory: sessions on the service's database.
+        job_id: the running job.
+        worker_id: the worker holding its lease.
+        lease_seconds: how far each write extends the lease.
+        lease: the job's `LeaseKeeper`: what `cancelled` asks, and what learns of a lost lease.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_factory: sessionmaker[Session],
+        job_id: int,
+        worker_id: str,
+        lease_seconds: float,
+        lease: LeaseKeeper,
+    ) -> None:
+        self._factory = session_factory
+        self.job_id = job_id
+        self.worker_id = worker_id
+        self._lease_seconds = lease_seconds
+        self._lease = lease
+        self._trajectory_ids: dict[int, int] = {}
+
+    # -- the Recorder protocol -----------------------------------------------------------
+    def trajectory_started(self, *, index: int, temperature: float | None = None, strategy: str | None = None) -> None:
+        """Mark trajectory ``index`` running (its row is reused after a re-queue)."""
+        with self._guarded() as session:
+            trajectory = session.scalars(
+                select(Trajectory).where(Trajectory.job_id == self.job_id, Trajectory.index == index)
+            ).first()
+            if trajectory is None:
+                trajectory = create_trajectory(session=session, job_id=self.job_id, index=index,
+                                               temperature=temperature, strategy_hint=strategy)
+            set_trajectory_state(session=session, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING)
+            payload = {"index": index, "trajectory_id": trajectory.id, "state": TrajectoryState.RUNNING.value,
+                       "temperature": temperature, "strategy": strategy}
+            self._event(session, WorkerEvent.TRAJECTORY, payload)
+            self._trajectory_ids[index] = trajectory.id
+
+    def message(
+        self,
+        *,
+        trajectory: int,
+        role: str,
+        content: str | None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        tokens_in: int = 0,
+        tokens_out: int = 0,
+        latency_ms: float | None = None,
+        cost_usd: float = 0.0,
+    ) -> None:
+        """Store one chat message of trajectory number ``trajectory``."""
+        with self._guarded() as session:
+            trajectory_id = self._trajectory_id(session, trajectory)
+            stored = append_message(
+                session=session, trajectory_id=trajectory_id, role=role, content=content,
+                tool_calls=tool_calls, tool_call_id=tool_call_id, tokens_in=tokens_in, tokens_out=tokens_out,
+                latency_ms=latency_ms, cost_usd=cost_usd,
+            )
+            payload = {
+                "trajectory": trajectory, "trajectory_id": trajectory_id, "message_id": stored.id,
+                "seq": stored.seq, "role": role, "tool_calls": _tool_names(tool_calls),
+                "tool_call_id": tool_call_id, "tokens_in": tokens_in, "tokens_out": tokens_out,
+                "latency_ms": latency_ms, "cost_usd": cost_usd,
+                "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
+            }
+            self._event(session, WorkerEvent.MESSAGE, payload)
+
+    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
+        """The stored verdict of this job for the same source and tool (infra failures excepted)."""
+        with session_scope(self._factory) as session:
+            found = find_attempt_by_source(session=session, job_id=self.job_id, sha256=source_sha256, tool=tool)
+            return dict(found.verdict) if found is not None else None
+
+    def attempt(
+        self,
+        *,
+        trajectory: int | None,
+        tool: str,
+        source: str,
+        parent_sha256: str | None,
+        verdict: Verdict | dict[str, Any],
+    ) -> None:
+        """Store one evaluated candidate (its ``attempt`` event comes from the store)."""
+        verdict_dict = verdict.to_dict() if isinstance(verdict, Verdict) else dict(verdict)
+        with self._guarded() as session:
+            trajectory_id = self._trajectory_id(session, trajectory) if trajectory is not None else None
+            parent_id = None
+            if parent_sha256:
+                parent = find_attempt_by_source(session=session, job_id=self.job_id, sha256=parent_sha256,
+                                                include_infra_errors=True)
+                parent_id = parent.id if parent is not None else None
+            record_attempt(session=session, job_id=self.job_id, trajectory_id=trajectory_id, tool=tool,
+                           source=source, parent_id=parent_id, verdict_dict=verdict_dict)
+
+    def trajectory_finished(self, *, index: int, reason: str) -> None:
+        """Record how trajectory ``index`` ended (``reason``: an ``agent.StopReason`` value)."""
+        state = trajectory_state_for(reason)
+        with self._guarded() as session:
+            trajectory_id = self._trajectory_id(session, index)
+            error = None if state is TrajectoryState.SUBMITTED else reason
+            set_trajectory_state(session=session, trajectory_id=trajectory_id, state=state, error=error)
+            payload = {"index": index, "trajectory_id": trajectory_id, "state": state.value, "reason": reason}
+            self._event(session, WorkerEvent.TRAJECTORY, payload)
+
+    def cancelled(self) -> bool:
+        """Whether the agent should stop at this safe point (cancel requested, or the job lost)."""
+        return self._lease.should_stop()
+
+    # -- beyond the protocol ---------------------------------------------------------------
+    def progress(self, phase: str, **details: Any) -> None:
+        """Append a ``progress`` event (the runner's milestones)."""
+        with self._guarded() as session:
+            self._event(session, WorkerEvent.PROGRESS, {"phase": phase, **details})
+
+    # -- internals -------------------------------------------------------------------------
+    @contextmanager
+    def _guarded(self) -> Iterator[Session]:
+        """A unit of work that first renews the lease, and writes nothing if the job is not ours."""
+        with session_scope(self._factory) as session:
+            status = heartbeat(session=session, job_id=self.job_id, worker_id=self.worker_id,
+                               lease_seconds=self._lease_seconds)
+            self._lease.note(status)
+            if status is LeaseStatus.LOST:
+                raise LeaseLost(self.job_id, self.worker_id)
+            yield session
+
+    def _trajectory_id(self, session: Session, index: int) -> int:
+        known = self._trajectory_ids.get(index)
+        if known is not None:
+            return known
+        found = session.scalar(
+            select(Trajectory.id).where(Trajectory.job_id == self.job_id, Trajectory.index == index)
+        )
+        if found is None:
+            raise ValueError(f"trajectory {index} of job {self.job_id} was never started (trajectory_started)")
+        self._trajectory_ids[index] = found
+        return found
+
+    def _event(self, session: Session, type: WorkerEvent, payload: dict[str, Any]) -> None:
+        append_event(session=session, job_id=self.job_id, type=type, payload=payload)

@@ -1,0 +1,388 @@
+"""The functional core of a worker: run one claimed job with the harness (and the agent), store it.
+
+`run_job` is what both queues call once a job is claimed: the Celery task (`worker.tasks`, after
+`store.claim_job`) and the embedded loop (`worker.embedded`, after `store.claim_next_job`). It
+loads the job, builds the `problems.Problem` and the `harness.HarnessOptions`, keeps the lease
+alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
+
+- an **evaluation** job (``POST /evaluations``): one `benchmark` evaluation of the given
+  candidate, stored as attempt 1; the job succeeds whatever the verdict says about the
+  candidate, and fails only when our infrastructure failed on every retry;
+- an **agent** job: ``agent.run_job(spec, evaluator=…, recorder=…, provider=None)`` with a
+  `worker.evaluator.RefereeEvaluator` and a `worker.recorder.StoreRecorder`; then the
+  candidates the agent reports quarantined (``suspicious``) are re-timed in a fresh process with
+  fresh seeds (`retime_options`), so a real large speedup can become the job's best.
+
+Cancel and lease loss are noticed by the heartbeat thread and acted on at safe points: between
+evaluations (the recorder's ``cancelled()``), and before the job is finished. A lost job is left
+alone (someone else holds it now); a crash of the worker process leaves the lease to expire and
+the reaper to re-queue the job. Nothing here imports torch: the harness drives its stages in
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from config import LLMProfile, Settings
+from harness import Depth, ErrorKind, HarnessOptions, Referee, Target, Verdict
+from problems import Problem, ProblemFormatError, parse_problem
+from store import (
+    JobKind,
+    JobState,
+    LeaseLost,
+    LeaseStatus,
+    StoredProblem,
+    add_job_usage,
+    finish_job,
+    get_job,
+    session_scope,
+)
+from worker.devicelock import current_device_key
+from worker.evaluator import INFRA_RETRY_DELAYS_S, RefereeEvaluator, RefereeLike
+from worker.lease import LeaseKeeper
+from worker.recorder import StoreRecorder
+
+__all__ = [
+    "EVALUATION_TOOL",
+    "MAX_RETIMES",
+    "RETIME_TOOL",
+    "AgentAPI",
+    "RunOutcome",
+    "agent_budgets",
+    "harness_options_for",
+    "problem_from_row",
+    "retime_options",
+    "run_job",
+]
+
+log = logging.getLogger(__name__)
+
+#: The ``tool`` of an evaluation job's attempt.
+EVALUATION_TOOL = "evaluate"
+#: The ``tool`` of the re-timing of a quarantined (``suspicious``) candidate.
+RETIME_TOOL = "retime"
+#: Quarantined candidates re-timed per job (each costs a fresh reference and a timing run).
+MAX_RETIMES = 3
+#: Timed calls at least, in a re-time (the quick default is 20).
+RETIME_MIN_REPEATS = 50
+
+
+class RunOutcome(StrEnum):
+    """How a worker's run of a job ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    #: The job was not (or stopped being) this worker's: nothing more was stored.
+    LOST = "lost"
+
+
+class AgentAPI(Protocol):
+    """What the runner uses of the ``agent`` package (the module itself; a test passes a fake)."""
+
+    JobSpec: Callable[..., Any]
+    Budgets: Callable[..., Any]
+
+    def run_job(self, spec: Any, *, evaluator: Any, recorder: Any, provider: Any) -> Any: ...
+
+
+class _JobRefused(Exception):
+    """The job cannot run as stored; it fails with this message."""
+
+
+RefereeFactory = Callable[[Problem, Target, HarnessOptions], RefereeLike]
+
+
+@dataclass(frozen=True)
+class _JobData:
+    """What the runner reads of the job row, copied out of its session."""
+
+    id: int
+    kind: JobKind
+    target: Target
+    candidate_source: str | None
+    llm_profile: str | None
+    llm_model: str | None
+    budgets: dict[str, Any]
+    trajectories_count: int
+    problem: StoredProblem
+
+
+def harness_options_for(settings: Settings) -> HarnessOptions:
+    """The harness options of a job run by this service (builds and baselines in its cache)."""
+    return HarnessOptions(cache_dir=settings.resolved_cache_dir)
+
+
+def problem_from_row(stored: StoredProblem) -> Problem:
+    """The parsed problem of a stored source (the API checked it; parsing runs nothing).
+
+    Raises:
+        ProblemFormatError: the source does not parse (a row written by something else).
+    """
+    declarations = stored.declarations or {}
+    problem_id = stored.bundled_id or declarations.get("id") or f"problem-{stored.id}"
+    return parse_problem(stored.source, problem_id=str(problem_id), level=declarations.get("level"))
+
+
+def _budget_defaults(settings: Settings) -> dict[str, Any]:
+    return {
+        "turns": settings.default_turns,
+        "tool_calls": settings.default_tool_calls,
+        "max_tokens": settings.default_max_tokens,
+        "max_cost_usd": settings.default_max_cost_usd,
+        "wall_clock_s": settings.default_wall_clock_s,
+    }
+
+
+def agent_budgets(budgets_cls: Callable[..., Any], requested: dict[str, Any], settings: Settings) -> Any:
+    """``agent.Budgets`` from the job's budgets over the service's defaults.
+
+    Only the names ``budgets_cls`` accepts are passed (the job row may carry more, or fewer), and
+    a ``None`` in the job means "the default".
+    """
+    merged = {**_budget_defaults(settings), **{k: v for k, v in (requested or {}).items() if v is not None}}
+    try:
+        parameters = inspect.signature(budgets_cls).parameters
+    except (TypeError, ValueError):
+        return budgets_cls(**merged)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return budgets_cls(**merged)
+    return budgets_cls(**{k: v for k, v in merged.items() if k in parameters})
+
+
+def _llm_profile(job: _JobData, settings: Settings) -> LLMProfile:
+    name = job.llm_profile or settings.default_llm_profile
+    profile = settings.llm_profiles.get(name)
+    if profile is None:
+        known = ", ".join(sorted(settings.llm_profiles)) or "none"
+        raise _JobRefused(f"unknown LLM profile {name!r} (this service has: {known})")
+    return profile.model_copy(update={"model": job.llm_model}) if job.llm_model else profile
+
+
+def _load(session_factory: sessionmaker[Session], job_id: int, worker_id: str) -> _JobData | None:
+    with session_scope(session_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        if job.state is not JobState.RUNNING or job.worker_id != worker_id:
+            return None
+        return _JobData(
+            id=job.id, kind=job.kind, target=Target(job.target.value), candidate_source=job.candidate_source,
+            llm_profile=job.llm_profile, llm_model=job.llm_model, budgets=dict(job.budgets or {}),
+            trajectories_count=job.trajectories_count, problem=job.problem,
+        )
+
+
+def run_job(
+    job_id: int,
+    *,
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+    worker_id: str,
+    harness_options: HarnessOptions | None = None,
+    agent: AgentAPI | None = None,
+    referee_factory: RefereeFactory = Referee,
+    retry_delays_s: tuple[float, ...] = INFRA_RETRY_DELAYS_S,
+) -> RunOutcome:
+    """Run a job this worker has claimed, and finish it.
+
+    Args:
+        job_id: the job, ``running`` under ``worker_id``.
+        settings: the service settings (lease and heartbeat, LLM profiles, budgets, cache).
+        session_factory: sessions on the service's database.
+        worker_id: the id the job was claimed under.
+        harness_options: overrides `harness_options_for` (tests: quick timing).
+        agent: the agent package (default: ``import agent``; tests pass a fake).
+        referee_factory: builds the job's referee (a test seam).
+        retry_delays_s: pauses before retrying an infra failure (see `worker.evaluator`).
+
+    Returns:
+        How the run ended; the job row says the same unless the outcome is ``lost``.
+    """
+    job = _load(session_factory, job_id, worker_id)
+    if job is None:
+        log.warning("job %s is not running under %s; not running it", job_id, worker_id)
+        return RunOutcome.LOST
+    options = harness_options or harness_options_for(settings)
+    keeper = LeaseKeeper(session_factory=session_factory, job_id=job_id, worker_id=worker_id,
+                         lease_seconds=settings.lease_seconds, interval_s=settings.heartbeat_seconds)
+    recorder = StoreRecorder(session_factory=session_factory, job_id=job_id, worker_id=worker_id,
+                             lease_seconds=settings.lease_seconds, lease=keeper)
+    outcome, error, charged_s = RunOutcome.FAILED, "", 0.0
+    keeper.beat()  # learn of a cancel that came before the claim's commit
+    with keeper:
+        try:
+            outcome, error, charged_s = _run(job, options, keeper, recorder, settings, agent, referee_factory,
+                                             retry_delays_s)
+        except LeaseLost:
+            keeper.note(LeaseStatus.LOST)
+        except _JobRefused as exc:
+            outcome, error = RunOutcome.FAILED, str(exc)
+        except Exception as exc:
+            log.exception("job %s failed in the worker", job_id)
+            outcome, error = RunOutcome.FAILED, f"the worker failed: {type(exc).__name__}: {exc}"
+    return _finish(session_factory, job, worker_id, keeper, outcome, error, charged_s)
+
+
+def _run(
+    job: _JobData,
+    options: HarnessOptions,
+    keeper: LeaseKeeper,
+    recorder: StoreRecorder,
+    settings: Settings,
+    agent: AgentAPI | None,
+    referee_factory: RefereeFactory,
+    retry_delays_s: tuple[float, ...],
+) -> tuple[RunOutcome, str, float]:
+    if keeper.should_stop():
+        return RunOutcome.CANCELLED, "cancelled before it started", 0.0
+    try:
+        problem = problem_from_row(job.problem)
+    except ProblemFormatError as exc:
+        raise _JobRefused(f"the problem does not parse: {exc}") from None
+    recorder.progress("started", kind=job.kind.value, target=job.target.value, worker_id=recorder.worker_id)
+    evaluator = RefereeEvaluator(
+        referee_factory(problem, job.target, options),
+        cache_dir=options.cache_dir,
+        device_key=current_device_key(job.target.value),
+        # The agent retries infra failures itself (recording each try); an evaluation job here.
+        retry_delays_s=retry_delays_s if job.kind is JobKind.EVALUATION else (),
+        on_infra_failure=lambda verdict, tries: recorder.progress(
+            "infra_retry", tries=tries, stage=verdict.stage.value, message=verdict.message[:500]),
+    )
+    try:
+        if job.kind is JobKind.EVALUATION:
+            outcome, error = _run_evaluation(job, evaluator, keeper, recorder)
+        else:
+            outcome, error = _run_agent(job, problem, options, evaluator, recorder, settings, agent,
+                                        referee_factory)
+        return outcome, error, evaluator.charged_seconds
+    finally:
+        evaluator.close()
+
+
+def _run_evaluation(
+    job: _JobData, evaluator: RefereeEvaluator, keeper: LeaseKeeper, recorder: StoreRecorder
+) -> tuple[RunOutcome, str]:
+    if not job.candidate_source:
+        raise _JobRefused("an evaluation job without a candidate")
+    recorder.progress("evaluating", depth=Depth.BENCHMARK.value)
+    verdict = evaluator.evaluate(job.candidate_source, Depth.BENCHMARK)
+    if keeper.lost:
+        raise LeaseLost(job.id, recorder.worker_id)
+    recorder.attempt(trajectory=None, tool=EVALUATION_TOOL, source=job.candidate_source, parent_sha256=None,
+                     verdict=verdict)
+    if verdict.error_kind is ErrorKind.INFRA:
+        return RunOutcome.FAILED, _infra_reason(verdict, evaluator.infra_failures)
+    return RunOutcome.SUCCEEDED, ""
+
+
+def _infra_reason(verdict: Verdict, tries: int) -> str:
+    return f"infrastructure error after {tries} tries, at stage {verdict.stage.value}: {verdict.message}"
+
+
+def _run_agent(
+    job: _JobData,
+    problem: Problem,
+    options: HarnessOptions,
+    evaluator: RefereeEvaluator,
+    recorder: StoreRecorder,
+    settings: Settings,
+    agent: AgentAPI | None,
+    referee_factory: RefereeFactory,
+) -> tuple[RunOutcome, str]:
+    agent = agent or importlib.import_module("agent")  # type: ignore[assignment]
+    assert agent is not None
+    spec = agent.JobSpec(
+        problem=problem,
+        target=job.target.value,
+        llm=_llm_profile(job, settings),
+        budgets=agent_budgets(agent.Budgets, job.budgets, settings),
+        trajectories=job.trajectories_count,
+        random_trials=options.trials,
+    )
+    result = agent.run_job(spec, evaluator=evaluator, recorder=recorder, provider=None)
+    error = getattr(result, "error", None)
+    if error:
+        return RunOutcome.FAILED, str(error)
+    quarantined = tuple(getattr(result, "quarantined", ()) or ())[:MAX_RETIMES]
+    if quarantined and not recorder.cancelled():
+        _retime(quarantined, problem, job, options, recorder, referee_factory)
+    return RunOutcome.SUCCEEDED, ""
+
+
+def retime_options(options: HarnessOptions) -> HarnessOptions:
+    """The options of a re-time: fresh secret seeds, no speedup ceiling, more timed calls.
+
+    The candidate was quarantined for a speedup over ``suspicious_speedup`` (or for beating the
+    roofline); a re-time in a fresh process with new seeds (new weights and inputs: cached
+    outputs fail) that passes again is believed. The roofline check stays: beating physics is
+    never believed.
+    """
+    timing = replace(options.timing, min_repeats=max(options.timing.min_repeats, RETIME_MIN_REPEATS),
+                     max_time_s=2 * options.timing.max_time_s)
+    return options.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing)
+
+
+def _retime(
+    quarantined: tuple[dict[str, Any], ...],
+    problem: Problem,
+    job: _JobData,
+    options: HarnessOptions,
+    recorder: StoreRecorder,
+    referee_factory: RefereeFactory,
+) -> None:
+    """Re-time quarantined candidates; each becomes a ``retime`` attempt (a pass may become the best)."""
+    hardened = retime_options(options)
+    for entry in quarantined:
+        if recorder.cancelled():
+            return
+        recorder.progress("retime", source_sha256=entry.get("source_sha256"))
+        evaluator = RefereeEvaluator(referee_factory(problem, job.target, hardened), cache_dir=options.cache_dir,
+                                     device_key=current_device_key(job.target.value))
+        try:
+            verdict = evaluator.evaluate(entry["source"], Depth.BENCHMARK)
+        finally:
+            evaluator.close()
+        recorder.attempt(trajectory=entry.get("trajectory"), tool=RETIME_TOOL, source=entry["source"],
+                         parent_sha256=entry.get("source_sha256"), verdict=verdict)
+
+
+_TERMINAL = {
+    RunOutcome.SUCCEEDED: JobState.SUCCEEDED,
+    RunOutcome.FAILED: JobState.FAILED,
+    RunOutcome.CANCELLED: JobState.CANCELLED,
+}
+
+
+def _finish(
+    session_factory: sessionmaker[Session],
+    job: _JobData,
+    worker_id: str,
+    keeper: LeaseKeeper,
+    outcome: RunOutcome,
+    error: str,
+    charged_s: float,
+) -> RunOutcome:
+    if keeper.lost:
+        log.warning("job %s: the lease was lost; leaving the job to its new holder", job.id)
+        return RunOutcome.LOST
+    if keeper.cancel_requested and outcome is not RunOutcome.FAILED:
+        outcome, error = RunOutcome.CANCELLED, "cancelled by its owner"
+    try:
+        with session_scope(session_factory) as session:
+            if job.target is Target.CUDA and charged_s > 0:
+                add_job_usage(session=session, job_id=job.id, gpu_seconds=charged_s)
+            finish_job(session=session, job_id=job.id, worker_id=worker_id, state=_TERMINAL[outcome],
+                       error=error or None)
+    except LeaseLost:
+        log.warning("job %s: the lease was lost before it could be finished", job.id)
+        return RunOutcome.LOST
+    return outcome

@@ -1,0 +1,80 @@
+"""Composes one worker process of the distributed mode: Celery app, tasks, database, reaper.
+
+`create_worker_app` is what ``celery -A worker.main worker`` and ``kernelloop worker`` load: the
+app from `worker.celery_app.make_celery`, the tasks of `worker.tasks` bound to this process's
+context, and a bootstep that runs the lease reaper (`worker.reaper`) beside the consumer, so
+jobs of a dead worker are re-queued and re-sent as long as any worker lives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, bootsteps
+
+from config import Settings
+from harness import HarnessOptions
+from store import Target, make_engine, make_session_factory
+from worker.celery_app import make_celery
+from worker.lease import check_lease_settings, new_worker_id
+from worker.reaper import Dispatch, Reaper
+from worker.runner import AgentAPI
+from worker.tasks import WorkerContext, celery_dispatch, register_tasks
+
+__all__ = ["create_worker_app", "target_for_queue"]
+
+
+def target_for_queue(queue: str) -> Target:
+    """The target a queue's jobs run on: ``cpu`` for ``cpu``, ``cuda`` for every ``gpu-<type>``."""
+    if queue == "cpu":
+        return Target.CPU
+    if queue.startswith("gpu-"):
+        return Target.CUDA
+    raise ValueError(f"unknown queue {queue!r}: queues are 'cpu' and 'gpu-<gpu_type>'")
+
+
+def _reaper_step(reaper: Reaper) -> type[bootsteps.StartStopStep]:
+    class LeaseReaperStep(bootsteps.StartStopStep):
+        """Runs the lease reaper while the worker consumes."""
+
+        label = "lease reaper"
+
+        def start(self, parent: Any) -> None:
+            reaper.start()
+
+        def stop(self, parent: Any) -> None:
+            reaper.stop()
+
+    return LeaseReaperStep
+
+
+def create_worker_app(
+    settings: Settings,
+    *,
+    target: Target | None = None,
+    harness_options: HarnessOptions | None = None,
+    agent: AgentAPI | None = None,
+) -> Celery:
+    """The Celery app of one worker process, tasks registered and reaper attached.
+
+    Args:
+        settings: the service settings (``broker_url`` required).
+        target: what this worker runs (default ``settings.worker_target``); it must match the
+            queue it consumes (``settings.queue_for(target)``).
+        harness_options: overrides the harness options built from the settings (tests).
+        agent: the agent package (default ``import agent`` at the first agent job).
+    """
+    check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
+    target = Target(target or settings.worker_target)
+    app = make_celery(settings)
+    session_factory = make_session_factory(make_engine(settings.resolved_database_url))
+    queue = settings.queue_for(target.value)
+    context = WorkerContext(settings=settings, session_factory=session_factory,
+                            worker_id=new_worker_id(f"celery-{queue}"), target=target,
+                            harness_options=harness_options, agent=agent)
+    register_tasks(app, context)
+    dispatch: Dispatch = celery_dispatch(app, settings)
+    reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
+                    interval_s=settings.reaper_interval_s, dispatch=dispatch)
+    app.steps["worker"].add(_reaper_step(reaper))
+    return app
