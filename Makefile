@@ -18,9 +18,10 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-## The main job on the embedded default: the referee judges seed problem 1's example kernel.
+## The main job on the embedded default: the offline replay LLM optimises seed problem 1, every
+## attempt judged by the sandboxed referee and stored in SQLite.
 demo: setup
-	$(VENV)/bin/kernelloop eval level2/conv_tanh_scale_bias_maxpool examples/seed1_$(TARGET).py --target $(TARGET)
+	$(VENV)/bin/kernelloop optimize level2/conv_tanh_scale_bias_maxpool --llm replay --target $(TARGET)
 
 ## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
 test: setup

@@ -64,6 +64,7 @@ def optimize(
     from cli.main import default_target
     from config import load_settings
     from store import (
+        Attempt,
         JobKind,
         create_job,
         events_after,
@@ -135,8 +136,14 @@ def optimize(
         raise typer.Exit(2)
     with session_scope(factory) as session:
         job = get_job(session=session, job_id=job_id)
-        state, best_id, error = str(job.state), job.best_attempt_id, job.error
-    if best_id is None:
+        state, error = str(job.state), job.error
+        best = session.get(Attempt, job.best_attempt_id) if job.best_attempt_id is not None else None
+        figures = None if best is None else (best.seq, best.median_ms, best.speedup_vs_eager, best.speedup_vs_compile,
+                                              best.pct_of_sol)
+    if figures is None:
         console.print(f"[yellow]no verified kernel[/] (job {state}{': ' + error if error else ''})")
         raise typer.Exit(1)
-    console.print(f"[bold green]job {state}[/]: best attempt id {best_id} (database {url})")
+    n, median_ms, vs_eager, vs_compile, pct = figures
+    console.print(f"[bold green]job {state}[/]: best is attempt {n}: {median_ms:.4f} ms, "
+                  f"{vs_eager:.2f}x vs eager" + (f", {vs_compile:.2f}x vs torch.compile" if vs_compile else "")
+                  + (f", {pct:.1f}% of the roofline" if pct else "") + f" (job {job_id} in {url})")
