@@ -26,6 +26,7 @@ demo: setup
 ## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
 test: setup
 	scripts/ensure-services
+	scripts/ensure-browser
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not gpu" -q
 

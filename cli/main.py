@@ -194,9 +194,13 @@ def problems_check(
 
 def _register_service_commands() -> None:
     """The service-side commands; their heavy imports happen inside each command."""
-    from cli import keys, optimize, service
+    from cli import client, keys, optimize, service
 
     app.command("optimize")(optimize.optimize)
+    app.command("submit")(client.submit)
+    app.command("watch")(client.watch)
+    app.command("replay")(client.replay)
+    app.command("bench")(client.bench)
     app.command("up")(service.up)
     app.command("serve")(service.serve)
     app.command("worker")(service.worker)

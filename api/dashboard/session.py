@@ -151,9 +151,11 @@ def codec_for(connection: HTTPConnection) -> SessionCodec:
         codec = getattr(state, "session_codec", None)
         if codec is None:
             configured = state.settings.session_secret
-            secret = (
-                configured.get_secret_value().encode() if configured is not None else secrets.token_bytes(_SECRET_BYTES)
-            )
+            if configured is not None and configured.get_secret_value():
+                # Hashed: any configured text makes a full-length HMAC key.
+                secret = hashlib.sha256(b"kernelloop-session:" + configured.get_secret_value().encode()).digest()
+            else:
+                secret = secrets.token_bytes(_SECRET_BYTES)
             codec = SessionCodec(secret)
             state.session_codec = codec
     return codec

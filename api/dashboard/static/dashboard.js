@@ -238,4 +238,8 @@
   source.addEventListener("state", function (event) { setState(JSON.parse(event.data).state); refreshJob(); });
   source.addEventListener("cancel_requested", function () { refreshJob(); });
   source.addEventListener("end", function () { source.close(); setLive(false, "finished"); refreshJob(); });
+  // Leaving the page closes the stream (a page kept in the back/forward cache would hold it open);
+  // coming back to a cached page reloads it, so it resumes from what is stored.
+  window.addEventListener("pagehide", function () { source.close(); });
+  window.addEventListener("pageshow", function (event) { if (event.persisted) window.location.reload(); });
 })();

@@ -1,0 +1,68 @@
+"""Fixtures for the dashboard tests: a live API (uvicorn) and a headless Chromium (Selenium).
+
+Chromium and chromedriver come from Debian (`scripts/ensure-browser` installs them); when they
+are missing the browser tests fail with that hint rather than skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard.support import Service, live_service
+
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROME_ARGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1280,1000", "--force-device-scale-factor=1", "--hide-scrollbars",
+)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    with live_service(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots go: ``$KERNELLOOP_ARTIFACTS`` (CI uploads it), else a temporary folder."""
+    kept = os.environ.get("KERNELLOOP_ARTIFACTS")
+    path = Path(kept) if kept else tmp_path_factory.mktemp("artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("no chromium on PATH: run scripts/ensure-browser (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    if not CHROMEDRIVER.exists():
+        pytest.fail(f"{CHROMEDRIVER} is missing: run scripts/ensure-browser (apt-get install chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    profile = tempfile.mkdtemp(prefix="kl-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = _chromium()
+    for arg in (*CHROME_ARGS, f"--user-data-dir={profile}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=DriverService(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

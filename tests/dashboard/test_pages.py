@@ -1,0 +1,129 @@
+"""The dashboard's pages as HTML (no browser): job page data, the problem pages, the jobs list,
+and the read-only ``GET /jobs/{id}/problem`` route."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from problems import parse_problem
+from store import JobKind, Target, create_job, session_scope
+from tests.dashboard.support import (
+    Service,
+    add_attempt,
+    create_key,
+    create_running_job,
+    seed_attempts,
+    store_problem,
+    verdict,
+)
+from tests.dashboard.test_auth import _login
+
+pytestmark = pytest.mark.timeout(120)
+
+POSTED = '''"""A posted problem."""
+import torch
+from torch import nn
+
+rows = 64
+cols = rows * 2
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols, dtype=torch.float16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _page_data(html: str) -> dict:
+    match = re.search(r'<script type="application/json" id="job-data">(.*?)</script>', html, re.S)
+    assert match
+    return json.loads(match.group(1))
+
+
+def test_job_page_embeds_what_the_script_needs(service: Service) -> None:
+    job_id = create_running_job(service.factory, service.key_id)
+    seed_attempts(service.factory, job_id, (1.2, None, 2.0))
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        page = client.get(f"/dashboard/jobs/{job_id}")
+    data = _page_data(page.text)
+    assert [a["n"] for a in data["attempts"]] == [1, 2, 3]
+    assert data["best_n"] == 3 and data["state"] == "running"
+    assert data["compile_line"] == pytest.approx(4.0 / 2.5)
+    # Events up to the page's last one are in it: the stream resumes after it.
+    assert data["last_event_id"] == 2 + 3  # queued, running, three attempts
+    assert '<script src="/dashboard/static/dashboard.js" defer>' in page.text
+    assert "tokens" in page.text and "of 400k" in page.text
+
+
+def test_problem_page_shows_shapes_sizes_and_measured_work(service: Service) -> None:
+    job_id = create_running_job(service.factory, service.key_id)
+    add_attempt(service.factory, job_id, verdict(median_ms=1.0))
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        page = client.get("/dashboard/problems/level2/conv_tanh_scale_bias_maxpool").text
+        empty = client.get("/dashboard/problems/level1/softmax").text
+        missing = client.get("/dashboard/problems/level9/nothing")
+    assert "[128, 8, 256, 256]" in page and "[2, 8, 32, 32]" in page  # cuda and cpu sizes
+    assert "4.83G" in page and "310MB" in page and "NVIDIA H200" in page
+    assert f'href="/dashboard/jobs/{job_id}"' in page
+    assert "No measurements yet" in empty and "[16384, 4096]" in empty
+    assert missing.status_code == 404
+
+
+def test_posted_problem_page_and_api_route(service: Service) -> None:
+    with session_scope(service.factory) as session:
+        problem_row = store_problem(session, parse_problem(POSTED, problem_id="posted"), bundled=False)
+        job = create_job(session=session, problem_id=problem_row, target=Target.CPU, owner_id=service.key_id,
+                         kind=JobKind.AGENT)
+        job_id = job.id
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        page = client.get(f"/dashboard/jobs/{job_id}/problem").text
+    assert "[64, 128]" in page and "float16" in page
+    api = httpx.get(f"{service.base_url}/jobs/{job_id}/problem", headers=service.headers())
+    assert api.status_code == 200
+    assert api.json()["source"] == POSTED and api.json()["bundled_id"] is None
+    assert api.json()["declarations"]["mode"] == "train"
+    assert httpx.get(f"{service.base_url}/jobs/{job_id}/problem").status_code == 401
+    _, other = create_key(service.factory, "mallory")
+    assert httpx.get(f"{service.base_url}/jobs/{job_id}/problem", headers={"X-API-Key": other}).status_code == 404
+
+
+def test_jobs_list_filters_by_state_and_admin_sees_all(service: Service) -> None:
+    mine = create_running_job(service.factory, service.key_id)
+    bob_id, _ = create_key(service.factory, "bob")
+    bobs = create_running_job(service.factory, bob_id)
+    _, admin_key = create_key(service.factory, "root", is_admin=True)
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        page = client.get("/dashboard").text
+        assert f'data-job-id="{mine}"' in page and f'data-job-id="{bobs}"' not in page
+        assert f'data-job-id="{mine}"' not in client.get("/dashboard", params={"state": "succeeded"}).text
+    with httpx.Client(base_url=service.base_url) as admin:
+        _login(admin, admin_key)
+        page = admin.get("/dashboard").text
+        assert f'data-job-id="{mine}"' in page and f'data-job-id="{bobs}"' in page
+
+
+def test_static_files_are_a_fixed_set(service: Service) -> None:
+    js = httpx.get(f"{service.base_url}/dashboard/static/dashboard.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert httpx.get(f"{service.base_url}/dashboard/static/dashboard.css").status_code == 200
+    for name in ("..%2Fsession.py", "session.py", "%2Fetc%2Fpasswd"):
+        assert httpx.get(f"{service.base_url}/dashboard/static/{name}").status_code == 404
+    # Not part of the API's schema.
+    paths = httpx.get(f"{service.base_url}/openapi.json").json()["paths"]
+    assert "/jobs/{job_id}/problem" in paths and not any(p.startswith(("/dashboard", "/login")) for p in paths)
