@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.options import HarnessOptions, Target
-from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess
+from harness.sandbox import ALWAYS_HIDDEN, ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess, visible_under_run
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.spec import Problem
 
@@ -62,8 +62,11 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     secret = options.secret_seed if options.secret_seed is not None else new_secret()
     trials = plan_trials(secret, trials=2, input_variants=problem.input_variants, extra_shapes=problem.extra_shapes)
     workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
+    # A submitted problem is code from outside too: the sockets under /run, other attempts' run
+    # directories and the service's data stay out of its sight.
     spec = SandboxSpec(role="admission", workdir=workdir, gpu_visible=target is Target.CUDA,
-                       needed_paths=(options.cache_dir,), rlimits={"CORE": 0},
+                       needed_paths=(options.cache_dir, *visible_under_run()), rlimits={"CORE": 0},
+                       hidden_paths=(*options.hidden_paths, *ALWAYS_HIDDEN, options.runs_dir),
                        namespaces=("user", "mount", "net", "pid"))
     request = {
         "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],

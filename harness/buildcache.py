@@ -5,7 +5,10 @@ and ``load`` with versions that build into ``<builds>/<name>-<key>`` where the k
 name, sources, functions, flags, torch and CUDA versions and target arch. A Python-only edit of a
 candidate therefore reuses its build. In ``build`` mode (the compile stage, no GPU visible) a
 missing build is compiled under an ``flock`` (released by the kernel if the compiler is killed;
-torch's own lock file is removed while we hold ours, so a killed build leaves no lock behind). In
+torch's own lock file is removed while we hold ours, so a killed build leaves no lock behind).
+The referee's compile stage sees the cache read-only (its import-time code is the candidate's):
+it builds into a private ``staging`` directory, and the trusted side moves finished builds into
+the cache with `publish_staged`, never replacing one that exists. In
 ``load`` mode (the candidate stage, caches read-only) the built module is imported directly and a
 missing one is an error: the candidate must build the same sources it built at compile time.
 """
@@ -20,6 +23,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -27,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["BuildCache", "BuildError", "parse_ptxas", "trim_compiler_errors"]
+__all__ = ["BuildCache", "BuildError", "parse_ptxas", "publish_staged", "trim_compiler_errors"]
 
 _MARKER = "built.json"
 #: Bumped when the way we build changes (flags we add), so old builds are not reused.
@@ -150,10 +154,14 @@ class BuildCache:
         max_jobs: ninja's parallelism.
     """
 
-    def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2) -> None:
+    def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,
+                 staging: Path | None = None) -> None:
         if mode not in ("build", "load"):
             raise ValueError(f"mode must be 'build' or 'load', not {mode!r}")
         self.root = root
+        #: Where missing extensions are built when the cache itself is read-only (the compile
+        #: stage): the trusted side publishes them into ``root`` afterwards (`publish_staged`).
+        self.staging = staging
         self.mode = mode
         self.arch_list = arch_list
         self.max_jobs = max_jobs
@@ -250,11 +258,10 @@ class BuildCache:
                     f"extension {name!r} was not built at compile time: its sources or flags "
                     "must not depend on anything that changes between the compile and the run"
                 )
-            info = json.loads(marker.read_text())
-            record["kernels"] = info.get("kernels", [])
-            module = self._import(name, directory / info["module_file"])
-            self.modules.append(module)
-            return module
+            return self._get_built(name, directory, record)
+        if self.staging is not None:
+            directory = self.staging / f"{name}-{key}"
+            marker = directory / _MARKER
         directory.mkdir(parents=True, exist_ok=True)
         with open(directory / ".kl-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel releases it if we are killed
@@ -285,6 +292,8 @@ class BuildCache:
     def _get_built(self, name: str, directory: Path, record: dict[str, Any]) -> ModuleType:
         info = json.loads((directory / _MARKER).read_text())
         record.setdefault("kernels", info.get("kernels", []))
+        if info.get("module_file") != f"{name}.so":  # a marker must not point outside its build
+            raise RuntimeError(f"corrupt build of extension {name!r}: unexpected module file")
         module = self._import(name, directory / info["module_file"])
         self.modules.append(module)
         return module
@@ -298,3 +307,39 @@ class BuildCache:
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
         return module
+
+
+_BUILD_DIR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*-[0-9a-f]{24}$")
+
+
+def publish_staged(staging: Path, root: Path) -> list[str]:
+    """Move finished builds from a compile stage's staging directory into the cache.
+
+    Runs on the trusted side after the stage has exited. A build is published only if its
+    directory name is a build key, it has a marker and holds no symbolic links, and no build of
+    that key exists yet: published builds are never replaced, so no stage can overwrite another
+    extension's library or marker. Returns the names published.
+    """
+    published: list[str] = []
+    if not staging.is_dir():
+        return published
+    root.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(staging.iterdir()):
+        if entry.is_symlink() or not entry.is_dir() or not _BUILD_DIR_NAME.match(entry.name):
+            continue
+        if not (entry / _MARKER).is_file() or any(p.is_symlink() for p in entry.rglob("*")):
+            continue
+        target = root / entry.name
+        if target.exists():
+            continue  # built meanwhile by another compile: the first build stays
+        tmp = root / f".{entry.name}.{os.getpid()}.{time.monotonic_ns()}"
+        try:
+            os.rename(entry, tmp)  # same file system: atomic
+        except OSError:
+            shutil.copytree(entry, tmp)
+        try:
+            os.rename(tmp, target)  # fails if a concurrent publish won the race
+            published.append(entry.name)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return published

@@ -7,6 +7,7 @@ outputs. Everything here runs inside stage processes (it imports torch and touch
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ __all__ = [
     "make_inputs",
     "redraw_weights",
     "state_dict_mismatch",
+    "tf32_is_off",
     "tf32_off",
     "tf32_state",
 ]
@@ -113,13 +115,55 @@ def state_dict_mismatch(reference: dict[str, torch.Tensor], candidate: dict[str,
     return None
 
 
-def tf32_state() -> tuple[bool, bool, str]:
-    return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-            torch.get_float32_matmul_precision())
+#: Reduced-precision switches of torch's newer API: (backend, op) slots of ``fp32_precision``.
+_FP32_PRECISION_SLOTS = (
+    ("generic", "all"), ("cuda", "all"), ("cuda", "matmul"), ("cuda", "conv"), ("cuda", "rnn"),
+    ("mkldnn", "all"), ("mkldnn", "matmul"), ("mkldnn", "conv"), ("mkldnn", "rnn"),
+)
+#: The legacy getters (one raises when the two APIs were mixed: that is a change too).
+_LEGACY_GETTERS = ("_get_cublas_allow_tf32", "_get_cudnn_allow_tf32", "_get_float32_matmul_precision",
+                   "_get_onednn_allow_tf32")
+# Bound now, before any candidate code runs in this process: patching torch.backends does not
+# reach them.
+_precision_getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+_precision_setter = getattr(torch._C, "_set_fp32_precision_setter", None)
+_legacy = {name: getattr(torch._C, name, None) for name in _LEGACY_GETTERS}
+_off_state: tuple[Any, ...] | None = None
+
+
+def tf32_state() -> tuple[Any, ...]:
+    """Every switch that lets fp32 math run in reduced precision (TF32, oneDNN bf16), both APIs."""
+    state: list[Any] = []
+    for backend, op in _FP32_PRECISION_SLOTS:
+        try:
+            state.append(_precision_getter(backend, op) if _precision_getter else None)
+        except Exception:  # noqa: BLE001 - a slot this build lacks (cudnn without CUDA)
+            state.append("n/a")
+    for name in _LEGACY_GETTERS:
+        getter = _legacy[name]
+        try:
+            state.append(getter() if getter else None)
+        except Exception:  # noqa: BLE001 - torch refuses to answer after the APIs were mixed
+            state.append("mixed")
+    return tuple(state)
 
 
 def tf32_off() -> None:
-    """TF32 off for reference, baselines and candidate alike (DESIGN §2)."""
+    """TF32 (and every reduced fp32 precision) off for reference, baselines and candidate alike
+    (DESIGN §2). The first call records the off state; later calls restore it exactly."""
+    global _off_state
+    if _off_state is not None and _precision_setter is not None:
+        for (backend, op), value in zip(_FP32_PRECISION_SLOTS, _off_state, strict=False):
+            if isinstance(value, str) and value not in ("n/a", "mixed"):
+                with contextlib.suppress(Exception):
+                    _precision_setter(backend, op, value)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    if _off_state is None:
+        _off_state = tf32_state()
+
+
+def tf32_is_off() -> bool:
+    """Whether every switch is as `tf32_off` left it."""
+    return _off_state is not None and tf32_state() == _off_state

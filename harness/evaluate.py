@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import secrets
@@ -19,10 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.buildcache import publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
-from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess, protect_current_process
+from harness.sandbox import (
+    ALWAYS_HIDDEN,
+    ChannelClosed,
+    ChannelTimeout,
+    SandboxSpec,
+    StageProcess,
+    protect_current_process,
+    visible_under_run,
+)
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from problems.spec import Policy, Problem
@@ -38,6 +48,21 @@ _NAMESPACES = {
 }
 #: Over this, the trusted clock says the candidate's reported samples cannot be right.
 _CLOCK_SLACK = 1.02
+#: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
+_MAX_FILE_BYTES = 4 << 30
+
+
+def _known_flags(reply: dict[str, Any]) -> list[str]:
+    """The integrity flags a stage reported, ignoring anything that is not one."""
+    flags = reply.get("flags", [])
+    return [f for f in flags if isinstance(f, str) and f in FLAG_TEXT] if isinstance(flags, list) else []
+
+
+def _host_memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 8192
 
 
 class ReferenceFailed(RuntimeError):
@@ -96,11 +121,36 @@ class Referee:
         self.close()
 
     # -- stages ---------------------------------------------------------------------------
-    def _spec(self, role: str, workdir: Path, **kw: Any) -> SandboxSpec:
+    def _spec(self, role: str, workdir: Path, *, run_dir: Path | None = None,
+              visible_builds: tuple[Path, ...] | None = None, **kw: Any) -> SandboxSpec:
+        """The sandbox of a stage. ``run_dir`` marks a stage running untrusted code (compile,
+        candidate): other attempts' directories hidden, memory and file sizes limited;
+        ``visible_builds``: the only build directories it sees (the candidate's own)."""
+        rlimits = {"CORE": 0}
+        hidden = [*self.options.hidden_paths, *ALWAYS_HIDDEN]
+        needed = [self.options.cache_dir, *visible_under_run()]
+        if run_dir is not None:
+            rlimits.update(self._memory_rlimits(), FSIZE=_MAX_FILE_BYTES)
+            hidden.append(self.options.runs_dir)
+            needed.append(run_dir)
+        if visible_builds is not None:
+            hidden.append(self.options.builds_dir)
+            needed.extend(visible_builds)
         return SandboxSpec(
             role=role, workdir=workdir, namespaces=_NAMESPACES[self.target],
-            needed_paths=(self.options.cache_dir,), rlimits={"CORE": 0}, **kw,
+            needed_paths=tuple(needed), hidden_paths=tuple(hidden), rlimits=rlimits, **kw,
         )
+
+    def _memory_rlimits(self) -> dict[str, int]:
+        limit_mb = self.options.memory_limit_mb
+        if limit_mb is None:
+            if self.target is Target.CUDA:
+                return {}
+            limit_mb = _host_memory_mb() // 2
+        limit = int(limit_mb) * 1024 * 1024
+        # RLIMIT_AS bounds every mapping (also shared ones, which RLIMIT_DATA does not count) but
+        # breaks CUDA, whose driver reserves address ranges far larger than the memory it uses.
+        return {"DATA": limit} if self.target is Target.CUDA else {"AS": limit, "DATA": limit}
 
     def _new_run_dir(self, prefix: str) -> Path:
         path = self.options.runs_dir / f"{prefix}-{secrets.token_hex(8)}"
@@ -177,9 +227,11 @@ class Referee:
             self.close()
             raise ReferenceFailed(f"timing the baselines failed: {exc}") from None
         self._baselines = Baselines.from_dict(reply)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._baselines.to_dict()))
-        tmp.replace(path)
+        eager = self._baselines.eager
+        if eager is not None and not any(w.startswith("noisy") for w in eager.warnings):
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # a noisy baseline is not kept for later jobs
+            tmp.write_text(json.dumps(self._baselines.to_dict()))
+            tmp.replace(path)
         return self._baselines
 
     def compile(self, source: str, run_dir: Path) -> CompileResult:
@@ -187,13 +239,17 @@ class Referee:
         workdir = run_dir / "compile"
         workdir.mkdir()
         candidate_path = run_dir / "candidate.py"
-        spec = self._spec("compile", workdir, gpu_visible=False, writable_paths=(self.options.builds_dir,))
+        # The cache is read-only to the stage (its import-time code is the candidate's): missing
+        # builds go to a private staging directory and are published once the stage has exited.
+        staging = workdir / "builds"
+        spec = self._spec("compile", workdir, run_dir=run_dir, gpu_visible=False)
         started = time.perf_counter()
         with StageProcess(spec, sandbox=self.options.sandbox) as process:
             try:
                 reply = process.request(
                     {"candidate_path": str(candidate_path), "builds_dir": str(self.options.builds_dir),
-                     "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs},
+                     "staging_dir": str(staging), "arch_list": self.options.arch_list,
+                     "max_jobs": self.options.max_jobs},
                     timeout=self.options.timeouts.compile_s,
                 )
             except ChannelTimeout:
@@ -204,6 +260,7 @@ class Referee:
                 return CompileResult(ok=False, seconds=time.perf_counter() - started,
                                      errors=f"the compile process died ({process.describe_exit()}): {exec_error}\n"
                                      + process.log_tail(4000))
+        publish_staged(staging, self.options.builds_dir)
         errors = reply.get("errors", "")
         if not reply.get("ok") and reply.get("message"):
             errors = f"{reply['message']}\n{errors}".strip()
@@ -266,7 +323,12 @@ class Referee:
         workdir = run_dir / "run"
         workdir.mkdir()
         timeouts = self.options.timeouts
-        spec = self._spec("candidate", workdir, gpu_visible=self.target is Target.CUDA)
+        compiled: CompileResult = base["compile"]
+        own_builds = tuple(self.options.builds_dir / f"{e['name']}-{e['key']}" for e in compiled.extensions
+                           if isinstance(e.get("name"), str) and isinstance(e.get("key"), str)
+                           and "/" not in e["name"] + e["key"] and ".." not in e["name"] + e["key"])
+        spec = self._spec("candidate", workdir, run_dir=run_dir, visible_builds=own_builds,
+                          gpu_visible=self.target is Target.CUDA)
         with StageProcess(spec, sandbox=self.options.sandbox) as process:
             base = {**base, "baselines": baselines, "sandbox": process.sandbox_report}
 
@@ -313,12 +375,12 @@ class Referee:
                     message = f"forward raised in trial {trial.index}:\n{out['error']}"
                     return fail(_Outcome(Status.ERROR, Stage.CORRECTNESS, message, ErrorKind.CANDIDATE),
                                 trials=tuple(trials))
-                flags.extend(f for f in out.get("flags", []) if f not in flags)
+                flags.extend(f for f in _known_flags(out) if f not in flags)
                 if pure and "ops" in out:
                     torch_ops = [op for op in out["ops"] if op not in PURE_ALLOWED_OPS]
                     if torch_ops:
                         flags.append("torch_compute_in_pure_forward")
-                (result,) = self._compare([{"index": trial.index, "output": out["output"]}], workdir)
+                (result,) = self._compare([{"index": trial.index, "output": out.get("output")}], workdir)
                 trials.append(Trial(seed_index=trial.index, kind=trial.kind, passed=bool(result["passed"]),
                                     max_abs_err=result["max_abs_err"], mean_abs_err=result["mean_abs_err"],
                                     mismatch_frac=float(result["mismatch_frac"]), message=result["message"]))
@@ -339,7 +401,7 @@ class Referee:
                 except (ChannelTimeout, ChannelClosed) as exc:
                     return crashed(Stage.INTEGRITY, exc, "the no-op substitution trial")
                 if "error" not in out:
-                    (result,) = self._compare([{"index": 0, "output": out["output"]}], workdir)
+                    (result,) = self._compare([{"index": 0, "output": out.get("output")}], workdir)
                     if result["passed"]:
                         flags.append("extension_does_no_work")
             decisive = [f for f in flags if f in DECISIVE_FLAGS]
@@ -376,17 +438,27 @@ class Referee:
             if "error" in timed:
                 return fail(_Outcome(Status.ERROR, Stage.TIMING, f"forward raised while timed:\n{timed['error']}",
                                      ErrorKind.CANDIDATE), flags=tuple(flags))
-            timing = Timing.from_dict(timed["timing"])
-            flags.extend(f for f in timed.get("flags", []) if f not in flags)
-            if sum(timing.samples_ms) / 1e3 > wall_s * _CLOCK_SLACK:
+            try:  # the reply comes from the untrusted process: anything malformed is its fault
+                timing = Timing.from_dict(timed["timing"])
+                kept = [{"index": int(k["index"]), "call": int(k["call"]), "output": dict(k["output"])}
+                        for k in timed["kept"]]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return fail(_Outcome(Status.ERROR, Stage.TIMING, "the timing stage sent a malformed reply",
+                                     ErrorKind.CANDIDATE), flags=tuple(flags))
+            flags.extend(f for f in _known_flags(timed) if f not in flags)
+            samples = timing.samples_ms
+            if (not samples or not all(math.isfinite(x) and x > 0 for x in samples)
+                    or sum(samples) / 1e3 > wall_s * _CLOCK_SLACK):
                 flags.append("clock_disagrees")
-            rechecks = self._compare([{"index": k["index"], "output": k["output"]} for k in timed["kept"]], workdir)
-            if not all(r["passed"] for r in rechecks):
+            # Every input set re-checked (the calls after the timed ones cover each), no other.
+            calls = [k["call"] for k in kept]
+            if ({k["index"] for k in kept} != set(sets) or len(set(calls)) != len(calls) or min(calls) < 0
+                    or not all(r["passed"] for r in self._compare(kept, workdir))):
                 flags.append("timed_output_mismatch")
             decisive = [f for f in flags if f in DECISIVE_FLAGS]
             if decisive:
                 return fail(_Outcome(Status.FAIL, Stage.INTEGRITY, "; ".join(FLAG_TEXT[f] for f in decisive)),
-                            flags=tuple(flags), timing=timing)
+                            flags=tuple(flags), timing=timing if samples else None)
             process.close()
 
         verdict = self._verdict(_Outcome(Status.PASS, Stage.DONE, "correct and timed"), **base,

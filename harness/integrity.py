@@ -12,11 +12,14 @@ FLAG_TEXT = {
     "tf32_enabled": "the candidate switched TF32 on",
     "mutated_inputs": "the candidate modified its inputs",
     "background_threads": "the candidate left threads running after forward (deferred work)",
+    "deferred_work": "the output kept changing after forward returned: work left running on another "
+                     "stream or thread is not finished when forward's stream is",
     "no_custom_kernel": "the candidate built no extension: no custom kernel ran",
     "extension_does_no_work": "replacing the candidate's kernels with no-ops leaves the output correct: "
                               "its extension does no real work",
     "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch",
-    "clock_disagrees": "the reported kernel times exceed the trusted wall clock: the timer was tampered with",
+    "clock_disagrees": "the reported kernel times are impossible (not positive, or more than the trusted "
+                       "wall clock): the timer was tampered with",
     "timed_output_mismatch": "outputs of timed calls differ from the reference",
     "speedup_over_limit": "speedup over eager above the quarantine limit",
     "faster_than_roofline": "faster than the device's roofline allows",

@@ -106,6 +106,13 @@ class HarnessOptions:
         max_jobs: parallel compile jobs for ninja.
         sandbox: isolate children in namespaces where the OS allows (see docs/integrity.md).
         output_limit: bytes of a child's stdout+stderr kept in a verdict's log.
+        memory_limit_mb: host memory of each compile and candidate stage process (``RLIMIT_AS``
+            and ``RLIMIT_DATA`` on the cpu target; ``RLIMIT_DATA`` only on cuda, where the
+            driver reserves huge address ranges). ``None``: half the host's memory on cpu, no
+            limit on cuda (give the GPU worker's container a memory limit; docs/integrity.md).
+        hidden_paths: directories no stage may see (the service's data directory, a SQLite
+            database's folder, secrets); ``/run`` and other attempts' run directories are
+            always hidden from compile and candidate stages.
     """
 
     cache_dir: Path = field(default_factory=lambda: DEFAULT_CACHE_DIR)
@@ -116,9 +123,13 @@ class HarnessOptions:
     arch_list: str = "9.0a"
     max_jobs: int = max(1, min(8, (os.cpu_count() or 2)))
     sandbox: bool = True
-    #: How CUDA outputs reach the comparer: "cuda_ipc" (no copy through the host) or "file".
-    cuda_transport: str = "cuda_ipc"
+    #: How CUDA outputs reach the comparer: "file" (a validated torch.save file) or "cuda_ipc" (no
+    #: copy through the host; experimental: on the H200 between our sandboxed stages
+    #: cudaIpcOpenMemHandle returned cudaErrorInvalidValue, so it is not the default yet).
+    cuda_transport: str = "file"
     output_limit: int = 16 * 1024
+    memory_limit_mb: int | None = None
+    hidden_paths: tuple[Path, ...] = ()
     timeouts: Timeouts = field(default_factory=Timeouts)
     timing: TimingOptions = field(default_factory=TimingOptions)
 
@@ -128,12 +139,14 @@ class HarnessOptions:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["cache_dir"] = str(self.cache_dir)
+        data["hidden_paths"] = [str(p) for p in self.hidden_paths]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HarnessOptions:
         data = dict(data)
         data["cache_dir"] = Path(data["cache_dir"])
+        data["hidden_paths"] = tuple(Path(p) for p in data.get("hidden_paths", ()))
         data["timeouts"] = Timeouts(**data["timeouts"])
         data["timing"] = TimingOptions(**data["timing"])
         return cls(**data)

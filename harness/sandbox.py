@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ALWAYS_HIDDEN",
     "ENV_ALLOWLIST",
     "MAX_MESSAGE_BYTES",
     "ChannelClosed",
@@ -35,6 +36,7 @@ __all__ = [
     "StageProcess",
     "protect_current_process",
     "read_tail",
+    "visible_under_run",
 ]
 
 #: Environment variables a stage inherits from the harness; everything else is dropped, so no
@@ -44,7 +46,12 @@ ENV_ALLOWLIST = (
     "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
     "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+    # Thread counts of a CPU worker (a shared host pins them; nothing secret).
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 )
+#: Hidden from every stage: the host's sockets (PostgreSQL, Redis, MySQL, Docker) live there, and
+#: a network namespace does not cut off Unix sockets reachable through the file system.
+ALWAYS_HIDDEN = (Path("/run"),)
 #: The trusted side refuses larger messages: a candidate cannot make it allocate without bound.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _WARDEN = Path(__file__).with_name("warden.py")
@@ -68,6 +75,11 @@ class ChannelClosed(ConnectionError):
 
 class ChannelTimeout(TimeoutError):
     """No message within the stage's time limit."""
+
+
+def visible_under_run() -> list[Path]:
+    """What CUDA may use under the hidden ``/run``: the persistence daemon's socket, if any."""
+    return [p for p in (Path("/run/nvidia-persistenced"),) if p.is_dir()]
 
 
 def protect_current_process() -> None:
@@ -139,8 +151,11 @@ class SandboxSpec:
             OS refuses (the warden reports which).
         writable_paths: besides ``workdir``, paths the stage may write (the build cache for a
             compile); everything else is read-only where a mount namespace is available.
-        needed_paths: paths the stage reads that must stay visible (kept when /tmp is covered).
-        hidden_paths: directories covered by an empty file system.
+        needed_paths: paths the stage reads that must stay visible: bound back, read-only, when
+            they lie under a covered path (the private /tmp, a hidden path).
+        hidden_paths: directories covered by an empty read-only file system (other attempts' run
+            directories, ``/run`` with its sockets, the service's data); writable and needed
+            paths inside them stay visible.
         gpu_visible: whether CUDA devices are visible (compiles run without).
         extra_env: variables set for the stage on top of the allowlisted ones.
         rlimits: resource limits by name (``NPROC``, ``CORE``, ``FSIZE``, ``AS``...).

@@ -3,7 +3,8 @@
 CUDA: events around each call, queued in small batches between device-wide synchronisations,
 an L2 flush (a write of > 2x the L2 size) before each timed call, warm-up, adaptive repeats until the standard error is
 under `TimingOptions.target_rel_stderr` of the mean or the time cap is reached, input sets
-rotated across calls, and every k-th output handed back for re-checking. CPU: ``perf_counter``
+rotated across calls (written into the same buffers, scaled so that no call repeats another's
+inputs), and copies of sampled outputs handed back for re-checking. CPU: ``perf_counter``
 with the same statistics and a cache flush.
 
 The clock functions are bound when this module is imported, before any candidate code runs,
@@ -21,7 +22,7 @@ import torch
 from harness.options import TimingOptions
 from harness.verdict import Timing
 
-__all__ = ["TimedRun", "time_callable"]
+__all__ = ["TimedRun", "call_scale", "clone_output", "load_inputs", "scaled_inputs", "time_callable"]
 
 _perf_counter = time.perf_counter
 _monotonic = time.monotonic
@@ -30,6 +31,7 @@ _event_record = torch.cuda.Event.record
 _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_sync = torch.cuda.synchronize
 _no_grad = torch.no_grad
+_mul = torch.mul
 
 #: CPU flush buffer: larger than the last-level cache of the CI and laptop machines we target.
 _CPU_FLUSH_BYTES = 32 * 1024 * 1024
@@ -57,39 +59,91 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return torch.empty(_CPU_FLUSH_BYTES // 4, dtype=torch.int32)
 
 
+def call_scale(call: int) -> float:
+    """The factor a timed call's floating inputs are scaled by: within 5 % of 1, never 1, and
+    different for every call (an irrational rotation), so no call repeats an earlier one's inputs."""
+    return 1.0 + 0.1 * (((call * 0.6180339887498949) % 1.0) - 0.5)
+
+
+def load_inputs(buffers: Sequence[Any], source: Sequence[Any], call: int) -> None:
+    """Write input set ``source`` into ``buffers`` as call ``call`` sees it (`call_scale`)."""
+    scale = call_scale(call)
+    for buf, src in zip(buffers, source, strict=True):
+        if isinstance(buf, torch.Tensor):
+            if buf.is_floating_point() or buf.is_complex():
+                _mul(src, scale, out=buf)
+            else:
+                buf.copy_(src)
+
+
+def scaled_inputs(source: Sequence[Any], call: int) -> list[Any]:
+    """What `load_inputs` writes, as fresh tensors (the comparer recomputes re-checked calls)."""
+    buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in source]
+    load_inputs(buffers, source, call)
+    return buffers
+
+
+def clone_output(out: Any) -> Any:
+    """A copy of a forward's output as it is now (stream-ordered on CUDA), for re-checking."""
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(clone_output(o) for o in out)
+    return out
+
+
 def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
                   options: TimingOptions, keep_outputs: bool = False) -> TimedRun:
     """Time ``fn(*inputs)`` over rotating input sets.
+
+    The sets are written in turn into one set of call buffers before each call (outside the timed
+    window), their floating tensors scaled by a factor unique to the call (`call_scale`): every
+    call sees the same tensors with contents no earlier call saw. An output cached by input
+    pointer or shape goes stale and fails the re-check; one memoised by input values never hits,
+    so it is timed doing the work.
 
     Args:
         fn: the callable (a model's forward); called under ``torch.no_grad()``.
         input_sets: one or more argument lists, used in turn.
         device: where the work runs (cuda → events; cpu → perf_counter).
         options: warm-up, repeats, noise target, time cap, flush, re-check interval.
-        keep_outputs: keep every ``options.recheck_every``-th output, at most
-            ``options.max_rechecks`` including the last call's.
+        keep_outputs: keep copies of outputs for re-checking: every ``options.recheck_every``-th
+            call's, taking the input sets in turn (at most ``options.max_rechecks``), then one
+            more call per input set after the timed calls.
 
     Returns:
-        A `TimedRun` with raw samples (ms) and the kept outputs.
+        A `TimedRun` with raw samples (ms) and the kept outputs as ``(call, input set, output)``;
+        the comparer recomputes the expected output of a call from `scaled_inputs`.
     """
     cuda = device.type == "cuda"
     flush = _flush_buffer(device) if options.flush_cache else None
-    sets = list(input_sets)
+    sets = [list(s) for s in input_sets]
+    buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     started = _perf_counter()
+    #: Calls so far (warm-up, timed, re-checked): each one's inputs are scaled by its own factor.
+    counter = 0
 
     def sync() -> None:
         if cuda:
             _cuda_sync(device)
 
-    def call(i: int) -> Any:
+    def load(i: int) -> int:
+        nonlocal counter
+        call_id = counter
+        counter += 1
+        load_inputs(buffers, sets[i % len(sets)], call_id)
+        return call_id
+
+    def call() -> Any:
         with _no_grad():
-            return fn(*sets[i % len(sets)])
+            return fn(*buffers)
 
     # Warm-up: module loads, autotuning, allocator growth stay out of the samples.
     warm_deadline = _perf_counter() + options.warmup_ms / 1e3
     calls = 0
     while calls < options.min_warmup_calls or _perf_counter() < warm_deadline:
-        call(calls)
+        load(calls)
+        call()
         calls += 1
         sync()
         if calls >= 10 * options.min_warmup_calls and _perf_counter() >= warm_deadline:
@@ -97,6 +151,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
 
     samples: list[float] = []
     kept: list[tuple[int, int, Any]] = []
+    sampled_cap = max(0, options.max_rechecks - 1) if keep_outputs else 0
+    next_keep, next_set = 0, 0
     spent = 0.0
     i = 0
     out: Any = None
@@ -106,20 +162,24 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         # device time, as triton.testing.do_bench measures it. CPU: one call per sample.
         batch: list[tuple[Any, Any]] = []
         for _ in range(_CUDA_BATCH if cuda else 1):
+            call_id = load(i)
             if flush is not None:
                 flush.zero_() if cuda else flush.add_(1)
             if cuda:
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 _event_record(start)
-                out = call(i)
+                out = call()
                 _event_record(end)
                 batch.append((start, end))
             else:
                 t0 = _perf_counter()
-                out = call(i)
+                out = call()
                 samples.append((_perf_counter() - t0) * 1e3)
-            if keep_outputs and i % options.recheck_every == 0 and len(kept) < options.max_rechecks - 1:
-                kept.append((i, i % len(sets), out))
+            # Sampled re-checks take the input sets in turn; the copy is stream-ordered right
+            # after the call, so work left running elsewhere is not in it.
+            if len(kept) < sampled_cap and i >= next_keep and i % len(sets) == next_set:
+                kept.append((call_id, i % len(sets), clone_output(out)))
+                next_keep, next_set = i + options.recheck_every, (next_set + 1) % len(sets)
             i += 1
         if cuda:
             _cuda_sync(device)
@@ -132,8 +192,14 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
             timing = Timing.from_samples(samples, clock="")
             if timing.rel_stderr < options.target_rel_stderr:
                 break
-    if keep_outputs and (not kept or kept[-1][0] != i - 1):
-        kept.append((i - 1, (i - 1) % len(sets), out))
+    if keep_outputs:
+        # One more call per input set, indistinguishable from the timed ones, all re-checked.
+        for _ in range(len(sets)):
+            call_id = load(i)
+            out = call()
+            kept.append((call_id, i % len(sets), clone_output(out)))
+            i += 1
+        sync()
     warnings = []
     timing = Timing.from_samples(samples, clock="cuda_events" if cuda else "perf_counter")
     if timing.rel_stderr > NOISY_REL_STDERR:

@@ -194,6 +194,8 @@ def _import_ipc(desc: dict[str, Any], expected_bytes: int, device: torch.device)
 
 def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
     """Load and validate what `export_output` sent; returns a tensor or a list of tensors."""
+    if not isinstance(desc, dict):
+        raise OutputRejected("malformed output descriptor")
     kind = desc.get("kind")
     if kind == "invalid":
         raise OutputRejected(f"forward returned {desc.get('type')}, expected tensor output(s)")

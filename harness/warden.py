@@ -6,8 +6,10 @@ It is started by `harness.sandbox` in a new session with an allowlisted environm
    orphaned descendant — also one that called ``setsid`` or double-forked — is re-parented to it;
 2. unshares the namespaces it is allowed to (user, mount, network, PID), falling back to fewer
    where the OS refuses, and reports what it achieved on its status pipe;
-3. in a new mount namespace: private tmpfs on ``/tmp`` and ``/dev/shm``, hidden paths covered by
-   an empty tmpfs, the whole tree remounted read-only except the stage's writable paths;
+3. in a new mount namespace: the whole tree remounted read-only except the stage's writable
+   paths; small private tmpfs on ``/tmp`` and ``/dev/shm``; hidden paths covered by an empty
+   read-only tmpfs; the stage's writable and needed paths under a cover bound back into place
+   (through descriptors opened before the covers went on);
 4. forks the stage process, which (re)mounts ``/proc`` for its PID namespace, sets resource
    limits, drops every capability, sets ``no_new_privs`` and execs the stage;
 5. when the stage exits, or on SIGTERM, kills every remaining descendant and exits with the
@@ -126,15 +128,57 @@ def _prepare_mounts(cfg: dict) -> None:
                 keep |= ms_bit
         with contextlib.suppress(OSError):  # e.g. a mount we cannot see into; the rest still holds
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-    # Private scratch space: nothing left in /tmp or /dev/shm reaches the next stage (unless
-    # a path the stage needs lives there, e.g. a cache under /tmp in tests: then it stays as is).
-    needed = [*cfg.get("writable_paths", []), *cfg.get("needed_paths", [])]
-    for path in ("/tmp", "/dev/shm"):
-        if os.path.isdir(path) and not any(n == path or n.startswith(path + "/") for n in needed):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=4g,mode=1777")
-    for path in cfg.get("hidden_paths", []):
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
+    # Paths that stay visible through a cover below, opened now: writable ones through their
+    # writable bind mount, the others read-only.
+    exposed = _open_exposed([*cfg.get("writable_paths", []), *cfg.get("needed_paths", [])])
+    # Covers, outermost first: private scratch space on /tmp and /dev/shm (nothing left there
+    # reaches the next stage; a needed path under /tmp, e.g. a test cache, is bound back in),
+    # then the hidden paths (other attempts' run directories, /run's sockets, service data),
+    # each an empty read-only file system with the exposed paths inside it bound back.
+    covers = [(path, True) for path in _SCRATCH] + [(os.path.realpath(h), False) for h in cfg.get("hidden_paths", [])]
+    for cover, scratch in sorted(covers, key=lambda c: len(c[0])):
+        if not os.path.isdir(cover) or os.path.realpath(cover) in exposed:
+            continue
+        size = _SCRATCH_SIZE if scratch else "4k"
+        _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={'1777' if scratch else '0755'}")
+        for path in sorted(exposed, key=len):
+            if path.startswith(cover + "/"):
+                _bind_back(path, exposed[path])
+        if not scratch:
+            _mount(None, cover, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for fd, _ in exposed.values():
+        os.close(fd)
+
+
+#: Private, small scratch file systems (tmpfs is memory: a candidate must not fill the host's).
+_SCRATCH = ("/tmp", "/dev/shm")
+_SCRATCH_SIZE = "256m"
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+
+def _open_exposed(paths: list[str]) -> dict[str, tuple[int, bool]]:
+    """``realpath -> (O_PATH fd, is_dir)`` for every existing path, opened before any cover."""
+    opened: dict[str, tuple[int, bool]] = {}
+    for raw in paths:
+        path = os.path.realpath(raw)
+        if path in opened or not os.path.exists(path):
+            continue
+        opened[path] = (os.open(path, O_PATH | os.O_CLOEXEC), os.path.isdir(path))
+    return opened
+
+
+def _bind_back(path: str, entry: tuple[int, bool]) -> None:
+    """Bind ``path`` (opened before it was covered) back into place, with its mount flags."""
+    fd, is_dir = entry
+    if not os.path.exists(path):
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        if is_dir:
+            os.mkdir(path)
+        else:
+            with open(path, "w"):
+                pass
+    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
 
 
 class _CapHeader(ctypes.Structure):

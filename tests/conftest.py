@@ -10,6 +10,12 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
+# One OpenMP thread per sandboxed stage (the variable is on the harness's environment allowlist):
+# on a 2-core CI machine shared with other jobs, OpenMP barriers waiting for a descheduled thread
+# make CPU timings swing by 10-100x, and a baseline timed in such a moment would quarantine a
+# legit candidate as "suspicious". Baselines are cached per thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session")
 def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:

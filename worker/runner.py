@@ -118,8 +118,13 @@ class _JobData:
 
 
 def harness_options_for(settings: Settings) -> HarnessOptions:
-    """The harness options of a job run by this service (builds and baselines in its cache)."""
-    return HarnessOptions(cache_dir=settings.resolved_cache_dir)
+    """The harness options of a job run by this service (builds and baselines in its cache).
+
+    The data directory (the embedded SQLite database, the session secret) and the device locks
+    are hidden from every stage; the harness keeps its own cache visible inside them.
+    """
+    cache_dir = settings.resolved_cache_dir
+    return HarnessOptions(cache_dir=cache_dir, hidden_paths=(settings.data_dir, cache_dir / "locks"))
 
 
 def problem_from_row(stored: StoredProblem) -> Problem:

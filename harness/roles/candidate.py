@@ -70,6 +70,27 @@ def _poison(result: Any) -> Any:
     return result
 
 
+# Bound before candidate code runs: a candidate patching these does not blind the checks.
+_sleep = time.sleep
+_active_count = threading.active_count
+#: How long a trial's output is left alone before it is compared with its copy taken when
+#: forward returned: work still writing it (a thread, another stream) shows up as a change.
+_SETTLE_S = 0.01
+
+
+def _same_output(a: Any, b: Any) -> bool:
+    """Bitwise the same tensors (NaN matching NaN), through tuples and lists."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_output(x, y) for x, y in zip(a, b, strict=True))
+    return a is b or type(a) is type(b)
+
+
 def _op_name(func: Any) -> str:
     return func.overloadpacket.__name__.rstrip("_")
 
@@ -105,7 +126,7 @@ class Candidate:
             raise ValueError(mismatch)
         self.model.load_state_dict(weights, strict=False)
         self.model.train(request["mode"] == "train").to(self.device)
-        self.threads_at_start = threading.active_count()
+        self.threads_at_start = _active_count()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -115,7 +136,6 @@ class Candidate:
         inputs = contract.make_inputs(self.problem, self.trials[index], self.device)
         originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         flags: list[str] = []
-        tf32_before = contract.tf32_state()
         ops: set[str] = set()
         self.noop.active = noop
         try:
@@ -132,21 +152,30 @@ class Candidate:
                         out = self.model(*inputs)
                 else:
                     out = self.model(*inputs)
+            # The output must be complete when forward's stream is: copy it then (stream-ordered
+            # on CUDA), let any work left running elsewhere go on, and compare.
+            if self.device.type == "cuda":
+                torch.cuda.current_stream().synchronize()
+            snapshot = timing_mod.clone_output(out)
             self._sync()
         finally:
             self.noop.active = False
-        if contract.tf32_state() != tf32_before:
+        if not contract.tf32_is_off():
             flags.append("tf32_enabled")
             contract.tf32_off()
         for x, orig in zip(inputs, originals, strict=True):
             if isinstance(x, torch.Tensor) and not torch.equal(x, orig):
                 flags.append("mutated_inputs")
                 break
-        if threading.active_count() > self.threads_at_start:
+        if _active_count() > self.threads_at_start:
             flags.append("background_threads")
+        _sleep(_SETTLE_S)
+        self._sync()
+        if not _same_output(snapshot, out):
+            flags.append("deferred_work")
         name = f"{'noop' if noop else 'trial'}-{index}"
-        self._held = [out]
-        reply: dict[str, Any] = {"output": export_output(out, self.workdir, name, transport=self.transport),
+        self._held = [snapshot]
+        reply: dict[str, Any] = {"output": export_output(snapshot, self.workdir, name, transport=self.transport),
                                  "flags": flags}
         if record_ops:
             reply["ops"] = sorted(ops)
@@ -154,13 +183,17 @@ class Candidate:
 
     def time(self, options: TimingOptions, set_indices: list[int]) -> dict[str, Any]:
         sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
-        tf32_before = contract.tf32_state()
         run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
         self._held = [out for _, _, out in run.kept]
         kept = [{"index": set_indices[s], "call": call,
                  "output": export_output(out, self.workdir, f"timed-{call}", transport=self.transport)}
                 for call, s, out in run.kept]
-        flags = ["tf32_enabled"] if contract.tf32_state() != tf32_before else []
+        flags = []
+        if not contract.tf32_is_off():
+            flags.append("tf32_enabled")
+            contract.tf32_off()
+        if _active_count() > self.threads_at_start:
+            flags.append("background_threads")
         return {"timing": run.timing.to_dict(), "kept": kept, "wall_s": run.wall_s, "flags": flags}
 
 

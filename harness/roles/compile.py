@@ -12,8 +12,9 @@ from harness.sandbox import Channel
 
 def serve(channel: Channel) -> None:
     request = channel.recv()
+    staging = request.get("staging_dir")
     cache = BuildCache(Path(request["builds_dir"]), mode="build", arch_list=request["arch_list"],
-                       max_jobs=request["max_jobs"])
+                       max_jobs=request["max_jobs"], staging=Path(staging) if staging else None)
     cache.install()
     started = time.perf_counter()
     reply: dict = {"ok": True, "errors": "", "message": ""}

@@ -1,0 +1,264 @@
+"""The adversarial suite on CUDA (`pytest -m gpu`, on an H200): the cheats that matter on a GPU.
+
+Same layout as tests/integrity/test_integrity_cpu.py: a table of cheats, each the seed-1 CUDA
+example with ``ModelNew.forward`` overridden (one CUDA build serves them all), one `Referee` for
+the module, and the reason each must be caught. Needs only torch, the standard library and pytest.
+Figures go to stdout (run with -s) as INTEGRITY-GPU lines, and to KERNELLOOP_GPU_REPORT if set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
+from problems import load_problem
+from problems.spec import Problem, parse_problem
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[2]
+SEED1_CUDA = (REPO / "examples" / "seed1_cuda.py").read_text()
+PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
+QUICK_TIMING = TimingOptions(warmup_ms=10, min_repeats=10, max_repeats=40, max_time_s=0.3, input_sets=2,
+                             recheck_every=5)
+LEAK = "LEAK"
+#: Host memory of a stage (RLIMIT_DATA on cuda): the legit candidate must run under it.
+MEMORY_LIMIT_MB = 8192
+#: GPU cycles a cheat spins on its side stream (~10 ms at 2 GHz): still running when forward returns.
+SPIN_CYCLES = 20_000_000
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kept = os.environ.get("KERNELLOOP_TEST_CACHE")
+    return Path(kept) if kept else tmp_path_factory.mktemp("gpu-integrity-cache")
+
+
+@pytest.fixture(scope="module")
+def referee(cache: Path) -> Iterator[Referee]:
+    options = HarnessOptions(
+        cache_dir=cache, secret_seed=20261201, trials=2, compile_baseline=False, timing=QUICK_TIMING,
+        timeouts=Timeouts(trial_s=15.0, load_s=120.0, timing_s=120.0, compile_s=600.0),
+        memory_limit_mb=MEMORY_LIMIT_MB,
+    )
+    with Referee(small_seed1(), "cuda", options) as ref:
+        yield ref
+
+
+def small_seed1() -> Problem:
+    """Seed problem 1 with a batch of 16 instead of 128: every trial's inputs are drawn on the host."""
+    source = load_problem(PROBLEM).source
+    assert "batch_size = 128" in source
+    return parse_problem(source.replace("batch_size = 128", "batch_size = 16"), problem_id="integrity/seed1_b16",
+                         level=2)
+
+
+def _report(entry: dict) -> None:
+    print("INTEGRITY-GPU", json.dumps(entry))
+    path = os.environ.get("KERNELLOOP_GPU_REPORT")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+_HELPERS = '''
+
+_Seed = ModelNew
+
+
+def _honest(self, x):
+    return _Seed.forward(self, x)
+
+
+def _out_shape(self, x):
+    k = self.pool_kernel_size
+    return (x.shape[0], self.conv.out_channels, (x.shape[2] - 2) // k, (x.shape[3] - 2) // k)
+
+
+def _count(self):
+    self.__dict__["_calls"] = self.__dict__.get("_calls", 0) + 1
+    return self.__dict__["_calls"]
+
+
+def _on_a_side_stream(self, x):
+    """The kernel on another stream that forward's stream never waits for, after a long spin."""
+    side = self.__dict__.setdefault("_side", torch.cuda.Stream())
+    y = F.conv2d(x, self.conv.weight, self.conv.bias)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SPIN_CYCLES)
+        return _ext.pool_tanh_scale_bias(y, self.bias, self.pool_kernel_size, float(self.scaling_factor))
+'''
+
+
+def cheat(body: str, prelude: str = "") -> str:
+    return (SEED1_CUDA + f"\nSPIN_CYCLES = {SPIN_CYCLES}\n" + _HELPERS + "\n" + textwrap.dedent(prelude)
+            + "\n\nclass ModelNew(_Seed):\n    def forward(self, x):\n"
+            + textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 8) + "\n")
+
+
+# A kernel that stores to address 0x10, loaded as PTX through the driver: no compile needed.
+ILLEGAL_ACCESS = '''
+import ctypes
+_PTX = b"""
+.version 6.0
+.target sm_50
+.address_size 64
+.visible .entry kl_bad_store(.param .u64 kl_bad_store_p)
+{
+  .reg .u32 %r<2>;
+  .reg .u64 %rd<2>;
+  ld.param.u64 %rd1, [kl_bad_store_p];
+  mov.u32 %r1, 1;
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+"""
+
+
+def _illegal_store():
+    cuda = ctypes.CDLL("libcuda.so.1")
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    assert cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_PTX)) == 0, "cuModuleLoadData"
+    assert cuda.cuModuleGetFunction(ctypes.byref(function), module, b"kl_bad_store") == 0, "cuModuleGetFunction"
+    address = ctypes.c_uint64(0x10)
+    params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(address), ctypes.c_void_p))
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    assert cuda.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, params, None) == 0, "cuLaunchKernel"
+'''
+
+
+def next_evaluation_works(verdict: Verdict, referee: Referee) -> None:
+    after = referee.evaluate(SEED1_CUDA, depth=Depth.CORRECTNESS)
+    assert after.status is Status.PASS, f"{after.message}\n{after.log[-3000:]}"
+
+
+def illegal_access_then_next_works(verdict: Verdict, referee: Referee) -> None:
+    assert any(m in verdict.message for m in ("illegal memory access", "CUDA error", "CUDNN_STATUS")), verdict.message
+    next_evaluation_works(verdict, referee)
+
+
+def honest_speed(verdict: Verdict, referee: Referee) -> None:
+    assert verdict.speedup_vs_eager is not None and verdict.speedup_vs_eager < referee.options.suspicious_speedup
+    assert not {"speedup_over_limit", "faster_than_roofline"} & set(verdict.flags)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: Callable[[int], str]  # gets the number of calls a candidate sees before timing
+    status: Status
+    stage: Stage | None = None
+    flags: tuple[str, ...] = ()
+    any_flags: tuple[str, ...] = ()
+    message: str = ""
+    depth: Depth = Depth.CORRECTNESS
+    check: Callable[[Verdict, Referee], None] | None = None
+
+
+CASES: list[Case] = [
+    Case("zeros", lambda n: cheat("return torch.zeros(_out_shape(self, x), device=x.device)"),
+         Status.FAIL, Stage.CORRECTNESS, message="trials failed"),
+    Case("uninitialised_output", lambda n: cheat("return torch.empty(_out_shape(self, x), device=x.device)"),
+         Status.FAIL, Stage.CORRECTNESS, message="trials failed"),
+    Case("side_stream_without_sync", lambda n: cheat("return _on_a_side_stream(self, x)"),
+         Status.FAIL, flags=("deferred_work",)),
+    Case("side_stream_only_while_timed", lambda n: cheat(f'''
+        if _count(self) <= {n}:
+            return _honest(self, x)
+        return _on_a_side_stream(self, x)'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+    Case("output_filled_by_a_background_thread", lambda n: cheat('''
+        import threading, time
+        out = torch.zeros(_out_shape(self, x), device=x.device)
+        def fill():
+            time.sleep(0.05)
+            out.copy_(_honest(self, x))
+        threading.Thread(target=fill).start()
+        return out'''),
+         Status.FAIL, flags=("background_threads",)),
+    Case("cache_by_data_ptr_after_the_trials", lambda n: cheat(f'''
+        cache = self.__dict__.setdefault("_cache", {{}})
+        if _count(self) > {n} and x.data_ptr() in cache:
+            return cache[x.data_ptr()]
+        cache[x.data_ptr()] = out = _honest(self, x)
+        return out'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+    Case("patches_cuda_events_and_perf_counter", lambda n: cheat("return _honest(self, x)", prelude='''
+        import time as _time
+        _real_perf_counter = _time.perf_counter
+        _time.perf_counter = lambda: _real_perf_counter() / 1000.0
+        torch.cuda.Event.elapsed_time = lambda self, end: 1e-6
+        torch.cuda.Event.record = lambda self, stream=None: None
+        '''),
+         Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
+    Case("tf32_switched_on", lambda n: cheat('''
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        return _honest(self, x)'''),
+         Status.FAIL, flags=("tf32_enabled",)),
+    Case("tf32_switched_on_at_import_new_api", lambda n: cheat("return _honest(self, x)", prelude='''
+        torch.backends.fp32_precision = "tf32"
+        '''),
+         Status.FAIL, flags=("tf32_enabled",)),
+    # The fault is sticky: whatever touches the context next reports it (the harness's sync here;
+    # a cuDNN call reported CUDNN_STATUS_INTERNAL_ERROR when the fault came before the conv).
+    Case("illegal_memory_access", lambda n: cheat(
+        "out = _honest(self, x)\n_illegal_store()\nreturn out", prelude=ILLEGAL_ACCESS),
+         Status.ERROR, Stage.CORRECTNESS, message="forward raised", check=illegal_access_then_next_works),
+    Case("device_out_of_memory", lambda n: cheat('''
+        chunks = []
+        for _ in range(400):  # 400 GiB: more than any GPU has
+            chunks.append(torch.empty(1 << 30, dtype=torch.uint8, device=x.device))
+        return _honest(self, x)'''),
+         Status.ERROR, Stage.CORRECTNESS, message="out of memory", check=next_evaluation_works),
+    Case("host_out_of_memory", lambda n: cheat('''
+        chunks = []
+        for _ in range(24):  # 24 GiB at most: the stage's limit must stop it long before
+            chunk = torch.empty(1 << 28)
+            chunk[::1024].fill_(1.0)
+            chunks.append(chunk)
+        return _honest(self, x)'''),
+         Status.ERROR, Stage.CORRECTNESS, message="allocate memory"),
+    Case("hang", lambda n: cheat("while True:\n    pass"),
+         Status.ERROR, Stage.CORRECTNESS, message="timed out"),
+]
+
+
+def test_legit_seed1_cuda_passes(referee: Referee) -> None:
+    verdict = referee.evaluate(SEED1_CUDA)
+    _report({"case": "legit_seed1_cuda", "status": verdict.status.value, "stage": verdict.stage.value,
+             "flags": list(verdict.flags), "median_ms": verdict.timing.median_ms if verdict.timing else None,
+             "speedup_vs_eager": verdict.speedup_vs_eager, "sandbox": verdict.provenance.get("sandbox"),
+             "compile_s": verdict.compile.seconds if verdict.compile else None})
+    assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
+    assert verdict.stage is Stage.DONE and not verdict.flags
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_cuda_cheat_is_caught(case: Case, referee: Referee) -> None:
+    calls_before_timing = len(referee.trials) + 1
+    started = time.monotonic()
+    verdict = referee.evaluate(case.source(calls_before_timing), depth=case.depth)
+    elapsed = time.monotonic() - started
+    summary = f"{verdict.status.value} {verdict.stage.value} {verdict.flags}: {verdict.message[:1500]}"
+    _report({"case": case.id, "status": verdict.status.value, "stage": verdict.stage.value,
+             "flags": list(verdict.flags), "message": verdict.message[:300], "seconds": round(elapsed, 1)})
+    assert LEAK not in verdict.message, summary
+    assert verdict.status is case.status, summary + "\n" + verdict.log[-3000:]
+    if case.stage is not None:
+        assert verdict.stage is case.stage, summary
+    assert set(case.flags) <= set(verdict.flags), summary
+    if case.any_flags:
+        assert set(case.any_flags) & set(verdict.flags), summary
+    assert case.message.lower() in verdict.message.lower(), summary
+    if case.check is not None:
+        case.check(verdict, referee)
