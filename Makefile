@@ -27,6 +27,7 @@ demo: setup
 test: setup
 	scripts/ensure-services
 	scripts/ensure-browser
+	scripts/ensure-compose
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not gpu" -q
 

@@ -1,8 +1,8 @@
 """`create_app`: the FastAPI application, built from a `Settings` and nothing global.
 
-The engine, the session factory and the dispatcher are made when the app starts (its lifespan)
-and kept on ``app.state``; they are disposed of when it stops. Two apps in one process (tests)
-share nothing.
+The engine, the session factory, the dispatcher and the event hub of the live streams are made
+when the app starts (its lifespan) and kept on ``app.state``; they are disposed of when it
+stops. Two apps in one process (tests) share nothing.
 """
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
 from api.errors import install_error_handlers
 from api.metrics import RequestMetrics
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.routes import api_router, dashboard, job_problem
-from api.streaming import StreamOptions
+from api.streaming import EventHub, StreamOptions
 from config import Settings
+from problems import bundled_problems
 from store import make_engine, make_session_factory
 
 __all__ = ["create_app"]
@@ -57,7 +59,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.resolved_database_url)
+        engine = make_engine(settings.resolved_database_url, pool_size=settings.api_db_pool_size)
         own_dispatcher = dispatcher is None
         active = _default_dispatcher(settings) if dispatcher is None else dispatcher
         app.state.settings = settings
@@ -65,10 +67,18 @@ def create_app(
         app.state.session_factory = make_session_factory(engine)
         app.state.dispatcher = active
         app.state.metrics = metrics
-        app.state.stream_options = stream_options or StreamOptions()
+        app.state.stream_options = options = stream_options or StreamOptions()
+        app.state.event_hub = hub = EventHub(app.state.session_factory, poll_interval_s=options.poll_interval_s)
+        # Before the first request rather than during it: the bundled problems are parsed once
+        # (a burst of first requests would otherwise parse them once per thread), and the
+        # broker connection is opened.
+        await run_in_threadpool(bundled_problems)
+        if isinstance(active, CeleryDispatcher):
+            await run_in_threadpool(active.connect)
         try:
             yield
         finally:
+            await hub.aclose()
             if own_dispatcher and isinstance(active, CeleryDispatcher):
                 active.close()
             engine.dispose()

@@ -20,7 +20,7 @@ from api.dashboard.session import CSRF_HEADER, SAFE_METHODS, codec_for, read_ses
 from api.dispatch import Dispatcher
 from api.errors import ApiError, Unauthorized
 from api.metrics import RequestMetrics
-from api.streaming import StreamOptions
+from api.streaming import EventHub, StreamOptions
 from config import Settings
 from store import ApiKey, session_scope, verify_api_key
 
@@ -30,6 +30,7 @@ __all__ = [
     "CsrfRejected",
     "CurrentKey",
     "DispatcherDep",
+    "EventHubDep",
     "JobId",
     "MetricsDep",
     "SessionDep",
@@ -76,12 +77,17 @@ def get_stream_options(request: Request) -> StreamOptions:
     return request.app.state.stream_options
 
 
+def get_event_hub(request: Request) -> EventHub:
+    return request.app.state.event_hub
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_session_factory)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[RequestMetrics, Depends(get_metrics)]
 StreamOptionsDep = Annotated[StreamOptions, Depends(get_stream_options)]
+EventHubDep = Annotated[EventHub, Depends(get_event_hub)]
 
 
 class CsrfRejected(ApiError):

@@ -1,5 +1,5 @@
 """Prometheus text exposition (format 0.0.4), hand-written: request counters, a latency
-histogram, live SSE streams, and counts read from the store at scrape time.
+histogram, live SSE streams, and the store's counts read at scrape time (`store.read_store_counts`).
 
 One `RequestMetrics` per app (on ``app.state``), no process-global registry, so two apps in one
 process (tests) never share counters.
@@ -10,14 +10,10 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from store import StoreCounts
 
-from store import Attempt, Job
-
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "RequestMetrics", "StoreCounts", "read_store_counts", "render"]
+__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS_S", "RequestMetrics", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Upper bounds (seconds) of the request-latency histogram: API calls are meant to answer in
@@ -102,30 +98,6 @@ class RequestMetrics:
         yield "# HELP kernelloop_dispatch_failures_total Jobs the broker refused (answered 503, job cancelled)."
         yield "# TYPE kernelloop_dispatch_failures_total counter"
         yield f"kernelloop_dispatch_failures_total {failures}"
-
-
-@dataclass(frozen=True)
-class StoreCounts:
-    jobs_by_state: dict[str, int]
-    attempts_by_status: dict[str, int]
-    #: Events appended to the jobs that still exist (each job's newest event id is its count).
-    events: int
-
-
-def read_store_counts(session: Session) -> StoreCounts:
-    """Aggregate counts for the scrape (three small ``GROUP BY``/``SUM`` queries).
-
-    Kept here rather than in `store` until the store grows a statistics module; it reads only.
-    """
-    jobs = {
-        str(state.value): int(n) for state, n in session.execute(select(Job.state, func.count()).group_by(Job.state))
-    }
-    attempts = {
-        str(status.value): int(n)
-        for status, n in session.execute(select(Attempt.status, func.count()).group_by(Attempt.status))
-    }
-    events = session.scalar(select(func.coalesce(func.sum(Job.last_event_id), 0))) or 0
-    return StoreCounts(jobs_by_state=jobs, attempts_by_status=attempts, events=int(events))
 
 
 def render(requests: RequestMetrics, counts: StoreCounts, *, job_states: Iterable[str], statuses: Iterable[str]) -> str:

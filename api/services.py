@@ -10,7 +10,6 @@ sources are parsed (``ast``), never imported.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -30,11 +29,13 @@ from store import (
     JobKind,
     JobState,
     NotFound,
+    StoredProblem,
     cancel_job,
     create_job,
     delete_job,
     get_job,
     get_or_create_problem,
+    key_cost_usd,
     key_usage,
     session_scope,
     utcnow,
@@ -185,35 +186,45 @@ def _resolve_budgets(budgets: Budgets, settings: Settings, *, cost_left: float |
     }
 
 
-@dataclass(frozen=True)
-class _Allowance:
-    #: What the key's cost cap leaves; ``None`` without a cap.
-    cost_left: float | None
+def _cost_left(session: Session, key: ApiKey, *, charge_cost: bool) -> float | None:
+    """What the key's cost cap leaves (``None`` without a cap); a job that would call an LLM is
+    refused once the cap is spent (evaluations use no LLM and still run).
 
-
-def _check_quotas(session: Session, key: ApiKey, *, charge_cost: bool) -> _Allowance:
-    """Raise `QuotaExceeded` when the key may not start another job now."""
-    now = utcnow()
-    usage = key_usage(session=session, api_key_id=key.id, since=now - QUOTA_WINDOW)
-    if usage.active_jobs >= key.max_concurrent_jobs:
-        raise QuotaExceeded(
-            f"this key has {usage.active_jobs} jobs queued or running, its limit is {key.max_concurrent_jobs}; "
-            "wait for one to finish or cancel one (POST /jobs/{id}/cancel)"
-        )
-    if usage.jobs_since >= key.max_jobs_per_day:
-        raise QuotaExceeded(
-            f"this key created {usage.jobs_since} jobs in the last 24 hours, its limit is {key.max_jobs_per_day}; "
-            "try again later or ask an admin for a higher limit"
-        )
+    Raises:
+        QuotaExceeded: ``charge_cost`` and nothing is left.
+    """
     if key.cost_cap_usd is None:
-        return _Allowance(cost_left=None)
-    cost_left = key.cost_cap_usd - usage.cost_usd
-    if charge_cost and cost_left <= 0:
+        return None
+    spent = key_cost_usd(session=session, api_key_id=key.id)
+    left = key.cost_cap_usd - spent
+    if charge_cost and left <= 0:
         raise QuotaExceeded(
-            f"this key's jobs have cost ${usage.cost_usd:.2f} of its ${key.cost_cap_usd:.2f} cap; "
+            f"this key's jobs have cost ${spent:.2f} of its ${key.cost_cap_usd:.2f} cap; "
             "ask an admin to raise the cap (evaluations, which use no LLM, still run)"
         )
-    return _Allowance(cost_left=max(cost_left, 0.0))
+    return max(left, 0.0)
+
+
+def _check_job_quotas(session: Session, key: ApiKey, *, created: int) -> None:
+    """Raise `QuotaExceeded` if the ``created`` jobs this transaction just added put the key over
+    its quotas (the transaction then rolls back, and they never existed).
+
+    Called after the insert: `store.key_usage` locks the key until commit, and the lock then
+    covers only this count and the commit, not the whole submission. Under a burst from one
+    key, the submissions take turns there; the shorter the turn, the more of them a second.
+    """
+    usage = key_usage(session=session, api_key_id=key.id, since=utcnow() - QUOTA_WINDOW)
+    active, recent = usage.active_jobs - created, usage.jobs_since - created
+    if active >= key.max_concurrent_jobs:
+        raise QuotaExceeded(
+            f"this key has {active} jobs queued or running, its limit is {key.max_concurrent_jobs}; "
+            "wait for one to finish or cancel one (POST /jobs/{id}/cancel)"
+        )
+    if recent >= key.max_jobs_per_day:
+        raise QuotaExceeded(
+            f"this key created {recent} jobs in the last 24 hours, its limit is {key.max_jobs_per_day}; "
+            "try again later or ask an admin for a higher limit"
+        )
 
 
 # -- submissions -----------------------------------------------------------------------------------
@@ -252,18 +263,20 @@ def submit_job(
     problem = resolve_problem(problem_id=body.problem_id, problem_source=body.problem_source)
     profile, model = _resolve_profile(body.llm_profile, settings)
     with session_scope(factory) as session:
-        allowance = _check_quotas(session, key, charge_cost=True)
+        cost_left = _cost_left(session, key, charge_cost=True)
+        stored = _store_problem(session, problem, bundled=body.problem_id is not None)
         job = create_job(
             session=session,
-            problem_id=_store_problem(session, problem, bundled=body.problem_id is not None),
+            problem_id=stored.id,
             target=body.target,
             owner_id=key.id,
             kind=JobKind.AGENT,
             llm_profile=profile,
             llm_model=model,
-            budgets=_resolve_budgets(body.budgets, settings, cost_left=allowance.cost_left),
+            budgets=_resolve_budgets(body.budgets, settings, cost_left=cost_left),
             trajectories_count=body.trajectories or settings.default_trajectories,
         )
+        _check_job_quotas(session, key, created=1)
         public = JobPublic.from_job(job)
     _queue(factory=factory, dispatcher=dispatcher, metrics=metrics, job_id=public.id, target=public.target.value)
     return public
@@ -281,29 +294,31 @@ def submit_evaluation(
     problem = resolve_problem(problem_id=body.problem_id, problem_source=body.problem_source)
     check_candidate(body.candidate_source)
     with session_scope(factory) as session:
-        _check_quotas(session, key, charge_cost=False)
+        stored = _store_problem(session, problem, bundled=body.problem_id is not None)
         job = create_job(
             session=session,
-            problem_id=_store_problem(session, problem, bundled=body.problem_id is not None),
+            problem_id=stored.id,
             target=body.target,
             owner_id=key.id,
             kind=JobKind.EVALUATION,
             candidate_source=body.candidate_source,
         )
+        _check_job_quotas(session, key, created=1)
         public = JobPublic.from_job(job)
     _queue(factory=factory, dispatcher=dispatcher, metrics=metrics, job_id=public.id, target=public.target.value)
     return public
 
 
-def _store_problem(session: Session, problem: Problem, *, bundled: bool) -> int:
+def _store_problem(session: Session, problem: Problem, *, bundled: bool) -> StoredProblem:
+    """The problem's row. Keep it while the job is in use: the session holds rows weakly, and
+    `JobPublic.from_job` reads ``job.problem`` (from the session, not the database, while it lives)."""
     declarations = {k: v for k, v in problem.to_dict().items() if k != "source"}
-    row = get_or_create_problem(
+    return get_or_create_problem(
         session=session,
         source=problem.source,
         declarations=declarations,
         bundled_id=problem.id if bundled else None,
     )
-    return row.id
 
 
 # -- owned jobs ------------------------------------------------------------------------------------

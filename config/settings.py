@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     session_secret: SecretStr | None = None
     #: Requests larger than this are refused with 413 before they are parsed.
     max_body_bytes: int = 512 * 1024
+    #: Database connections the API keeps open: one per thread of its threadpool (anyio's 40),
+    #: where every database call runs, so a burst of requests neither waits for a connection nor
+    #: opens and closes one per request. PostgreSQL's ``max_connections`` (100 by default) must
+    #: cover this per API process, plus a few per worker.
+    api_db_pool_size: int = Field(default=40, ge=1)
 
     #: The GPU type this worker serves (its queue is ``gpu-<type>``); ``cpu`` workers use ``cpu``.
     gpu_type: str = "h200"
@@ -61,6 +66,12 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = 15.0
     max_requeues: int = 2
     reaper_interval_s: float = 30.0
+    #: Distributed mode: a job still queued this long after its message (or its creation) gets
+    #: its message again from a reaper, in case it was never sent (the API died between commit
+    #: and send) or was lost. Long against a normal wait for a free worker, since such a wait
+    #: costs a duplicate message (skipped by the worker) per period; short against a job's
+    #: minutes. ``None``: never.
+    redispatch_after_s: float | None = Field(default=300.0, gt=0)
     #: Embedded mode: how often an idle worker looks for queued jobs.
     poll_interval_s: float = 0.5
 

@@ -12,6 +12,7 @@ from store.apikeys import (
     KeyUsage,
     create_api_key,
     hash_api_key,
+    key_cost_usd,
     key_usage,
     revoke_api_key,
     verify_api_key,
@@ -26,7 +27,7 @@ from store.attempts import (
 )
 from store.db import make_engine, make_session_factory, session_scope
 from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
-from store.events import EventType, append_event, events_after
+from store.events import EventType, JobHead, append_event, events_after, job_heads
 from store.jobs import (
     CancelOutcome,
     LeaseStatus,
@@ -42,6 +43,7 @@ from store.jobs import (
     heartbeat,
     list_jobs,
     reap_expired_leases,
+    redispatch_stale_jobs,
 )
 from store.models import (
     ApiKey,
@@ -58,6 +60,7 @@ from store.models import (
 from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, check_limit, keyset_page, offset_page
 from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
 from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, Target, TrajectoryState, transition
+from store.stats import StoreCounts, read_store_counts
 from store.trajectories import (
     append_message,
     create_trajectory,
@@ -81,6 +84,7 @@ __all__ = [
     "IssuedKey",
     "Job",
     "JobEvent",
+    "JobHead",
     "JobKind",
     "JobState",
     "KeyUsage",
@@ -90,6 +94,7 @@ __all__ = [
     "NotFound",
     "Page",
     "ReapedJob",
+    "StoreCounts",
     "StoreError",
     "StoredProblem",
     "Target",
@@ -116,6 +121,8 @@ __all__ = [
     "get_problem",
     "hash_api_key",
     "heartbeat",
+    "job_heads",
+    "key_cost_usd",
     "key_usage",
     "keyset_page",
     "list_attempts",
@@ -126,8 +133,10 @@ __all__ = [
     "make_session_factory",
     "offset_page",
     "put_baseline",
+    "read_store_counts",
     "reap_expired_leases",
     "record_attempt",
+    "redispatch_stale_jobs",
     "revoke_api_key",
     "session_scope",
     "set_trajectory_state",

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from store.errors import NotFound
@@ -72,13 +73,22 @@ def bump_counter(
     transaction ends, so two transactions never get the same number and numbers become visible
     in the order they were handed out. ``also`` adds more column values to the same statement.
 
+    A loaded copy of the row gets the new counter as its committed value and has only ``also``'s
+    attributes expired, rather than the whole row (`write_row`): a caller that goes on reading the
+    row (the API answering with the job it just created) needs no second ``SELECT``.
+
     Raises:
         NotFound: no row with that id.
     """
     stmt = update(model).where(model.id == row_id).values({counter: counter + 1, **also}).returning(counter)
-    value = write_row(session, model, row_id, stmt)
+    value = session.execute(stmt.execution_options(synchronize_session=False)).scalar_one_or_none()
     if value is None:
         raise NotFound(model.__tablename__.rstrip("s"), row_id)
+    loaded = session.identity_map.get(identity_key(model, row_id))
+    if loaded is not None:
+        set_committed_value(loaded, counter.key, value)
+        if also:
+            session.expire(loaded, list(also))
     return int(value)
 
 

@@ -11,11 +11,12 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from store._sql import write_row
+from store._sql import dialect_name, write_row
 from store.errors import NotFound
 from store.models import (
     DEFAULT_COST_CAP_USD,
@@ -33,6 +34,7 @@ __all__ = [
     "KeyUsage",
     "create_api_key",
     "hash_api_key",
+    "key_cost_usd",
     "key_usage",
     "revoke_api_key",
     "verify_api_key",
@@ -130,16 +132,41 @@ def revoke_api_key(*, session: Session, api_key_id: int, now: datetime | None = 
 
 
 def key_usage(*, session: Session, api_key_id: int, since: datetime) -> KeyUsage:
-    """Counts for the key's quotas: active jobs, jobs created since ``since``, total cost."""
-    active = session.scalar(
-        select(func.count())
-        .select_from(Job)
-        .where(Job.owner_id == api_key_id, Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
-    )
-    recent = session.scalar(
-        select(func.count()).select_from(Job).where(Job.owner_id == api_key_id, Job.created_at >= since)
-    )
-    cost = session.scalar(
-        select(func.coalesce(func.sum(Job.cost_usd), 0.0)).where(Job.owner_id == api_key_id)
-    )
+    """Counts for the key's quotas (active jobs, jobs created since ``since``, total cost), read
+    under a lock on the key that lasts until the caller's transaction ends.
+
+    Check the quotas and create the job in one transaction: a concurrent submission of the same
+    key then waits here until this one commits, and counts its job. Without the lock, two
+    requests would both read "one slot left" and both create a job. The counts include the jobs
+    this transaction created, so the lock can be taken after the insert and held only for the
+    count and the commit (what `api.services` does). PostgreSQL: ``SELECT … FOR NO KEY UPDATE``
+    of the key's row (the strongest lock that does not wait for the key-share locks which
+    inserting a job of the key takes). SQLite has no row locks, and its driver only begins a
+    transaction at the first write: a no-op ``UPDATE`` of the key takes the database's write lock
+    (if this transaction does not hold it yet), so the counts see every committed job and no one
+    writes until commit.
+
+    Raises:
+        NotFound: no key with that id.
+    """
+    if dialect_name(session) == "sqlite":
+        lock: Any = update(ApiKey).where(ApiKey.id == api_key_id).values(id=ApiKey.id).returning(ApiKey.id)
+    else:
+        lock = select(ApiKey.id).where(ApiKey.id == api_key_id).with_for_update(key_share=True)
+    if session.execute(lock.execution_options(synchronize_session=False)).scalar_one_or_none() is None:
+        raise NotFound("api key", api_key_id)
+    active, recent, cost = session.execute(
+        select(
+            func.count().filter(Job.state.in_([JobState.QUEUED, JobState.RUNNING])),
+            func.count().filter(Job.created_at >= since),
+            func.coalesce(func.sum(Job.cost_usd), 0.0),
+        ).where(Job.owner_id == api_key_id)
+    ).one()
     return KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))
+
+
+def key_cost_usd(*, session: Session, api_key_id: int) -> float:
+    """What the key's jobs have cost so far, read without a lock: cost grows as jobs run, not as
+    they are submitted, so `key_usage`'s lock would not make it more exact."""
+    cost = session.scalar(select(func.coalesce(func.sum(Job.cost_usd), 0.0)).where(Job.owner_id == api_key_id))
+    return float(cost or 0.0)

@@ -58,7 +58,9 @@ def _sqlite_pragmas(*, foreign_keys: bool) -> Any:
     return on_connect
 
 
-def make_engine(url: str | URL, *, echo: bool = False, sqlite_foreign_keys: bool = True) -> Engine:
+def make_engine(
+    url: str | URL, *, echo: bool = False, sqlite_foreign_keys: bool = True, pool_size: int | None = None
+) -> Engine:
     """An engine for the service's database.
 
     Args:
@@ -67,20 +69,23 @@ def make_engine(url: str | URL, *, echo: bool = False, sqlite_foreign_keys: bool
         sqlite_foreign_keys: enforce foreign keys on SQLite (on PostgreSQL they always are).
             Only migrations turn it off: batch mode rebuilds tables, and dropping the old copy of
             a referenced table with enforcement on would cascade.
+        pool_size: connections kept open, and the most ever open (no overflow): for a process
+            with that many threads using the database at once. ``None``: SQLAlchemy's default
+            (5 kept, 10 more opened and closed as needed), enough for a worker.
 
     Returns:
         A new engine; the caller disposes of it.
     """
     parsed = normalize_url(url)
+    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0}
     if parsed.get_backend_name() == "sqlite":
-        kwargs: dict[str, Any] = {}
         if parsed.database in (None, "", ":memory:"):
             # One shared connection, or every session would see its own empty database.
-            kwargs = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        engine = create_engine(parsed, echo=echo, json_serializer=dumps_json, **kwargs)
+            pool = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
+        engine = create_engine(parsed, echo=echo, json_serializer=dumps_json, **pool)
         event.listen(engine, "connect", _sqlite_pragmas(foreign_keys=sqlite_foreign_keys))
         return engine
-    return create_engine(parsed, echo=echo, json_serializer=dumps_json, pool_pre_ping=True)
+    return create_engine(parsed, echo=echo, json_serializer=dumps_json, pool_pre_ping=True, **pool)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

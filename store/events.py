@@ -15,6 +15,8 @@ types (progress, messages) with `append_event`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -25,8 +27,12 @@ from sqlalchemy.orm import Session
 from store._sql import bump_counter
 from store.models import Job, JobEvent, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, check_limit
+from store.states import JobState
 
-__all__ = ["EventType", "append_event", "events_after"]
+__all__ = ["EventType", "JobHead", "append_event", "events_after", "job_heads"]
+
+#: Ids per ``IN (…)`` list in `job_heads` (SQLite allows 32766 bound parameters; stay far below).
+_HEADS_CHUNK = 500
 
 
 class EventType(StrEnum):
@@ -84,3 +90,28 @@ def events_after(
         .limit(limit)
     )
     return list(session.scalars(stmt))
+
+
+@dataclass(frozen=True)
+class JobHead:
+    """Where a job's stream stands: its newest event id and its state, read together."""
+
+    last_event_id: int
+    state: JobState
+
+
+def job_heads(*, session: Session, job_ids: Collection[int]) -> dict[int, JobHead]:
+    """The heads of many jobs' streams in one query (per 500 ids); a missing id is a deleted job.
+
+    ``last_event_id`` and an event are written in one transaction, so a reader that sees
+    ``last_event_id == k`` finds events ``1..k`` with `events_after`; and a terminal state is
+    written with its own event, so a terminal head with ``last_event_id == k`` means that
+    nothing comes after ``k``.
+    """
+    ids = sorted(set(job_ids))
+    heads: dict[int, JobHead] = {}
+    for start in range(0, len(ids), _HEADS_CHUNK):
+        chunk = ids[start : start + _HEADS_CHUNK]
+        rows = session.execute(select(Job.id, Job.last_event_id, Job.state).where(Job.id.in_(chunk)))
+        heads.update({job_id: JobHead(last_event_id=last, state=state) for job_id, last, state in rows})
+    return heads

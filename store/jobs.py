@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import delete, exists, func, literal, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from store._sql import dialect_name, write_row
 from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
@@ -38,6 +39,7 @@ __all__ = [
     "heartbeat",
     "list_jobs",
     "reap_expired_leases",
+    "redispatch_stale_jobs",
 ]
 
 # A claim that finds its chosen row taken (PostgreSQL, between the subquery and the update)
@@ -402,7 +404,8 @@ def reap_expired_leases(
         else:
             target = JobState.QUEUED
             reason = f"the lease of worker {worker_id!r} expired; re-queued ({requeues + 1}/{max_requeues})"
-            values = {"requeue_count": Job.requeue_count + 1, "worker_id": None, "heartbeat_at": None}
+            values = {"requeue_count": Job.requeue_count + 1, "worker_id": None, "heartbeat_at": None,
+                      "dispatched_at": now}
         transition(JobState.RUNNING, target, lease_recovery=True)
         stmt = (
             update(Job)
@@ -415,6 +418,41 @@ def reap_expired_leases(
         _state_event(session, job_id, target, JobState.RUNNING, now, reason=reason, worker_id=worker_id)
         reaped.append(ReapedJob(job_id=job_id, state=target, worker_id=worker_id, reason=reason))
     return reaped
+
+
+def redispatch_stale_jobs(
+    *, session: Session, older_than_s: float, now: datetime | None = None
+) -> list[tuple[int, Target]]:
+    """Queued jobs that no worker took within ``older_than_s`` of their creation or of their last
+    dispatch, stamped as dispatched now: the caller sends each one's message again after commit.
+
+    A job is committed before its message is sent, so a process that dies in between (or a
+    broker that loses the message) leaves a queued job no worker will hear of. One guarded
+    ``UPDATE … WHERE state = 'queued' AND coalesce(dispatched_at, created_at) < :cutoff
+    RETURNING id, target`` picks them: of several reapers each job goes to one, and it is not
+    picked again before another ``older_than_s``. A job that was only waiting its turn gets a
+    second message, which the worker skips (it claims by id, `claim_job`).
+
+    Returns:
+        ``(job id, target)`` of each job to send again, oldest first.
+    """
+    if older_than_s <= 0:
+        raise ValueError(f"older_than_s must be positive, got {older_than_s}")
+    now = now or utcnow()
+    cutoff = literal(now - timedelta(seconds=older_than_s), UTCDateTime())
+    stmt = (
+        update(Job)
+        .where(Job.state == JobState.QUEUED, func.coalesce(Job.dispatched_at, Job.created_at) < cutoff)
+        .values(dispatched_at=now)
+        .returning(Job.id, Job.target)
+        .execution_options(synchronize_session=False)
+    )
+    picked = sorted((job_id, Target(target)) for job_id, target in session.execute(stmt))
+    for job_id, _ in picked:  # loaded copies re-read their row on next access (as `write_row` does)
+        loaded = session.identity_map.get(identity_key(Job, job_id))
+        if loaded is not None:
+            session.expire(loaded, ["dispatched_at"])
+    return picked
 
 
 def add_job_usage(

@@ -190,6 +190,9 @@ class Job(Base):
     lease_expires_at: Mapped[datetime | None]
     #: How many times the reaper handed the job back to the queue after a lease expired.
     requeue_count: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
+    #: When workers were last told of the queued job again (a re-queue, or a re-dispatch of a job
+    #: nobody claimed, see `store.jobs.redispatch_stale_jobs`); ``None``: only when it was created.
+    dispatched_at: Mapped[datetime | None]
 
     #: Attempts stored so far; also the allocator of ``attempts.seq`` (the ``n`` of the API).
     attempts_count: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))

@@ -32,6 +32,10 @@ def get_or_create_problem(
         bundled_id: the bundled id when the source is a bundled problem's.
     """
     digest = sha256_hex(source)
+    # Most jobs name a problem seen before (a bundled one): one SELECT, no source sent back.
+    existing = session.scalars(select(StoredProblem).where(StoredProblem.sha256 == digest)).one_or_none()
+    if existing is not None:
+        return existing
     stmt = (
         insert_ignoring_conflicts(session, StoredProblem)
         .values(

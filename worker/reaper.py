@@ -5,8 +5,16 @@ job ``running`` with a lease that runs out. `reap_once` hands every such job bac
 (`store.reap_expired_leases`: re-queued, or failed with the reason after ``max_requeues``, or
 cancelled if a cancel was pending; attempts already stored stay) and then re-dispatches the
 re-queued ones: a Celery message in the distributed mode, nothing in the embedded mode (there
-the database is the queue). Every worker process runs a `Reaper` thread; several reapers are
-safe, since each move is a guarded update that only one of them wins.
+the database is the queue).
+
+With a dispatcher, a pass also re-sends the message of every job still queued
+``redispatch_after_s`` after its creation or its last message (`store.redispatch_stale_jobs`):
+the API commits a job before it sends the message, and an API process that dies in between
+leaves a queued job no worker would hear of. A job that was only waiting for a free worker gets
+a duplicate message, which the worker skips (the task claims its job by id while it is queued).
+
+Every worker process runs a `Reaper` thread; several reapers are safe, since each move is a
+guarded update that only one of them wins.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from store import Job, JobState, ReapedJob, Target, reap_expired_leases, session_scope
+from store import Job, JobState, ReapedJob, Target, reap_expired_leases, redispatch_stale_jobs, session_scope
 
 __all__ = ["Dispatch", "Reaper", "reap_once"]
 
@@ -37,12 +45,20 @@ def reap_once(
     max_requeues: int,
     dispatch: Dispatch | None = None,
     undelivered: dict[int, Target] | None = None,
+    redispatch_after_s: float | None = None,
 ) -> list[ReapedJob]:
-    """One pass: reap every expired lease, commit, then re-dispatch what went back to the queue.
+    """One pass: reap every expired lease, pick the stale queued jobs, commit, then send messages.
 
     Args:
-        undelivered: re-queued jobs whose message could not be sent (the broker was down) are
-            added here, for the caller to send again later (`Reaper` does, every pass).
+        dispatch: sends a job's message (``None`` in the embedded mode: nothing is sent, and
+            nothing needs re-sending).
+        undelivered: jobs whose message could not be sent (the broker was down) are added here,
+            for the caller to send again later (`Reaper` does, every pass).
+        redispatch_after_s: with ``dispatch``, also re-send the message of every job queued this
+            long without a worker taking it (`store.redispatch_stale_jobs`); ``None``: never.
+
+    Returns:
+        The jobs whose lease expired, and where they went (re-dispatched jobs are only logged).
     """
     with session_scope(session_factory) as session:
         reaped = reap_expired_leases(session=session, max_requeues=max_requeues)
@@ -51,24 +67,30 @@ def reap_once(
         if requeued:
             rows = session.execute(select(Job.id, Job.target).where(Job.id.in_(requeued)))
             targets = {job_id: target for job_id, target in rows}
+        stale: list[tuple[int, Target]] = []
+        if dispatch is not None and redispatch_after_s is not None:
+            stale = redispatch_stale_jobs(session=session, older_than_s=redispatch_after_s)
     for job in reaped:
         log.warning("job %s: %s -> %s", job.job_id, job.reason, job.state.value)
+    for job_id, _ in stale:
+        log.warning("job %s: still queued %.0f s after its last message; sending it again", job_id,
+                    redispatch_after_s)
     if dispatch is not None:
-        for job_id in requeued:
+        for job_id, target in [*((j, targets[j]) for j in requeued), *stale]:
             try:
-                dispatch(job_id, targets[job_id])
+                dispatch(job_id, target)
             except Exception:  # the broker is down: the job stays queued until it is sent again
                 log.exception("could not re-dispatch job %s", job_id)
                 if undelivered is not None:
-                    undelivered[job_id] = targets[job_id]
+                    undelivered[job_id] = target
     return reaped
 
 
 class Reaper:
     """Runs `reap_once` every ``interval_s`` in a daemon thread until `stop`.
 
-    Messages for re-queued jobs that could not be sent are tried again at every pass, as long as
-    their job is still queued.
+    Messages that could not be sent (re-queued or re-dispatched jobs) are tried again at every
+    pass, as long as their job is still queued.
     """
 
     def __init__(
@@ -78,13 +100,17 @@ class Reaper:
         max_requeues: int,
         interval_s: float,
         dispatch: Dispatch | None = None,
+        redispatch_after_s: float | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"the reaper interval must be positive, got {interval_s}")
+        if redispatch_after_s is not None and redispatch_after_s <= 0:
+            raise ValueError(f"redispatch_after_s must be positive, got {redispatch_after_s}")
         self._factory = session_factory
         self._max_requeues = max_requeues
         self._interval_s = interval_s
         self._dispatch = dispatch
+        self._redispatch_after_s = redispatch_after_s
         self._undelivered: dict[int, Target] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-reaper", daemon=True)
@@ -102,7 +128,7 @@ class Reaper:
         """One pass: resend what could not be sent before, then reap."""
         self._resend()
         return reap_once(session_factory=self._factory, max_requeues=self._max_requeues, dispatch=self._dispatch,
-                         undelivered=self._undelivered)
+                         undelivered=self._undelivered, redispatch_after_s=self._redispatch_after_s)
 
     def _resend(self) -> None:
         if not self._undelivered or self._dispatch is None:

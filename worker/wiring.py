@@ -75,6 +75,7 @@ def create_worker_app(
     register_tasks(app, context)
     dispatch: Dispatch = celery_dispatch(app, settings)
     reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
-                    interval_s=settings.reaper_interval_s, dispatch=dispatch)
+                    interval_s=settings.reaper_interval_s, dispatch=dispatch,
+                    redispatch_after_s=settings.redispatch_after_s)
     app.steps["worker"].add(_reaper_step(reaper))
     return app

@@ -9,7 +9,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api import services
-from api.deps import MAX_ID, CurrentKey, JobId, MetricsDep, SessionFactoryDep, StreamOptionsDep
+from api.deps import MAX_ID, CurrentKey, EventHubDep, JobId, MetricsDep, SessionFactoryDep, StreamOptionsDep
 from api.errors import error_responses
 from api.streaming import job_event_stream
 
@@ -43,6 +43,7 @@ async def stream_events(
     key: CurrentKey,
     factory: SessionFactoryDep,
     options: StreamOptionsDep,
+    hub: EventHubDep,
     metrics: MetricsDep,
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="Start after this event id.")] = 0,
     last_event_id: Annotated[
@@ -54,6 +55,7 @@ async def stream_events(
     await run_in_threadpool(lambda: services.check_owned_job(factory=factory, key=key, job_id=job_id))
     stream = job_event_stream(
         factory=factory,
+        hub=hub,
         job_id=job_id,
         after=last_event_id if last_event_id is not None else after,
         options=options,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api.deps import MetricsDep, SessionDep
-from api.metrics import CONTENT_TYPE, read_store_counts, render
+from api.metrics import CONTENT_TYPE, render
 from harness.verdict import Status
-from store import JobState
+from store import JobState, read_store_counts
 
 router = APIRouter(tags=["metrics"])
 
@@ -21,7 +21,7 @@ def read_metrics(session: SessionDep, metrics: MetricsDep) -> Response:
     """Requests by route and status, latency histogram, open streams, jobs by state, attempts by status."""
     body = render(
         metrics,
-        read_store_counts(session),
+        read_store_counts(session=session),
         job_states=[s.value for s in JobState],
         statuses=[s.value for s in Status],
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import StreamOptions, create_app
@@ -192,3 +194,53 @@ def test_over_real_http_events_arrive_as_they_happen_and_a_dropped_client_is_let
                     seen.append(line)
         worker.join()
         assert seen == ["id: 2", "id: 3", "id: 4", "id: 5", "event: end"]
+
+
+def test_open_streams_share_one_query_of_the_store_per_interval(
+    settings, alice: Key, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+) -> None:
+    """Twenty idle streams cost one heads query per interval in all (the `EventHub`), not two
+    queries each; the one whose job moves gets its events."""
+    interval, streams = 0.05, 20
+    options = StreamOptions(poll_interval_s=interval, keepalive_s=15.0, max_duration_s=30.0)
+    app = create_app(settings, dispatcher=dispatcher, stream_options=options)
+    with serve(app) as base:
+        ids = [httpx.post(f"{base}/jobs", json=job_body(), headers=alice.headers).json()["id"] for _ in range(streams)]
+        statements: list[str] = []
+        listener = lambda conn, cursor, statement, *rest: statements.append(statement)  # noqa: E731
+
+        async def watch_all() -> list[str]:
+            async with httpx.AsyncClient(base_url=base, headers=alice.headers, timeout=10) as client:
+
+                async def follow(job_id: int, caught_up: asyncio.Event) -> list[str]:
+                    seen: list[str] = []
+                    async with client.stream("GET", f"/jobs/{job_id}/events") as response:
+                        async for line in response.aiter_lines():
+                            seen.append(line)
+                            if line == "id: 1":
+                                caught_up.set()
+                            if line.startswith("event: end"):
+                                break
+                    return seen
+
+                ready = [asyncio.Event() for _ in ids]
+                tasks = [asyncio.create_task(follow(job_id, r)) for job_id, r in zip(ids, ready, strict=True)]
+                # Every stream has sent its history (event 1) and idles; the store is watched for 1 s.
+                await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 10)
+                await asyncio.sleep(2 * interval)
+                event.listen(app.state.engine, "before_cursor_execute", listener)
+                await asyncio.sleep(1.0)
+                event.remove(app.state.engine, "before_cursor_execute", listener)
+                await asyncio.to_thread(_run_job, factory, ids[0])
+                done = await asyncio.wait_for(tasks[0], 10)
+                for task in tasks[1:]:
+                    task.cancel()
+                await asyncio.gather(*tasks[1:], return_exceptions=True)
+                return done
+
+        done = asyncio.run(watch_all())
+    # One query per interval (plus slack for a slow machine), however many streams are open.
+    assert 0 < len(statements) <= 1.5 / interval, len(statements)
+    assert all("last_event_id" in s and "IN" in s for s in statements), statements[:3]
+    assert [line for line in done if line.startswith(("id:", "event: end"))] == [
+        "id: 1", "id: 2", "id: 3", "id: 4", "id: 5", "event: end"]

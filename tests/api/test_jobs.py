@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import create_app
 from api.dispatch import DispatchError
 from config import Settings
-from store import JobState, Target, add_job_usage, claim_next_job, finish_job, get_job, session_scope
-from tests.api.conftest import PROBLEM_SOURCE, Key, Keys, RecordingDispatcher, job_body
+from store import Job, JobState, Target, add_job_usage, claim_next_job, finish_job, get_job, session_scope
+from tests.api.conftest import (
+    PROBLEM_SOURCE,
+    TEST_STREAM_OPTIONS,
+    Key,
+    Keys,
+    RecordingDispatcher,
+    job_body,
+    serve,
+)
 
 
 def post_job(client: TestClient, key: Key, **changes: object) -> dict:
@@ -184,6 +196,25 @@ def test_concurrency_quota(client: TestClient, keys: Keys, dispatcher: Recording
     assert client.post(f"/jobs/{first['id']}/cancel", headers=key.headers).status_code == 200
     post_job(client, key)  # the slot is free again
     assert len(dispatcher.calls) == 2
+
+
+def test_concurrent_submissions_of_one_key_cannot_overshoot_its_quota(
+    settings: Settings, keys: Keys, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+) -> None:
+    """Twelve submissions at once over real HTTP (the server runs them on parallel threads): the key
+    has room for three, and exactly three get in (`store.key_usage` locks the key)."""
+    key = keys.create("burst", max_concurrent_jobs=3)
+
+    async def burst(base: str) -> list[int]:
+        async with httpx.AsyncClient(base_url=base, headers=key.headers, timeout=30) as client:
+            responses = await asyncio.gather(*(client.post("/jobs", json=job_body()) for _ in range(12)))
+        return sorted(r.status_code for r in responses)
+
+    with serve(create_app(settings, dispatcher=dispatcher, stream_options=TEST_STREAM_OPTIONS)) as base:
+        assert asyncio.run(burst(base)) == [202] * 3 + [429] * 9
+    assert len(dispatcher.calls) == 3
+    with session_scope(factory) as session:
+        assert sum(1 for _ in session.scalars(select(Job.id).where(Job.owner_id == key.id))) == 3
 
 
 def test_daily_quota(client: TestClient, keys: Keys) -> None:

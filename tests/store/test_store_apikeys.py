@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
 
 from store import (
     API_KEY_PREFIX,
     ApiKey,
     JobState,
+    NotFound,
     Target,
     add_job_usage,
     claim_next_job,
     create_api_key,
+    create_job,
     finish_job,
     hash_api_key,
     key_usage,
     revoke_api_key,
+    session_scope,
     verify_api_key,
 )
+from tests.store.conftest import Builders
 
 
 def test_the_plaintext_is_returned_once_and_never_stored(session: Session) -> None:
@@ -70,3 +78,39 @@ def test_key_usage_counts_what_quotas_need(session: Session, build: Any) -> None
     assert usage.active_jobs == 2
     assert usage.jobs_since == 2
     assert usage.cost_usd == 1.75
+
+
+def test_key_usage_serialises_concurrent_checks_of_one_key(factory: sessionmaker[Session]) -> None:
+    """Submissions of one key that check its quota at the same moment take turns: the quota holds.
+
+    Each thread does what `api.services` does in one transaction: read the usage, create a job if
+    the key has room, commit. Without the key's row lock every thread reads the same count and
+    all of them create a job.
+    """
+    limit, threads = 3, 12
+    with session_scope(factory) as session:
+        key_id = create_api_key(session=session, name="k", owner="dave", max_concurrent_jobs=limit).key.id
+        problem_id = Builders(session).problem().id
+    barrier = threading.Barrier(threads)
+
+    def submit() -> int | None:
+        barrier.wait(timeout=30)
+        with session_scope(factory) as session:
+            usage = key_usage(session=session, api_key_id=key_id, since=datetime.now(UTC) - timedelta(days=1))
+            time.sleep(0.05)  # widen the window between the check and the insert, as a slow request would
+            if usage.active_jobs >= limit:
+                return None
+            return create_job(session=session, problem_id=problem_id, target=Target.CPU, owner_id=key_id).id
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(submit) for _ in range(threads)]
+        created = [job_id for future in futures if (job_id := future.result(timeout=60)) is not None]
+    assert len(created) == limit
+    with session_scope(factory) as session:
+        usage = key_usage(session=session, api_key_id=key_id, since=datetime.now(UTC) - timedelta(days=1))
+    assert usage.active_jobs == limit
+
+
+def test_key_usage_of_an_unknown_key(session: Session) -> None:
+    with pytest.raises(NotFound):
+        key_usage(session=session, api_key_id=424242, since=datetime.now(UTC))

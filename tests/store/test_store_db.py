@@ -113,6 +113,8 @@ def test_public_surface_is_pinned() -> None:
         "reap_expired_leases",
         "append_event",
         "events_after",
+        "job_heads",
+        "read_store_counts",
         "record_attempt",
         "find_attempt_by_source",
         "create_api_key",

@@ -11,13 +11,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store import (
     EventType,
+    JobHead,
+    JobState,
     NotFound,
     Target,
     append_event,
+    cancel_job,
     create_job,
     events_after,
     get_job,
     get_or_create_problem,
+    job_heads,
     session_scope,
 )
 
@@ -78,3 +82,17 @@ def test_concurrent_writers_get_dense_distinct_ids(factory: sessionmaker[Session
         for index in range(writers):
             mine = [e.payload["i"] for e in stored if e.payload.get("w") == index]
             assert mine == list(range(each))
+
+
+def test_job_heads_read_many_streams_at_once(session: Session, build: Any) -> None:
+    first, second, gone = build.job(), build.job(), 424242
+    for i in range(3):
+        append_event(session=session, job_id=first.id, type="progress", payload={"i": i})
+    cancel_job(session=session, job_id=second.id)
+    session.commit()
+    heads = job_heads(session=session, job_ids=[first.id, second.id, gone, first.id])
+    assert heads == {
+        first.id: JobHead(last_event_id=4, state=JobState.QUEUED),
+        second.id: JobHead(last_event_id=2, state=JobState.CANCELLED),
+    }
+    assert job_heads(session=session, job_ids=[]) == {}

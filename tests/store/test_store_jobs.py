@@ -44,8 +44,10 @@ from store import (
     list_jobs,
     reap_expired_leases,
     record_attempt,
+    redispatch_stale_jobs,
     session_scope,
 )
+from tests.store.conftest import Builders
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = 60.0
@@ -298,6 +300,59 @@ def test_reaper_ends_a_job_whose_cancel_was_never_acted_on(session: Session, bui
     [reaped] = reap_expired_leases(session=session, max_requeues=5, now=T0 + timedelta(hours=1))
     assert reaped.state is JobState.CANCELLED
     assert get_job(session=session, job_id=job.id).state is JobState.CANCELLED
+
+
+def test_redispatch_picks_queued_jobs_nobody_took_once_per_period(session: Session, build: Any) -> None:
+    def at(seconds: float) -> datetime:
+        return T0 + timedelta(seconds=seconds)
+
+    def picked(seconds: float) -> list[tuple[int, Target]]:
+        return redispatch_stale_jobs(session=session, older_than_s=300, now=at(seconds))
+
+    lost = build.job(now=T0)
+    cuda = build.job(target=Target.CUDA, now=at(1))
+    young = build.job(now=at(250))
+    claimed = build.job(now=T0)
+    claim_job(session=session, job_id=claimed.id, worker_id="w", lease_seconds=LEASE, now=at(10))
+    cancel_job(session=session, job_id=build.job(now=T0).id)
+    session.commit()
+
+    assert picked(299) == []
+    assert picked(310) == [(lost.id, Target.CPU), (cuda.id, Target.CUDA)]
+    session.commit()
+    assert get_job(session=session, job_id=lost.id).dispatched_at == at(310)
+    assert picked(320) == []  # stamped: not again before another 300 s
+    assert picked(560) == [(young.id, Target.CPU)]
+    assert picked(620) == [(lost.id, Target.CPU), (cuda.id, Target.CUDA)]
+    with pytest.raises(ValueError):
+        redispatch_stale_jobs(session=session, older_than_s=0)
+
+
+def test_a_requeued_job_counts_as_dispatched_when_it_is_requeued(session: Session, build: Any) -> None:
+    job = build.job(now=T0)
+    claim_job(session=session, job_id=job.id, worker_id="w", lease_seconds=LEASE, now=T0)
+    t1 = T0 + timedelta(hours=1)
+    [reaped] = reap_expired_leases(session=session, max_requeues=1, now=t1)
+    assert reaped.state is JobState.QUEUED  # the reaper sends its message itself
+    assert redispatch_stale_jobs(session=session, older_than_s=300, now=t1 + timedelta(seconds=10)) == []
+    later = t1 + timedelta(seconds=301)
+    assert redispatch_stale_jobs(session=session, older_than_s=300, now=later) == [(job.id, Target.CPU)]
+
+
+def test_concurrent_reapers_redispatch_each_job_once(factory: sessionmaker[Session]) -> None:
+    with session_scope(factory) as session:
+        builders = Builders(session)
+        ids = sorted(builders.job(now=T0).id for _ in range(20))
+    barrier = threading.Barrier(4)
+
+    def reaper() -> list[int]:
+        barrier.wait(timeout=30)
+        with session_scope(factory) as session:
+            return [job_id for job_id, _ in redispatch_stale_jobs(session=session, older_than_s=60)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = [f.result(timeout=60) for f in [pool.submit(reaper) for _ in range(4)]]
+    assert sorted(job_id for result in results for job_id in result) == ids
 
 
 def test_list_jobs_pages_by_owner(session: Session, build: Any) -> None:

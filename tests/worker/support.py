@@ -51,8 +51,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "KERNELLOOP_WORKER_TARGET": settings.worker_target,
         "KERNELLOOP_GPU_TYPE": settings.gpu_type,
     }
-    for name in ("lease_seconds", "heartbeat_seconds", "reaper_interval_s", "poll_interval_s", "max_requeues"):
-        env[f"KERNELLOOP_{name.upper()}"] = str(getattr(settings, name))
+    for name in ("lease_seconds", "heartbeat_seconds", "reaper_interval_s", "poll_interval_s", "max_requeues",
+                 "redispatch_after_s"):
+        if getattr(settings, name) is not None:
+            env[f"KERNELLOOP_{name.upper()}"] = str(getattr(settings, name))
     if settings.broker_url:
         env["KERNELLOOP_BROKER_URL"] = settings.broker_url
     return env

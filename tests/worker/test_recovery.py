@@ -87,3 +87,33 @@ def test_after_max_requeues_a_killed_workers_job_fails_with_the_reason(
         assert job.error == (f"the lease expired 1 times (last worker {first_worker!r}); "
                              "giving up after 0 re-queues")
     assert _attempts(sqlite_factory, job_id) == [("compile", Status.PASS)]
+
+
+def test_a_job_committed_without_its_message_is_run_after_a_redispatch_and_duplicates_are_skipped(
+    tmp_path: Path, postgres_url: str, postgres_factory: sessionmaker[Session], redis_url: str, harness_cache: Path
+) -> None:
+    """The API died between committing a job and sending its message: a worker's reaper sends it.
+    Another job gets its message twice (and a re-dispatch, maybe): it still runs once."""
+    settings = make_settings(data_dir=tmp_path, database_url=postgres_url, cache_dir=harness_cache,
+                             broker_url=redis_url, redispatch_after_s=1.0)
+    with session_scope(postgres_factory) as session:
+        lost = agent_job(session, "fail")
+        twice = agent_job(session, "fail")
+    producer = make_celery(settings)
+    for _ in range(2):
+        producer.send_task(RUN_JOB, args=[twice], queue="cpu")
+    log = tmp_path / "worker.log"
+    with worker_process(celery_worker_argv("solo"), settings, log):
+        wait_for(lambda: all(_state(postgres_factory, j).is_terminal for j in (lost, twice)), timeout=120,
+                 interval=0.25, what=f"both jobs (log: {log})")
+    for job_id in (lost, twice):
+        with session_scope(postgres_factory) as session:
+            job = get_job(session=session, job_id=job_id)
+            states = [e.payload["state"] for e in events_after(session=session, job_id=job_id) if e.type == "state"]
+        # The fake agent's "fail" script ends the job with an LLM error: it ran, exactly once.
+        assert job.state is JobState.FAILED and "401" in (job.error or "")
+        assert states == ["queued", "running", "failed"]
+    with session_scope(postgres_factory) as session:
+        assert get_job(session=session, job_id=lost).dispatched_at is not None
+    assert "sending it again" in log.read_text()
+    producer.close()

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
-from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Verdict
+from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
 from store import (
     JobState,
     TrajectoryState,
@@ -254,7 +254,9 @@ def test_quarantined_candidates_are_retimed_in_a_fresh_process(
         job_id = agent_job(session, "quarantine")
     _claim(sqlite_factory, job_id)
     built: list[tuple[Target, HarnessOptions]] = []
-    retimed = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed")
+    # Timed: only a timed pass becomes a job's best.
+    retimed = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed",
+                      timing=Timing.from_samples([1.0, 1.01, 0.99], clock="perf_counter"))
 
     def factory(problem: Any, target: Target, options: HarnessOptions) -> ScriptedReferee:
         built.append((target, options))

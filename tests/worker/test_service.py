@@ -210,10 +210,32 @@ def test_the_compose_file_describes_the_production_topology() -> None:
     assert "util-linux" in dockerfile and "python3-dev" in dockerfile and "-devel-" in dockerfile
 
 
-def test_docker_compose_config_validates_the_file() -> None:
+def _compose_command() -> list[str] | None:
+    """A Compose implementation that validates files offline: the docker CLI's plugin
+    (``docker compose``), else the standalone ``docker-compose`` (Debian's package, which
+    scripts/ensure-compose installs). ``config`` needs no Docker engine with either."""
     docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode != 0:
-        pytest.skip("no `docker compose` client here")
-    out = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True,
-                         text=True, cwd=REPO, check=False)
+    if docker is not None and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    standalone = shutil.which("docker-compose")
+    return [standalone] if standalone is not None else None
+
+
+def _compose_config(compose: list[str], path: Path) -> subprocess.CompletedProcess[str]:
+    # No engine is asked: point DOCKER_HOST at nothing, so a check that tried would fail here.
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    return subprocess.run([*compose, "-f", str(path), "--project-directory", str(REPO), "config", "--quiet"],
+                          capture_output=True, text=True, cwd=REPO, env=env, check=False)
+
+
+def test_docker_compose_config_validates_the_file(tmp_path: Path) -> None:
+    compose = _compose_command()
+    if compose is None:
+        pytest.skip("no `docker compose` nor `docker-compose` here (scripts/ensure-compose installs one)")
+    out = _compose_config(compose, COMPOSE)
     assert out.returncode == 0, out.stderr
+    # The validator is real: a misspelt key of the GPU worker is refused.
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace('shm_size: "8gb"', 'shm_sise: "8gb"', 1))
+    out = _compose_config(compose, broken)
+    assert out.returncode != 0 and "shm_sise" in out.stdout + out.stderr

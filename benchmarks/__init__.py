@@ -1,0 +1,1 @@
+"""Measurements of the service as a whole (not unit tests): ``python -m benchmarks.<name>``."""

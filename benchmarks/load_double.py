@@ -1,0 +1,84 @@
+"""A stand-in for the ``agent`` package for the load run: a short agent job, no LLM, no harness.
+
+It has the agent's interface (``JobSpec``, ``Budgets``, ``run_job``) and drives the real
+`worker.recorder.StoreRecorder` the worker hands it, so every event it causes is a real store
+write through the same code an agent job uses (lease renewal in each transaction, single-writer
+event ids). One job is one trajectory of three turns, ``STEP_S`` apart:
+
+    state queued → state running → progress started → trajectory started → message (system)
+    → message (assistant, a tool call) → attempt (a compile error) → message (tool)
+    → trajectory finished → state succeeded
+
+ten events in about ``3 * STEP_S``: the shape of a real job's stream, at a pace that keeps 200
+jobs within a minute on two workers. The verdict is a real `harness.Verdict` (a compile-stage
+error, as a candidate that fails to build gets), never evaluated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness import CompileResult, ErrorKind, Stage, Status, Verdict
+
+__all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "Budgets", "JobResult", "JobSpec", "run_job"]
+
+#: The pause between the job's turns (an LLM answers in seconds; this keeps the run short).
+STEP_S = 0.1
+#: Events one job of this double appends, queued to succeeded.
+EVENTS_PER_JOB = 10
+CANDIDATE = "class ModelNew:\n    pass\n"
+_VERDICT = Verdict(
+    status=Status.ERROR,
+    stage=Stage.COMPILE,
+    error_kind=ErrorKind.CANDIDATE,
+    message="load double: the candidate does not build",
+    compile=CompileResult(ok=False, seconds=0.0, errors="kernel.cu(1): error: load double"),
+    depth="compile",
+    provenance={"device": "cpu", "harness": "load-double"},
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budgets:
+    turns: int = 10
+    tool_calls: int = 30
+    max_tokens: int = 400_000
+    max_cost_usd: float = 5.0
+    wall_clock_s: float = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    problem: Any
+    target: str
+    llm: Any
+    budgets: Budgets = field(default_factory=Budgets)
+    trajectories: int = 1
+    random_trials: int = 3
+
+
+@dataclass(frozen=True)
+class JobResult:
+    reason: str
+    error: str | None = None
+    quarantined: tuple[dict[str, Any], ...] = ()
+
+
+def run_job(spec: JobSpec, *, evaluator: Any, recorder: Any, provider: Any) -> JobResult:
+    """One trajectory: a system message, a tool call, its (failed) compile attempt, the tool's answer."""
+    recorder.trajectory_started(index=0, temperature=0.2, strategy="load double")
+    recorder.message(trajectory=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
+                     tool_calls=None, tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
+    time.sleep(STEP_S)
+    call = [{"id": "call_1", "type": "function", "function": {"name": "compile", "arguments": "{}"}}]
+    recorder.message(trajectory=0, role="assistant", content="compile it", tool_calls=call, tool_call_id=None,
+                     tokens_in=100, tokens_out=50, latency_ms=STEP_S * 1000, cost_usd=0.0)
+    time.sleep(STEP_S)
+    recorder.attempt(trajectory=0, tool="compile", source=CANDIDATE, parent_sha256=None, verdict=_VERDICT)
+    recorder.message(trajectory=0, role="tool", content=_VERDICT.message, tool_calls=None, tool_call_id="call_1",
+                     tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
+    time.sleep(STEP_S)
+    recorder.trajectory_finished(index=0, reason="submitted")
+    return JobResult(reason="submitted")
