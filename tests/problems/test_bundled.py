@@ -296,7 +296,10 @@ def _child_check(problem: Problem, shape_index: int) -> dict[str, Any]:
     record.update(
         shape=list(out.shape), dtype=str(out.dtype).removeprefix("torch."), ms=1000 * min(first_s, second_s)
     )
-    if not torch.equal(out, again):
+    # Not bit-exact: torch's CPU kernels split work by thread, and a vectorised and a scalar tail
+    # (e.g. of tanh) differ in the last ulp. Determinism means far inside the tolerance.
+    same = torch.equal(out, again) if not out.is_floating_point() else torch.allclose(out, again, rtol=1e-6, atol=1e-7)
+    if not same:
         errors.append("two forwards on the same inputs differ")
     floating = out.is_floating_point()
     tol = DEFAULT_TOL.get(record["dtype"], 0.0)
