@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import json
 import math
@@ -53,6 +54,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -225,6 +227,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In a child, before exec: the kernel sends it SIGTERM when this script dies, however it dies.
+
+    Left behind, a setup's Celery workers would go on consuming the shared Redis queue of the
+    next run and claim its job ids in their own (dropped) database: the next run's jobs would
+    never run.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwind: stop the services, drop the database
+
+
 class Processes:
     """The service processes of one setup, in their own process groups; killed by id at the end."""
 
@@ -236,7 +255,7 @@ class Processes:
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (self._log_dir / f"{name}.log").open("wb") as log:
             process = subprocess.Popen(argv, cwd=REPO, env=self._env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=_die_with_parent)
         self.started[name] = process
         return process
 
@@ -657,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="a line added to the markdown (what else ran)")
     parser.add_argument("--keep-logs", type=Path, default=None, help="copy the services' logs here")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     scenarios = MATRIX if args.matrix else ((args.rate, args.warmup),)
     configs = [LoadConfig(jobs=args.jobs, watchers=args.watchers, workers=args.workers, keys=args.keys,
                           body=args.body, rate=rate, deadline_s=args.deadline_s, warmup=warmup)
