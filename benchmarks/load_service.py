@@ -652,6 +652,21 @@ def render_markdown(groups: Sequence[Sequence[SetupResult]], *, note: str) -> st
     return "\n".join(lines)
 
 
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)  # microseconds: the clocks read here are no finer
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def dump_results(raw: Sequence[dict[str, Any]]) -> str:
+    """The raw results as JSON, one setup's result per line (samples included)."""
+    return "[\n" + ",\n".join(json.dumps(_rounded(r)) for r in raw) + "\n]\n"
+
+
 #: ``--matrix``: the issue's burst and a steady arrival, each cold and warm.
 MATRIX: tuple[tuple[float | None, int], ...] = ((None, 0), (None, 20), (50.0, 0), (50.0, 20))
 
@@ -700,8 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     _RESULTS.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(groups, note=args.note)
     (_RESULTS / f"{stem}.md").write_text(markdown)
-    raw = [r.to_dict() for results in groups for r in results]
-    (_RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1) + "\n")
+    (_RESULTS / f"{stem}.json").write_text(dump_results([r.to_dict() for results in groups for r in results]))
     print(markdown)
     return 0 if all(all(r.passed.values()) for results in groups for r in results) else 1
 
