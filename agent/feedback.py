@@ -40,7 +40,8 @@ FLAG_MEANING = {
     "extension_does_no_work": "replacing your extension's functions with no-ops still gave the right output: "
                               "your extension does no real work (torch computes the result)",
     "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch ops",
-    "clock_disagrees": "the reported times exceed the trusted wall clock (timers must not be patched)",
+    "clock_disagrees": "the reported times disagree with the trusted clock (timers must not be patched; a "
+                       "quarantined speedup is re-timed with a call count and clock the harness controls)",
     "timed_output_mismatch": "outputs of timed calls differ from the reference (caching or races?)",
     "speedup_over_limit": "the speedup over eager is above the quarantine limit (10x)",
     "faster_than_roofline": "the time is below the roofline's lower bound for this device",

@@ -54,6 +54,10 @@ Keeping compiles fast (a .cu that includes the torch headers takes about a minut
 - The torch binding goes in cpp_sources: #include <torch/extension.h>, <c10/cuda/CUDAGuard.h> and
   <c10/cuda/CUDAStream.h>; pass c10::cuda::getCurrentCUDAStream().stream() to the launcher as a
   void*. Do not include <ATen/cuda/CUDAContext.h>: it pulls in the cuBLAS and cuSPARSE headers.
+- Make #include <torch/extension.h> the binding's first line of code (comments may precede it,
+  other includes follow it): the harness keeps a precompiled torch header, and the compiler can use
+  it only there. It is built once per set of extra_cflags, so keep the same flags from one attempt to
+  the next; new flags cost one slow build.
 - The launcher returns cudaGetLastError() as an int; the binding checks it with TORCH_CHECK.
 - Builds are cached by extension name, sources and flags: a Python-only edit reuses the build.
 
@@ -117,7 +121,10 @@ _CPU = """\
    submit the fastest correct version. CPU timings on small sizes are noisy: compare medians, and
    prefer removing whole passes over memory to micro-tuning.
 
-Keeping compiles fast: one C++ file with the torch headers takes 20-30 s; builds are cached by
+Keeping compiles fast: parsing the torch headers is most of a C++ build. Make
+#include <torch/extension.h> the first line of code of cpp_sources (comments may precede it, other
+includes follow it): the harness keeps a precompiled torch header, usable only there, built once
+per set of extra_cflags, so keep the same flags from one attempt to the next. Builds are cached by
 extension name, sources and flags, so a Python-only edit reuses the build.
 
 Skeleton:

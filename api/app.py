@@ -7,23 +7,29 @@ stops. Two apps in one process (tests) share nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
+from api.deps import VerifiedKeys
 from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
 from api.errors import install_error_handlers
 from api.metrics import RequestMetrics
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from api.routes import api_router, dashboard, job_problem
 from api.streaming import EventHub, StreamOptions
+from api.submissions import SubmissionWriter
 from config import Settings
 from problems import bundled_problems
 from store import make_engine, make_session_factory
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_app_from_environment"]
+
+log = logging.getLogger(__name__)
 
 _DESCRIPTION = """\
 An LLM agent writes CUDA kernels for a PyTorch reference model; a sandboxed referee judges them.
@@ -35,6 +41,24 @@ An LLM agent writes CUDA kernels for a PyTorch reference model; a sandboxed refe
 * **Live**: `GET /jobs/{id}/events` streams Server-Sent Events; resume with `Last-Event-ID`.
 * The API never runs problem or candidate code: it checks sources statically and queues them.
 """
+
+
+#: Database connections an API process opens at start-up (at most its pool's size).
+WARM_CONNECTIONS = 16
+
+
+def _open_connections(engine: Engine, count: int) -> None:
+    """Open ``count`` connections of the pool at once and give them back (they stay open). Best
+    effort: a database that is down now is the first request's problem, as before."""
+    connections: list[Connection] = []
+    try:
+        for _ in range(count):
+            connections.append(engine.connect())
+    except Exception as exc:  # noqa: BLE001 (logged: the API starts anyway, /health reports the database)
+        log.warning("opening database connections at start-up failed: %s: %s", type(exc).__name__, exc)
+    finally:
+        for connection in connections:
+            connection.close()
 
 
 def _default_dispatcher(settings: Settings) -> Dispatcher:
@@ -69,15 +93,27 @@ def create_app(
         app.state.metrics = metrics
         app.state.stream_options = options = stream_options or StreamOptions()
         app.state.event_hub = hub = EventHub(app.state.session_factory, poll_interval_s=options.poll_interval_s)
+        app.state.verified_keys = VerifiedKeys(settings.api_key_cache_s)
+        app.state.submission_writer = writer = SubmissionWriter(
+            factory=app.state.session_factory,
+            dispatcher=active,
+            settings=settings,
+            metrics=metrics,
+            max_batch=settings.api_submit_batch_max,
+        )
+        writer.start()
         # Before the first request rather than during it: the bundled problems are parsed once
-        # (a burst of first requests would otherwise parse them once per thread), and the
-        # broker connection is opened.
+        # (a burst of first requests would otherwise parse them once per thread), some database
+        # connections are opened (on PostgreSQL a backend process each, which a burst would
+        # otherwise start while it waits), and the broker connection is opened.
         await run_in_threadpool(bundled_problems)
+        await run_in_threadpool(_open_connections, engine, min(settings.api_db_pool_size, WARM_CONNECTIONS))
         if isinstance(active, CeleryDispatcher):
             await run_in_threadpool(active.connect)
         try:
             yield
         finally:
+            await writer.aclose()
             await hub.aclose()
             if own_dispatcher and isinstance(active, CeleryDispatcher):
                 active.close()
@@ -98,3 +134,11 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
+
+
+def create_app_from_environment() -> FastAPI:
+    """`create_app` with the settings of the environment: the factory each uvicorn worker process
+    calls (``kernelloop serve --workers N``), since an app cannot be handed to another process."""
+    from config import load_settings
+
+    return create_app(load_settings())

@@ -1,24 +1,25 @@
-"""What the routes do, as functions: input checks that need more than types, quotas, the unit of
-work around each write, and the hand-off to the queue.
+"""What the routes do, as functions: input checks that need more than types, the unit of work
+around each write, and (through `api.submissions`) quotas and the hand-off to the queue.
 
-Routes stay one call long. Writes run in their own `store.session_scope`, committed before the
-function returns, so a client that reads right after a ``202``/``200`` sees what it did, and a
-worker woken by the dispatcher finds the job row. Nothing here runs problem or candidate code:
+Routes stay one call long. Writes are committed before the function returns (new jobs by the
+app's `api.submissions.SubmissionWriter`, several submissions per transaction; the rest in their
+own `store.session_scope`), so a client that reads right after a ``202``/``200`` sees what it
+did, and a worker woken by the dispatcher finds the job row. Nothing here runs problem or candidate code:
 sources are parsed (``ast``), never imported.
 """
 
 from __future__ import annotations
 
 import ast
-from datetime import timedelta
-from typing import Any
+import functools
+import hashlib
 
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
-from api.dispatch import Dispatcher, DispatchError
-from api.errors import InvalidInput, QueueUnavailable, QuotaExceeded
-from api.metrics import RequestMetrics
-from api.schemas import Budgets, EvaluationCreate, JobCreate, JobPublic
+from api.errors import InvalidInput
+from api.schemas import EvaluationCreate, JobCreate, JobPublic
+from api.submissions import QUOTA_WINDOW, PendingSubmission, SubmissionWriter
 from config import Settings
 from problems import MAX_SOURCE_BYTES, Problem, bundled_ids, bundled_problems, parse_problem
 from store import (
@@ -29,20 +30,14 @@ from store import (
     JobKind,
     JobState,
     NotFound,
-    StoredProblem,
     cancel_job,
-    create_job,
     delete_job,
     get_job,
-    get_or_create_problem,
-    key_cost_usd,
-    key_usage,
     session_scope,
-    utcnow,
 )
 
 __all__ = [
-    "QUOTA_WINDOW",
+    "QUOTA_WINDOW",  # re-exported from api.submissions
     "cancel_owned_job",
     "check_candidate",
     "check_owned_job",
@@ -56,8 +51,8 @@ __all__ = [
     "unknown_problem_message",
 ]
 
-#: The window of the "jobs per day" quota: a rolling day, not a calendar day.
-QUOTA_WINDOW = timedelta(days=1)
+#: Parsed posted problems kept (by content): a client that posts the same file again is not re-parsed.
+_POSTED_PROBLEMS_CACHED = 64
 #: The name a posted problem source gets (bundled problems keep their ids).
 POSTED_PROBLEM_ID = "posted"
 CANDIDATE_CLASS = "ModelNew"
@@ -156,7 +151,7 @@ def check_candidate(source: str) -> None:
         )
 
 
-# -- budgets, profiles, quotas ---------------------------------------------------------------------
+# -- profiles and submissions ----------------------------------------------------------------------
 
 
 def _resolve_profile(name: str | None, settings: Settings) -> tuple[str, str]:
@@ -171,153 +166,60 @@ def _resolve_profile(name: str | None, settings: Settings) -> tuple[str, str]:
     return profile_name, profile.model
 
 
-def _resolve_budgets(budgets: Budgets, settings: Settings, *, cost_left: float | None) -> dict[str, Any]:
-    max_cost = settings.default_max_cost_usd if budgets.max_cost_usd is None else budgets.max_cost_usd
-    if cost_left is not None:
-        # The key's cost cap bounds every job: a job may spend at most what the key has left.
-        max_cost = min(max_cost, cost_left)
-    return {
-        "turns": budgets.turns or settings.default_turns,
-        "tool_calls": budgets.tool_calls or settings.default_tool_calls,
-        "max_tokens": budgets.max_tokens or settings.default_max_tokens,
-        "max_cost_usd": max_cost,
-        "wall_clock_s": budgets.wall_clock_s or settings.default_wall_clock_s,
-        "target_speedup": budgets.target_speedup,
-    }
+@functools.lru_cache(maxsize=_POSTED_PROBLEMS_CACHED)
+def _parse_posted(digest: str, source: str) -> Problem:
+    # Keyed by the digest too, so two sources never share an entry whatever their hashes do.
+    return parse_problem(source, problem_id=POSTED_PROBLEM_ID)
 
 
-def _cost_left(session: Session, key: ApiKey, *, charge_cost: bool) -> float | None:
-    """What the key's cost cap leaves (``None`` without a cap); a job that would call an LLM is
-    refused once the cap is spent (evaluations use no LLM and still run).
-
-    Raises:
-        QuotaExceeded: ``charge_cost`` and nothing is left.
-    """
-    if key.cost_cap_usd is None:
-        return None
-    spent = key_cost_usd(session=session, api_key_id=key.id)
-    left = key.cost_cap_usd - spent
-    if charge_cost and left <= 0:
-        raise QuotaExceeded(
-            f"this key's jobs have cost ${spent:.2f} of its ${key.cost_cap_usd:.2f} cap; "
-            "ask an admin to raise the cap (evaluations, which use no LLM, still run)"
-        )
-    return max(left, 0.0)
+def _resolve_posted(source: str) -> Problem:
+    check_text("problem_source", source, code="invalid_problem")
+    return _parse_posted(hashlib.sha256(source.encode()).hexdigest(), source)
 
 
-def _check_job_quotas(session: Session, key: ApiKey, *, created: int) -> None:
-    """Raise `QuotaExceeded` if the ``created`` jobs this transaction just added put the key over
-    its quotas (the transaction then rolls back, and they never existed).
-
-    Called after the insert: `store.key_usage` locks the key until commit, and the lock then
-    covers only this count and the commit, not the whole submission. Under a burst from one
-    key, the submissions take turns there; the shorter the turn, the more of them a second.
-    """
-    usage = key_usage(session=session, api_key_id=key.id, since=utcnow() - QUOTA_WINDOW)
-    active, recent = usage.active_jobs - created, usage.jobs_since - created
-    if active >= key.max_concurrent_jobs:
-        raise QuotaExceeded(
-            f"this key has {active} jobs queued or running, its limit is {key.max_concurrent_jobs}; "
-            "wait for one to finish or cancel one (POST /jobs/{id}/cancel)"
-        )
-    if recent >= key.max_jobs_per_day:
-        raise QuotaExceeded(
-            f"this key created {recent} jobs in the last 24 hours, its limit is {key.max_jobs_per_day}; "
-            "try again later or ask an admin for a higher limit"
-        )
+async def _resolve_request_problem(problem_id: str | None, problem_source: str | None) -> Problem:
+    """`resolve_problem` without blocking the event loop: a bundled id is a lookup; a posted source
+    is parsed on a thread, once per distinct source (clients resubmit the same file)."""
+    if problem_id is not None:
+        return resolve_problem(problem_id=problem_id, problem_source=None)
+    assert problem_source is not None  # the schema requires exactly one
+    return await run_in_threadpool(_resolve_posted, problem_source)
 
 
-# -- submissions -----------------------------------------------------------------------------------
-
-
-def _queue(
-    *,
-    factory: sessionmaker[Session],
-    dispatcher: Dispatcher,
-    metrics: RequestMetrics,
-    job_id: int,
-    target: str,
-) -> None:
-    """Announce a committed job; if the broker refuses, cancel it (so it holds no quota) and 503."""
-    try:
-        dispatcher.job_created(job_id, target)
-    except DispatchError as exc:
-        metrics.dispatch_failed()
-        with session_scope(factory) as session:
-            cancel_job(session=session, job_id=job_id, reason=f"not queued: {exc}")
-        raise QueueUnavailable(
-            f"the job queue is unreachable, so job {job_id} was cancelled; try again shortly"
-        ) from exc
-
-
-def submit_job(
-    *,
-    factory: sessionmaker[Session],
-    dispatcher: Dispatcher,
-    settings: Settings,
-    metrics: RequestMetrics,
-    key: ApiKey,
-    body: JobCreate,
-) -> JobPublic:
-    """Check, store and queue an agent job."""
-    problem = resolve_problem(problem_id=body.problem_id, problem_source=body.problem_source)
+async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKey, body: JobCreate) -> JobPublic:
+    """Check, store and queue an agent job (stored by the app's `SubmissionWriter`, with others)."""
+    problem = await _resolve_request_problem(body.problem_id, body.problem_source)
     profile, model = _resolve_profile(body.llm_profile, settings)
-    with session_scope(factory) as session:
-        cost_left = _cost_left(session, key, charge_cost=True)
-        stored = _store_problem(session, problem, bundled=body.problem_id is not None)
-        job = create_job(
-            session=session,
-            problem_id=stored.id,
-            target=body.target,
-            owner_id=key.id,
+    return await writer.submit(
+        PendingSubmission(
+            key=key,
             kind=JobKind.AGENT,
+            problem=problem,
+            bundled=body.problem_id is not None,
+            target=body.target,
+            charge_cost=True,
             llm_profile=profile,
             llm_model=model,
-            budgets=_resolve_budgets(body.budgets, settings, cost_left=cost_left),
-            trajectories_count=body.trajectories or settings.default_trajectories,
+            budgets=body.budgets,
+            trajectories=body.trajectories or settings.default_trajectories,
         )
-        _check_job_quotas(session, key, created=1)
-        public = JobPublic.from_job(job)
-    _queue(factory=factory, dispatcher=dispatcher, metrics=metrics, job_id=public.id, target=public.target.value)
-    return public
+    )
 
 
-def submit_evaluation(
-    *,
-    factory: sessionmaker[Session],
-    dispatcher: Dispatcher,
-    metrics: RequestMetrics,
-    key: ApiKey,
-    body: EvaluationCreate,
-) -> JobPublic:
+async def submit_evaluation(*, writer: SubmissionWriter, key: ApiKey, body: EvaluationCreate) -> JobPublic:
     """Check, store and queue an evaluation job (one candidate, no LLM)."""
-    problem = resolve_problem(problem_id=body.problem_id, problem_source=body.problem_source)
-    check_candidate(body.candidate_source)
-    with session_scope(factory) as session:
-        stored = _store_problem(session, problem, bundled=body.problem_id is not None)
-        job = create_job(
-            session=session,
-            problem_id=stored.id,
-            target=body.target,
-            owner_id=key.id,
+    problem = await _resolve_request_problem(body.problem_id, body.problem_source)
+    await run_in_threadpool(check_candidate, body.candidate_source)
+    return await writer.submit(
+        PendingSubmission(
+            key=key,
             kind=JobKind.EVALUATION,
+            problem=problem,
+            bundled=body.problem_id is not None,
+            target=body.target,
+            charge_cost=False,
             candidate_source=body.candidate_source,
         )
-        _check_job_quotas(session, key, created=1)
-        public = JobPublic.from_job(job)
-    _queue(factory=factory, dispatcher=dispatcher, metrics=metrics, job_id=public.id, target=public.target.value)
-    return public
-
-
-def _store_problem(session: Session, problem: Problem, *, bundled: bool) -> StoredProblem:
-    """The problem's row. Keep it while the job is in use: the session holds rows weakly, and
-    `JobPublic.from_job` reads ``job.problem`` (from the session, not the database, while it lives)."""
-    declarations = {k: v for k, v in problem.to_dict().items() if k != "source"}
-    return get_or_create_problem(
-        session=session,
-        source=problem.source,
-        declarations=declarations,
-        bundled_id=problem.id if bundled else None,
     )
 
 

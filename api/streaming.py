@@ -124,10 +124,6 @@ class EventHub:
         self._watches: set[_Watch] = set()
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def watching(self) -> int:
-        return len(self._watches)
-
     @contextlib.contextmanager
     def watch(self, job_id: int, after: int) -> Iterator[_Watch]:
         """Register a stream of ``job_id`` that has sent up to ``after`` (call from the event loop)."""

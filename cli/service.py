@@ -222,18 +222,28 @@ def worker(
 def serve(
     host: Annotated[str | None, typer.Option(help="address to listen on (default KERNELLOOP_API_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default KERNELLOOP_API_PORT)")] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", "-w", min=1,
+        help="API processes sharing the port (uvicorn's workers); each has its own connections and "
+        "event hub, and needs KERNELLOOP_API_DB_POOL_SIZE connections of the database")] = 1,
+    access_log: Annotated[bool, typer.Option(help="log every request (uvicorn's access log)")] = True,
 ) -> None:
     """Run the API alone (the distributed mode; migrations and workers run separately)."""
     import uvicorn
-
-    from api.app import create_app
 
     settings = load_settings()
     if settings.embedded:
         err.print("[yellow]no KERNELLOOP_BROKER_URL: new jobs wait for an embedded worker polling this "
                   "database (`kernelloop up` runs both)[/]")
-    uvicorn.run(create_app(settings), host=host or settings.api_host, port=port or settings.api_port,
-                log_level="info", proxy_headers=True)
+    options = {"host": host or settings.api_host, "port": port or settings.api_port, "log_level": "info",
+               "proxy_headers": True, "access_log": access_log}
+    if workers == 1:
+        from api.app import create_app
+
+        uvicorn.run(create_app(settings), **options)
+    else:
+        # Each worker process builds its own app from the environment (an app cannot be pickled).
+        uvicorn.run("api.app:create_app_from_environment", factory=True, workers=workers, **options)
 
 
 service_commands = typer.Typer(help="Run the service: embedded (up) or distributed (serve, worker).",

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     #: opens and closes one per request. PostgreSQL's ``max_connections`` (100 by default) must
     #: cover this per API process, plus a few per worker.
     api_db_pool_size: int = Field(default=40, ge=1)
+    #: Seconds a verified API key is remembered by an API process (0: ask the database on every
+    #: request). A revoked key can still *read* for this long; it can never create a job, since
+    #: every submission re-reads the key under its quota lock.
+    api_key_cache_s: float = Field(default=2.0, ge=0)
+    #: The most submissions the API stores in one transaction (`api.submissions`).
+    api_submit_batch_max: int = Field(default=100, ge=1)
 
     #: The GPU type this worker serves (its queue is ``gpu-<type>``); ``cpu`` workers use ``cpu``.
     gpu_type: str = "h200"

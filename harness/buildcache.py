@@ -11,6 +11,17 @@ it builds into a private ``staging`` directory, and the trusted side moves finis
 the cache with `publish_staged`, never replacing one that exists. In
 ``load`` mode (the candidate stage, caches read-only) the built module is imported directly and a
 missing one is an error: the candidate must build the same sources it built at compile time.
+
+Precompiled header (``build`` mode, g++ only). Parsing ``<torch/extension.h>`` is most of a C++
+binding's compile. Torch's own ``use_pch`` writes its ``.gch`` beside torch's headers and deletes
+it whenever a candidate passes the default, so the cache keeps its own: per key of (compiler,
+torch, the exact C++ flags torch passes for the ``.cpp`` files, ``-DTORCH_EXTENSION_NAME`` aside,
+which no torch header mentions) ``<builds>/pch/<key>/torch/extension.h.gch``, found first through
+an ``-I`` placed before torch's ``-isystem`` directories. g++ uses it only where the file's first
+line of code is ``#include <torch/extension.h>`` (as in every prompted binding) and it was built
+with the same settings; anywhere else it parses the header as before, so a PCH changes compile
+times, never a result. A new PCH is probed once (``-H`` must report it used) before it is used,
+and is published like a build (the compile stage builds it in its staging directory).
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -31,7 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["BuildCache", "BuildError", "parse_ptxas", "publish_staged", "trim_compiler_errors"]
+__all__ = ["BuildCache", "BuildError", "build_pch", "parse_ptxas", "publish_staged", "trim_compiler_errors"]
 
 _MARKER = "built.json"
 #: Bumped when the way we build changes (flags we add), so old builds are not reused.
@@ -39,6 +52,18 @@ _BUILD_RECIPE = "1"
 #: Flags we add to every CUDA build: register and spill counts for the feedback.
 _PTXAS_VERBOSE = ("-Xptxas=-v",)
 _MAX_ERRORS = 6
+#: The precompiled header: its directory in the builds cache, its marker, the file g++ looks for.
+_PCH_DIR = "pch"
+_PCH_MARKER = "pch.json"
+_PCH_FILE = ("torch", "extension.h.gch")
+#: ``<builds>/pch/disabled`` turns precompiled headers off for that cache (benchmarks, debugging).
+_PCH_DISABLED = "disabled"
+#: Bumped when the way a PCH is built changes.
+_PCH_RECIPE = "1"
+#: A PCH of torch/extension.h is ~0.8 GB: at most this many flag sets get one.
+_PCH_MAX = 8
+_PCH_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
+_FIRST_LINE_PCH = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]')
 _CONTEXT_LINES = 3
 
 
@@ -125,6 +150,64 @@ def parse_ptxas(log: str) -> list[dict[str, Any]]:
     return list(kernels.values())
 
 
+def build_pch(compiler: Sequence[str], flags: Sequence[str], post: Sequence[str], header: Path,
+              directory: Path) -> tuple[str, str]:
+    """Precompile ``header`` (``.../torch/extension.h``) with these flags into
+    ``directory/torch/extension.h.gch`` and check that g++ uses it for a file whose first line
+    includes it, compiled with the same flags. Returns ``("built", "")``, or ``("failed" |
+    "invalid", why)``: g++ skips an unusable PCH without a word, so ``-H`` must name it first."""
+    gch = directory.joinpath(*_PCH_FILE)
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    built = subprocess.run([*compiler, "-x", "c++-header", *flags, str(header), "-o", str(gch), *post],
+                           capture_output=True, text=True, cwd=directory, check=False)
+    if built.returncode != 0 or not gch.is_file():
+        return "failed", (built.stderr or "")[-300:]
+    probe = subprocess.run([*compiler, f"-I{directory}", *flags, "-H", "-fsyntax-only", "-x", "c++", "-", *post],
+                           input="#include <torch/extension.h>\n", capture_output=True, text=True,
+                           cwd=directory, check=False)
+    first = next((ln for ln in probe.stderr.splitlines() if ln.strip()), "")
+    if probe.returncode != 0 or first.strip() != f"! {gch}":
+        gch.unlink(missing_ok=True)
+        return "invalid", first[-300:]
+    return "built", ""
+
+
+_GCC_IDENTITIES: dict[tuple[str, ...], str | None] = {}
+
+
+def _gcc_identity(compiler: tuple[str, ...]) -> str | None:
+    """The compiler's resolved path and ``-v`` banner if it is g++ (PCHs are g++'s), else None."""
+    if compiler not in _GCC_IDENTITIES:
+        identity = None
+        path = shutil.which(compiler[0]) if compiler else None
+        if path is not None:
+            try:
+                out = subprocess.run([*compiler, "-v"], capture_output=True, text=True, timeout=60,
+                                     env={**os.environ, "LC_ALL": "C"}, check=False).stderr
+            except (OSError, subprocess.SubprocessError):
+                out = ""
+            version = [ln for ln in out.splitlines() if ln.startswith(("gcc version", "Target:"))]
+            if any(ln.startswith("gcc version") for ln in version) and "clang" not in out:
+                identity = json.dumps([os.path.realpath(path), *compiler[1:], *version])
+        _GCC_IDENTITIES[compiler] = identity
+    return _GCC_IDENTITIES[compiler]
+
+
+def _first_line_includes_torch(path: Path) -> bool:
+    """Whether the first line of code in a C++ file is ``#include <torch/extension.h>`` (the only
+    place g++ uses a precompiled header)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
+    for line in text.splitlines():
+        line = line.split("//", 1)[0]
+        if line.strip():
+            return bool(_FIRST_LINE_PCH.match(line))
+    return False
+
+
 @contextlib.contextmanager
 def _capture_fd_output() -> Iterator[list[str]]:
     """Capture what the compiler writes to fds 1 and 2 (ninja runs as a subprocess)."""
@@ -152,10 +235,13 @@ class BuildCache:
         mode: ``"build"`` (compile stage) or ``"load"`` (candidate stage).
         arch_list: ``TORCH_CUDA_ARCH_LIST`` for CUDA builds.
         max_jobs: ninja's parallelism.
+        staging: where the compile stage builds what the read-only cache lacks.
+        pch: use (and build) precompiled torch headers; ``"use"``: only those already published;
+            None: on unless ``<root>/pch/disabled``.
     """
 
     def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,
-                 staging: Path | None = None) -> None:
+                 staging: Path | None = None, pch: bool | str | None = None) -> None:
         if mode not in ("build", "load"):
             raise ValueError(f"mode must be 'build' or 'load', not {mode!r}")
         self.root = root
@@ -163,6 +249,11 @@ class BuildCache:
         #: stage): the trusted side publishes them into ``root`` afterwards (`publish_staged`).
         self.staging = staging
         self.mode = mode
+        #: Precompiled torch/extension.h for C++ files (build mode); None: on unless the cache
+        #: has a ``pch/disabled`` file.
+        self.pch = bool(pch) if pch is not None else not (root / _PCH_DIR / _PCH_DISABLED).exists()
+        #: ``pch="use"``: use published PCHs, never build one (their building left to trusted stages).
+        self.pch_build = pch != "use"
         self.arch_list = arch_list
         self.max_jobs = max_jobs
         #: One record per extension requested: name, key, cached, seconds, kernels.
@@ -210,13 +301,14 @@ class BuildCache:
         }
         cuda = bool(parts["cuda_sources"])
 
-        def build(directory: Path) -> ModuleType:
+        def build(directory: Path, record: dict[str, Any]) -> ModuleType:
             extra = kwargs.pop("extra_cuda_cflags", None)
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
-            return self._orig_load_inline(
-                name, cpp_sources, cuda_sources=cuda_sources, functions=functions, build_directory=str(directory),
-                verbose=True, extra_cuda_cflags=cflags or None, **kwargs,
-            )
+            with self._precompiled_header(record):
+                return self._orig_load_inline(
+                    name, cpp_sources, cuda_sources=cuda_sources, functions=functions,
+                    build_directory=str(directory), verbose=True, extra_cuda_cflags=cflags or None, **kwargs,
+                )
 
         return self._get(name, parts, build)
 
@@ -235,13 +327,106 @@ class BuildCache:
         }
         cuda = any(p.endswith((".cu", ".cuh")) for p in paths)
 
-        def build(directory: Path) -> ModuleType:
+        def build(directory: Path, record: dict[str, Any]) -> ModuleType:
             extra = kwargs.pop("extra_cuda_cflags", None)
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
-            return self._orig_load(name, paths, build_directory=str(directory), verbose=True,
-                                   extra_cuda_cflags=cflags or None, **kwargs)
+            with self._precompiled_header(record):
+                return self._orig_load(name, paths, build_directory=str(directory), verbose=True,
+                                       extra_cuda_cflags=cflags or None, **kwargs)
 
         return self._get(name, parts, build)
+
+    # -- precompiled header --------------------------------------------------------------
+    @contextlib.contextmanager
+    def _precompiled_header(self, record: dict[str, Any]) -> Iterator[None]:
+        """While torch writes the build's ninja file, put a matching PCH's directory first on the
+        C++ compile's include path (building the PCH if the cache has none for these flags)."""
+        if self.mode != "build" or not self.pch:
+            record["pch"] = {"status": "off"}
+            yield
+            return
+        from torch.utils import cpp_extension
+
+        original = getattr(cpp_extension, "_write_ninja_file", None)
+        if original is None:  # another torch: no PCH, nothing else changes
+            record["pch"] = {"status": "unsupported"}
+            yield
+            return
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            cflags, sources = kwargs.get("cflags"), kwargs.get("sources")
+            cpp = [s for s in sources or () if str(s).endswith((".cpp", ".cc", ".cxx"))]
+            if args or not isinstance(cflags, list) or not cpp:
+                record["pch"] = {"status": "no_cpp" if not cpp else "unsupported"}
+                return original(*args, **kwargs)
+            try:
+                include = self._pch_include(cflags, list(kwargs.get("post_cflags") or []), record)
+            except Exception as exc:  # noqa: BLE001 - a PCH is an optimisation: build without it
+                record["pch"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:300]}
+                include = None
+            if include is not None:
+                firsts = [_first_line_includes_torch(Path(s)) for s in cpp]
+                record["pch"]["status"] = record["pch"]["status"] if all(firsts) else "not_first_include"
+                kwargs["cflags"] = [f"-I{shlex.quote(str(include))}", *cflags]
+            return original(*args, **kwargs)
+
+        cpp_extension._write_ninja_file = write
+        try:
+            yield
+        finally:
+            cpp_extension._write_ninja_file = original
+
+    def _pch_include(self, cflags: list[str], post_cflags: list[str], record: dict[str, Any]) -> Path | None:
+        """The directory holding ``torch/extension.h.gch`` for these flags, or None."""
+        from torch.utils import cpp_extension
+
+        compiler = shlex.split(cpp_extension.get_cxx_compiler())
+        identity = _gcc_identity(tuple(compiler))
+        if identity is None:
+            record["pch"] = {"status": "not_gcc"}
+            return None
+        flags = [f for f in shlex.split(" ".join(cflags)) if not _PCH_NAME_FLAG.match(f)]
+        post = shlex.split(" ".join(post_cflags))
+        header = Path(cpp_extension._TORCH_PATH) / "include" / "torch" / "extension.h"
+        import torch
+
+        material = {"recipe": _PCH_RECIPE, "compiler": identity, "flags": flags, "post": post,
+                    "torch": torch.__version__, "header": str(header), "mtime": header.stat().st_mtime_ns}
+        key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+        record["pch"] = {"key": key, "status": "used", "seconds": 0.0}
+        published = self.root / _PCH_DIR / key
+        if (published / _PCH_MARKER).is_file():
+            return published
+        if not self.pch_build:
+            record["pch"]["status"] = "missing"
+            return None
+        pch_root = (self.staging or self.root) / _PCH_DIR
+        existing = [p for p in (self.root / _PCH_DIR).glob("*") if p.is_dir() and not p.name.startswith(".")] \
+            if (self.root / _PCH_DIR).is_dir() else []
+        if len(existing) >= _PCH_MAX:
+            record["pch"]["status"] = "full"
+            return None
+        target = pch_root / key
+        pch_root.mkdir(parents=True, exist_ok=True)
+        with open(pch_root / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (target / _PCH_MARKER).is_file():  # built by a concurrent build while we waited
+                return target
+            started = time.perf_counter()
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=pch_root))
+            tmp.chmod(0o755)  # like a build directory (mkdtemp makes it private)
+            try:
+                status, detail = build_pch(compiler, flags, post, header, tmp)
+                if status != "built":
+                    record["pch"].update(status=status, error=detail)
+                    return None
+                seconds = round(time.perf_counter() - started, 3)
+                tmp.joinpath(_PCH_MARKER).write_text(json.dumps({"key": key, "seconds": seconds, **material}))
+                os.rename(tmp, target)
+                record["pch"].update(status="built", seconds=seconds)
+                return target
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     # -- build or load -------------------------------------------------------------------
     def _get(self, name: str, parts: dict[str, Any], build: Any) -> ModuleType:
@@ -275,7 +460,7 @@ class BuildCache:
             failure = ""
             with _capture_fd_output() as box:
                 try:
-                    module = build(directory)
+                    module = build(directory, record)
                 except Exception as exc:  # noqa: BLE001 - the log says why; reported as BuildError
                     failure = f"{type(exc).__name__}: {exc}"
             log = (box[0] if box else "") + (f"\n{failure}" if failure else "")
@@ -310,15 +495,19 @@ class BuildCache:
 
 
 _BUILD_DIR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*-[0-9a-f]{24}$")
+_PCH_KEY = re.compile(r"^[0-9a-f]{24}$")
 
 
-def publish_staged(staging: Path, root: Path) -> list[str]:
-    """Move finished builds from a compile stage's staging directory into the cache.
+def publish_staged(staging: Path, root: Path, *, pch: bool = True) -> list[str]:
+    """Move finished builds (and precompiled headers) from a compile stage's staging directory into the cache.
 
     Runs on the trusted side after the stage has exited. A build is published only if its
     directory name is a build key, it has a marker and holds no symbolic links, and no build of
     that key exists yet: published builds are never replaced, so no stage can overwrite another
-    extension's library or marker. Returns the names published.
+    extension's library or marker. A precompiled header (``pch/<key>``) likewise, if it holds
+    exactly its marker and ``torch/extension.h.gch`` and the cache has room for another, unless
+    ``pch`` is False (a stage that ran candidate code could have planted one: see the compile
+    role's ``pch_warmup`` for PCHs built by trusted code only). Returns the names published.
     """
     published: list[str] = []
     if not staging.is_dir():
@@ -329,17 +518,38 @@ def publish_staged(staging: Path, root: Path) -> list[str]:
             continue
         if not (entry / _MARKER).is_file() or any(p.is_symlink() for p in entry.rglob("*")):
             continue
-        target = root / entry.name
-        if target.exists():
-            continue  # built meanwhile by another compile: the first build stays
-        tmp = root / f".{entry.name}.{os.getpid()}.{time.monotonic_ns()}"
-        try:
-            os.rename(entry, tmp)  # same file system: atomic
-        except OSError:
-            shutil.copytree(entry, tmp)
-        try:
-            os.rename(tmp, target)  # fails if a concurrent publish won the race
+        if _move_new(entry, root / entry.name):
             published.append(entry.name)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+    staged_pch = staging / _PCH_DIR
+    if pch and staged_pch.is_dir() and not staged_pch.is_symlink():
+        pch_root = root / _PCH_DIR
+        pch_root.mkdir(exist_ok=True)
+        for entry in sorted(staged_pch.iterdir()):
+            if entry.is_symlink() or not entry.is_dir() or not _PCH_KEY.match(entry.name):
+                continue
+            paths = list(entry.rglob("*"))
+            if any(p.is_symlink() for p in paths) or sorted(p.relative_to(entry).as_posix() for p in paths) != \
+                    sorted([_PCH_MARKER, _PCH_FILE[0], "/".join(_PCH_FILE)]):
+                continue
+            if sum(1 for p in pch_root.iterdir() if p.is_dir() and _PCH_KEY.match(p.name)) >= _PCH_MAX:
+                break
+            if _move_new(entry, pch_root / entry.name):
+                published.append(f"{_PCH_DIR}/{entry.name}")
     return published
+
+
+def _move_new(entry: Path, target: Path) -> bool:
+    """Move a directory to ``target`` unless one is there already (the first one stays)."""
+    if target.exists():
+        return False  # built meanwhile by another compile: the first build stays
+    tmp = target.parent / f".{entry.name}.{os.getpid()}.{time.monotonic_ns()}"
+    try:
+        os.rename(entry, tmp)  # same file system: atomic
+    except OSError:
+        shutil.copytree(entry, tmp)
+    try:
+        os.rename(tmp, target)  # fails if a concurrent publish won the race
+        return True
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False

@@ -18,8 +18,9 @@ FLAG_TEXT = {
     "extension_does_no_work": "replacing the candidate's kernels with no-ops leaves the output correct: "
                               "its extension does no real work",
     "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch",
-    "clock_disagrees": "the reported kernel times are impossible (not positive, or more than the trusted "
-                       "wall clock): the timer was tampered with",
+    "clock_disagrees": "the reported kernel times are impossible (not positive, more than the trusted "
+                       "wall clock, or, in a hardened re-time, far less than the trusted clock measured "
+                       "for the dictated calls): the timer was tampered with",
     "timed_output_mismatch": "outputs of timed calls differ from the reference",
     "speedup_over_limit": "speedup over eager above the quarantine limit",
     "faster_than_roofline": "faster than the device's roofline allows",

@@ -90,6 +90,9 @@ class TimingOptions:
     max_rechecks: int = 3
     #: Flush the L2 (CUDA) or last-level cache (CPU) before each timed call.
     flush_cache: bool = True
+    #: Hardened timing (the trusted side dictates it): exactly this many timed calls after exactly
+    #: ``min_warmup_calls`` warm-up calls, whatever the noise or the time cap say. 0: adaptive.
+    fixed_calls: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +116,17 @@ class HarnessOptions:
         hidden_paths: directories no stage may see (the service's data directory, a SQLite
             database's folder, secrets); ``/run`` and other attempts' run directories are
             always hidden from compile and candidate stages.
+        hardened_timing: the re-time of a quarantined candidate: the trusted side dictates the
+            number of timed calls (from the eager baseline), times the whole timing request with
+            its own clock, and rejects (``clock_disagrees``) a reported median far below what that
+            clock allows once the loop's overhead, measured in the reference process with the
+            same loop, is taken off (docs/integrity.md).
+        pch: precompile ``<torch/extension.h>`` for the flag sets the playbook prescribes, in a
+            stage that runs no candidate code, and let candidates' C++ bindings use it (roughly
+            halves a cold compile); candidates never publish one (docs/integrity.md).
+        reuse_baselines: read and write eager and torch.compile timings in ``baselines/`` (keyed
+            by full provenance); ``False`` times them afresh for this Referee and keeps nothing
+            (a replay re-measures what a job measured).
     """
 
     cache_dir: Path = field(default_factory=lambda: DEFAULT_CACHE_DIR)
@@ -130,6 +144,9 @@ class HarnessOptions:
     output_limit: int = 16 * 1024
     memory_limit_mb: int | None = None
     hidden_paths: tuple[Path, ...] = ()
+    hardened_timing: bool = False
+    pch: bool = True
+    reuse_baselines: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)
     timing: TimingOptions = field(default_factory=TimingOptions)
 

@@ -182,6 +182,10 @@ class SandboxSpec:
             PYTHONDONTWRITEBYTECODE="1",
             PYTHONUNBUFFERED="1",
             PYTHONNOUSERSITE="1",
+            # cuBLAS and cuDNN read this when the candidate's process first uses them (the candidate
+            # stage does so before importing candidate code): TF32 stays off in vendor math whatever
+            # the candidate sets, also between our after-call checks or behind a patched check.
+            NVIDIA_TF32_OVERRIDE="0",
         )
         if not self.gpu_visible:
             env["CUDA_VISIBLE_DEVICES"] = ""

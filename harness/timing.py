@@ -9,6 +9,9 @@ with the same statistics and a cache flush.
 
 The clock functions are bound when this module is imported, before any candidate code runs,
 so a candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not reach them.
+One that patches this module's bound names can; hardened timing (``TimingOptions.fixed_calls``:
+a number of calls the trusted side dictates and times with its own clock) is how the trusted side
+bounds what such a candidate reports (`harness.evaluate`, docs/integrity.md).
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def clone_output(out: Any) -> Any:
 
 
 def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
-                  options: TimingOptions, keep_outputs: bool = False) -> TimedRun:
+                  options: TimingOptions, keep_outputs: bool = False, first_call: int = 0) -> TimedRun:
     """Time ``fn(*inputs)`` over rotating input sets.
 
     The sets are written in turn into one set of call buffers before each call (outside the timed
@@ -106,10 +109,14 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         fn: the callable (a model's forward); called under ``torch.no_grad()``.
         input_sets: one or more argument lists, used in turn.
         device: where the work runs (cuda → events; cpu → perf_counter).
-        options: warm-up, repeats, noise target, time cap, flush, re-check interval.
+        options: warm-up, repeats, noise target, time cap, flush, re-check interval; with
+            ``fixed_calls``, exactly ``min_warmup_calls`` warm-up calls and ``fixed_calls`` timed
+            ones (hardened timing: the trusted side knows how many calls the loop made).
         keep_outputs: keep copies of outputs for re-checking: every ``options.recheck_every``-th
             call's, taking the input sets in turn (at most ``options.max_rechecks``), then one
             more call per input set after the timed calls.
+        first_call: the id of the first call (its inputs' scale, `call_scale`): a second timing
+            run in the same process continues the ids, so no call repeats an earlier run's inputs.
 
     Returns:
         A `TimedRun` with raw samples (ms) and the kept outputs as ``(call, input set, output)``;
@@ -121,7 +128,7 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
     buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     started = _perf_counter()
     #: Calls so far (warm-up, timed, re-checked): each one's inputs are scaled by its own factor.
-    counter = 0
+    counter = max(0, first_call)
 
     def sync() -> None:
         if cuda:
@@ -138,10 +145,12 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         with _no_grad():
             return fn(*buffers)
 
-    # Warm-up: module loads, autotuning, allocator growth stay out of the samples.
+    # Warm-up: module loads, autotuning, allocator growth stay out of the samples. Hardened
+    # (fixed_calls): exactly min_warmup_calls calls, so the trusted side knows how many ran.
+    fixed = max(0, options.fixed_calls)
     warm_deadline = _perf_counter() + options.warmup_ms / 1e3
     calls = 0
-    while calls < options.min_warmup_calls or _perf_counter() < warm_deadline:
+    while calls < options.min_warmup_calls or (not fixed and _perf_counter() < warm_deadline):
         load(calls)
         call()
         calls += 1
@@ -153,15 +162,15 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
     kept: list[tuple[int, int, Any]] = []
     sampled_cap = max(0, options.max_rechecks - 1) if keep_outputs else 0
     next_keep, next_set = 0, 0
-    spent = 0.0
     i = 0
     out: Any = None
+    per_batch = _CUDA_BATCH if cuda else 1
     while True:
         # CUDA: a batch of (flush, start, call, end) is queued before one device-wide sync, so
         # the flush keeps the GPU busy while the host launches the next call: the samples are
         # device time, as triton.testing.do_bench measures it. CPU: one call per sample.
         batch: list[tuple[Any, Any]] = []
-        for _ in range(_CUDA_BATCH if cuda else 1):
+        for _ in range(min(per_batch, fixed - i) if fixed else per_batch):
             call_id = load(i)
             if flush is not None:
                 flush.zero_() if cuda else flush.add_(1)
@@ -184,6 +193,10 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         if cuda:
             _cuda_sync(device)
             samples.extend(_event_elapsed(start, end) for start, end in batch)
+        if fixed:
+            if len(samples) >= fixed:
+                break
+            continue
         spent = sum(samples) / 1e3
         if len(samples) >= options.max_repeats or spent >= options.max_time_s:
             break

@@ -31,11 +31,13 @@ from store.states import JobState
 __all__ = [
     "API_KEY_PREFIX",
     "IssuedKey",
+    "KeyLimits",
     "KeyUsage",
     "create_api_key",
     "hash_api_key",
     "key_cost_usd",
     "key_usage",
+    "lock_key_usage",
     "revoke_api_key",
     "verify_api_key",
 ]
@@ -66,6 +68,17 @@ class KeyUsage:
     jobs_since: int
     #: Cost of all the key's jobs so far.
     cost_usd: float
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """A key's quotas and revocation, as read under `lock_key_usage`'s lock (fresher than a key
+    the API verified a moment ago and may have cached)."""
+
+    revoked: bool
+    max_concurrent_jobs: int
+    max_jobs_per_day: int
+    cost_cap_usd: float | None
 
 
 def hash_api_key(plaintext: str) -> str:
@@ -149,12 +162,26 @@ def key_usage(*, session: Session, api_key_id: int, since: datetime) -> KeyUsage
     Raises:
         NotFound: no key with that id.
     """
+    return lock_key_usage(session=session, api_key_id=api_key_id, since=since)[1]
+
+
+def lock_key_usage(*, session: Session, api_key_id: int, since: datetime) -> tuple[KeyLimits, KeyUsage]:
+    """`key_usage`, and the key's limits read by the same locking statement (one round trip
+    more than the counts, none for the limits): what a submission checks its quotas against.
+
+    Raises:
+        NotFound: no key with that id.
+    """
+    columns = (ApiKey.revoked_at, ApiKey.max_concurrent_jobs, ApiKey.max_jobs_per_day, ApiKey.cost_cap_usd)
     if dialect_name(session) == "sqlite":
-        lock: Any = update(ApiKey).where(ApiKey.id == api_key_id).values(id=ApiKey.id).returning(ApiKey.id)
+        lock: Any = update(ApiKey).where(ApiKey.id == api_key_id).values(id=ApiKey.id).returning(*columns)
     else:
-        lock = select(ApiKey.id).where(ApiKey.id == api_key_id).with_for_update(key_share=True)
-    if session.execute(lock.execution_options(synchronize_session=False)).scalar_one_or_none() is None:
+        lock = select(*columns).where(ApiKey.id == api_key_id).with_for_update(key_share=True)
+    row = session.execute(lock.execution_options(synchronize_session=False)).one_or_none()
+    if row is None:
         raise NotFound("api key", api_key_id)
+    limits = KeyLimits(revoked=row[0] is not None, max_concurrent_jobs=row[1], max_jobs_per_day=row[2],
+                       cost_cap_usd=row[3])
     active, recent, cost = session.execute(
         select(
             func.count().filter(Job.state.in_([JobState.QUEUED, JobState.RUNNING])),
@@ -162,7 +189,7 @@ def key_usage(*, session: Session, api_key_id: int, since: datetime) -> KeyUsage
             func.coalesce(func.sum(Job.cost_usd), 0.0),
         ).where(Job.owner_id == api_key_id)
     ).one()
-    return KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))
+    return limits, KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))
 
 
 def key_cost_usd(*, session: Session, api_key_id: int) -> float:

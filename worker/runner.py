@@ -11,7 +11,8 @@ alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
 - an **agent** job: ``agent.run_job(spec, evaluator=…, recorder=…, provider=None)`` with a
   `worker.evaluator.RefereeEvaluator` and a `worker.recorder.StoreRecorder`; then the
   candidates the agent reports quarantined (``suspicious``) are re-timed in a fresh process with
-  fresh seeds (`retime_options`), so a real large speedup can become the job's best.
+  fresh seeds and hardened timing (`retime_options`), so a real large speedup can become the
+  job's best and a patched clock cannot.
 
 Cancel and lease loss are noticed by the heartbeat thread and acted on at safe points: between
 evaluations (the recorder's ``cancelled()``), and before the job is finished. A lost job is left
@@ -72,7 +73,8 @@ EVALUATION_TOOL = "evaluate"
 RETIME_TOOL = "retime"
 #: Quarantined candidates re-timed per job (each costs a fresh reference and a timing run).
 MAX_RETIMES = 3
-#: Timed calls at least, in a re-time (the quick default is 20).
+#: Timed calls at least, in a re-time (the quick default is 20); hardened timing dictates about
+#: ``max_time_s`` of calls at the eager baseline's speed, between this and ``max_repeats``.
 RETIME_MIN_REPEATS = 50
 
 
@@ -324,16 +326,19 @@ def _run_agent(
 
 
 def retime_options(options: HarnessOptions) -> HarnessOptions:
-    """The options of a re-time: fresh secret seeds, no speedup ceiling, more timed calls.
+    """The options of a re-time: fresh secret seeds, no speedup ceiling, hardened timing.
 
     The candidate was quarantined for a speedup over ``suspicious_speedup`` (or for beating the
     roofline); a re-time in a fresh process with new seeds (new weights and inputs: cached
-    outputs fail) that passes again is believed. The roofline check stays: beating physics is
-    never believed.
+    outputs fail) and hardened timing (a number of calls the trusted side dictates, the reported
+    median bounded by the trusted clock less the loop's overhead measured in the reference
+    process: a patched clock or a forged reply fails with ``clock_disagrees``) that passes again is
+    believed. The roofline check stays: beating physics is never believed.
     """
     timing = replace(options.timing, min_repeats=max(options.timing.min_repeats, RETIME_MIN_REPEATS),
                      max_time_s=2 * options.timing.max_time_s)
-    return options.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing)
+    return options.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing,
+                           hardened_timing=True)
 
 
 def _retime(

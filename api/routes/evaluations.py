@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from api import services
-from api.deps import CurrentKey, DispatcherDep, MetricsDep, SessionFactoryDep
+from api.deps import CurrentKey, SubmissionWriterDep
 from api.errors import error_responses
 from api.schemas import EvaluationCreate, JobPublic
 
@@ -18,15 +18,10 @@ router = APIRouter(prefix="/evaluations", tags=["evaluations"])
     response_model=JobPublic,
     responses=error_responses(400, 401, 413, 422, 429, 503),
 )
-def create_evaluation(
-    body: EvaluationCreate,
-    key: CurrentKey,
-    response: Response,
-    factory: SessionFactoryDep,
-    dispatcher: DispatcherDep,
-    metrics: MetricsDep,
+async def create_evaluation(
+    body: EvaluationCreate, key: CurrentKey, response: Response, writer: SubmissionWriterDep
 ) -> JobPublic:
     """Queue one evaluation of your candidate; its verdict becomes attempt 1 of the job at the Location."""
-    job = services.submit_evaluation(factory=factory, dispatcher=dispatcher, metrics=metrics, key=key, body=body)
+    job = await services.submit_evaluation(writer=writer, key=key, body=body)
     response.headers["Location"] = job.links["self"]
     return job

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 
 from api import services
-from api.deps import MAX_ID, CurrentKey, DispatcherDep, JobId, MetricsDep, SessionDep, SessionFactoryDep, SettingsDep
+from api.deps import MAX_ID, CurrentKey, JobId, SessionDep, SessionFactoryDep, SettingsDep, SubmissionWriterDep
 from api.errors import error_responses
 from api.schemas import CancelPublic, JobCreate, JobPublic, Page
 from store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, CancelOutcome, JobState, list_jobs
@@ -21,19 +21,11 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
     response_model=JobPublic,
     responses=error_responses(400, 401, 413, 422, 429, 503),
 )
-def create_job(
-    body: JobCreate,
-    key: CurrentKey,
-    response: Response,
-    factory: SessionFactoryDep,
-    dispatcher: DispatcherDep,
-    settings: SettingsDep,
-    metrics: MetricsDep,
+async def create_job(
+    body: JobCreate, key: CurrentKey, response: Response, writer: SubmissionWriterDep, settings: SettingsDep
 ) -> JobPublic:
     """Queue an agent job: an LLM writes kernels for the problem; watch it at the Location."""
-    job = services.submit_job(
-        factory=factory, dispatcher=dispatcher, settings=settings, metrics=metrics, key=key, body=body
-    )
+    job = await services.submit_job(writer=writer, settings=settings, key=key, body=body)
     response.headers["Location"] = job.links["self"]
     return job
 

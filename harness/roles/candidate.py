@@ -95,6 +95,14 @@ def _op_name(func: Any) -> str:
     return func.overloadpacket.__name__.rstrip("_")
 
 
+def _init_vendor_math(device: torch.device) -> None:
+    """Create cuBLAS and cuDNN handles now, under the stage's ``NVIDIA_TF32_OVERRIDE=0``, before
+    candidate code can change the environment they read it from."""
+    a = torch.ones(8, 8, device=device)
+    (a @ a).sum().item()
+    torch.nn.functional.conv2d(a.view(1, 1, 8, 8), a[:3, :3].reshape(1, 1, 3, 3)).sum().item()
+
+
 class Candidate:
     def __init__(self, request: dict[str, Any], workdir: Path) -> None:
         self.workdir = workdir
@@ -105,6 +113,8 @@ class Candidate:
         #: Outputs handed over by CUDA IPC stay referenced until the next request.
         self._held: list[Any] = []
         contract.tf32_off()
+        if self.device.type == "cuda":
+            _init_vendor_math(self.device)
         self.cache = BuildCache(Path(request["builds_dir"]), mode="load", arch_list=request["arch_list"])
         self.cache.install()
         self.noop = NoopSwitch()
@@ -181,9 +191,10 @@ class Candidate:
             reply["ops"] = sorted(ops)
         return reply
 
-    def time(self, options: TimingOptions, set_indices: list[int]) -> dict[str, Any]:
+    def time(self, options: TimingOptions, set_indices: list[int], first_call: int = 0) -> dict[str, Any]:
         sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
-        run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
+        run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
+                                       first_call=first_call)
         self._held = [out for _, _, out in run.kept]
         kept = [{"index": set_indices[s], "call": call,
                  "output": export_output(out, self.workdir, f"timed-{call}", transport=self.transport)}
@@ -244,7 +255,8 @@ def serve(channel: Channel) -> None:
             elif op == "profile":
                 reply = candidate.profile()
             elif op == "time":
-                reply = candidate.time(TimingOptions(**message["timing"]), message["sets"])
+                reply = candidate.time(TimingOptions(**message["timing"]), message["sets"],
+                                       int(message.get("first_call", 0)))
             else:
                 reply = {"error": f"unknown op {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's

@@ -1,7 +1,15 @@
-"""Compile stage: import the candidate with no GPU visible, building its extensions into the cache."""
+"""Compile stage: import the candidate with no GPU visible, building its extensions into the cache.
+
+A request with ``pch_warmup`` (a list of ``{"extra_cflags": [...], "cuda": bool}``) and no
+``candidate_path`` instead builds a tiny trusted binding per flag set before any candidate code
+runs, which leaves the precompiled torch header of those flags in the staging directory: a
+trusted side that publishes PCHs only from such stages (``publish_staged(..., pch=False)`` for
+candidates' stages) keeps candidates from planting one.
+"""
 
 from __future__ import annotations
 
+import secrets
 import time
 from pathlib import Path
 
@@ -13,11 +21,22 @@ from harness.sandbox import Channel
 def serve(channel: Channel) -> None:
     request = channel.recv()
     staging = request.get("staging_dir")
+    # True / False, "use" (published PCHs only, never build one), None: the cache's default (on
+    # unless <builds>/pch/disabled exists).
+    pch = request.get("pch")
     cache = BuildCache(Path(request["builds_dir"]), mode="build", arch_list=request["arch_list"],
-                       max_jobs=request["max_jobs"], staging=Path(staging) if staging else None)
+                       max_jobs=request["max_jobs"], staging=Path(staging) if staging else None,
+                       pch=pch if isinstance(pch, bool) or pch == "use" else None)
     cache.install()
     started = time.perf_counter()
     reply: dict = {"ok": True, "errors": "", "message": ""}
+    if "pch_warmup" in request:
+        _warm_up(request["pch_warmup"], reply)
+        reply["seconds"] = round(time.perf_counter() - started, 3)
+        reply["extensions"] = [{k: r[k] for k in ("name", "key", "cached", "seconds", "pch") if k in r}
+                               for r in cache.records]
+        channel.send(reply)
+        return
     try:
         load_candidate_module(Path(request["candidate_path"]))
     except BuildError as exc:
@@ -26,6 +45,30 @@ def serve(channel: Channel) -> None:
     except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
         reply.update(ok=False, errors=brief_error(exc), message="importing the candidate failed")
     reply["seconds"] = round(time.perf_counter() - started, 3)
-    reply["extensions"] = [{k: r[k] for k in ("name", "key", "cached", "seconds")} for r in cache.records]
+    # "pch": whether the C++ compile used the precompiled torch header (status, key, build seconds).
+    reply["extensions"] = [{k: r[k] for k in ("name", "key", "cached", "seconds", "pch") if k in r}
+                           for r in cache.records]
     reply["kernels"] = [k for r in cache.records for k in r.get("kernels", [])]
     channel.send(reply)
+
+
+_WARMUP_CPP = "#include <torch/extension.h>\nint kl_pch_warmup_probe() { return 1; }\n"
+_WARMUP_CUDA = "#include <cuda_runtime.h>\nint kl_pch_warmup_cuda() { return 0; }\n"
+
+
+def _warm_up(flag_sets: list, reply: dict) -> None:
+    """Build a tiny binding per flag set (trusted code only): their PCHs land in the staging dir."""
+    from torch.utils.cpp_extension import load_inline
+
+    # A name of its own each time: a cached build would not go through the PCH and report its key.
+    nonce = secrets.token_hex(4)
+    for i, flags in enumerate(flag_sets):
+        cflags = [str(f) for f in flags.get("extra_cflags", [])]
+        cuda = bool(flags.get("cuda"))
+        try:
+            load_inline(name=f"kl_pch_warmup_{'cuda' if cuda else 'cpu'}_{nonce}", cpp_sources=_WARMUP_CPP,
+                        cuda_sources=_WARMUP_CUDA if cuda else None, functions=["kl_pch_warmup_probe"],
+                        extra_cflags=cflags, no_implicit_headers=True)
+        except BaseException as exc:  # noqa: BLE001 - reported; a warm-up failure fails nothing else
+            reply.update(ok=False, message=f"PCH warm-up {i} failed",
+                         errors=trim_compiler_errors(getattr(exc, "log", "")) or brief_error(exc))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from harness.roles.loading import brief_error, load_problem_module
 from harness.roofline import count_flops, device_specs, min_bytes, sol_ms
 from harness.sandbox import Channel
 from harness.timing import scaled_inputs, time_callable
-from harness.transfer import OutputRejected, import_output
+from harness.transfer import OutputRejected, export_output, import_output
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
@@ -96,6 +97,17 @@ class Reference:
             reply["notes"].append("torch.compile baseline switched off")
         return reply
 
+    def loop(self, options: TimingOptions, set_indices: list[int], transport: str) -> dict[str, Any]:
+        """The candidate's timing request, done with the reference model: the trusted side times
+        the request with its own clock and takes this process's samples off to learn what the
+        loop itself costs (flushes, input scaling, syncs, re-check copies, exports) on this device."""
+        sets = [contract.make_inputs(self.module, self.trials[i], self.device) for i in set_indices]
+        run = time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            for call, _, out in run.kept:
+                export_output(out, Path(scratch), f"timed-{call}", transport=transport)
+        return {"timing": run.timing.to_dict(), "kept": len(run.kept)}
+
     def _expected_for_call(self, index: int, call: int) -> list[torch.Tensor]:
         """The output of a re-checked timed call: the trial's inputs as that call saw them."""
         inputs = scaled_inputs(contract.make_inputs(self.module, self.trials[index], self.device), call)
@@ -140,6 +152,8 @@ def serve(channel: Channel) -> None:
             return
         if op == "baselines":
             reply = ref.baselines(TimingOptions(**message["timing"]), message["compile_baseline"])
+        elif op == "loop":
+            reply = ref.loop(TimingOptions(**message["timing"]), message["sets"], message.get("transport", "file"))
         elif op == "compare":
             directory = Path(message["directory"])
             reply = {"results": [ref.compare(item["index"], item["output"], directory, message.get("atol"),

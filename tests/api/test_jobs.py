@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -11,9 +12,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import create_app
+from api.deps import VerifiedKeys
 from api.dispatch import DispatchError
 from config import Settings
-from store import Job, JobState, Target, add_job_usage, claim_next_job, finish_job, get_job, session_scope
+from store import (
+    ApiKey,
+    Job,
+    JobEvent,
+    JobState,
+    Target,
+    add_job_usage,
+    claim_next_job,
+    finish_job,
+    get_job,
+    session_scope,
+)
 from tests.api.conftest import (
     PROBLEM_SOURCE,
     TEST_STREAM_OPTIONS,
@@ -159,8 +172,23 @@ def test_missing_invalid_and_revoked_keys_are_401(client: TestClient, keys: Keys
     key = keys.create("soon-revoked")
     assert client.get("/jobs", headers=key.headers).status_code == 200
     keys.revoke(key)
+    # The API remembers a verified key for a moment (Settings.api_key_cache_s), but a submission
+    # re-reads the key under its quota lock: a revoked key never creates a job.
+    response = client.post("/jobs", json=job_body(), headers=key.headers)
+    assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+    client.app.state.verified_keys = VerifiedKeys(0.0)  # the cache's time is up
     response = client.get("/jobs", headers=key.headers)
     assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+
+
+def test_a_verified_key_is_remembered_briefly() -> None:
+    cache = VerifiedKeys(ttl_s=0.2)
+    key = ApiKey(id=1, name="k", owner="o", key_prefix="kl_x", key_hash="d")
+    cache.put("d", key)
+    assert cache.get("d") is key and cache.get("other") is None
+    time.sleep(0.25)
+    assert cache.get("d") is None
+    VerifiedKeys(ttl_s=0).put("d", key)
 
 
 def test_another_keys_job_is_404_and_admins_see_everything(client: TestClient, keys: Keys, alice: Key) -> None:
@@ -215,6 +243,34 @@ def test_concurrent_submissions_of_one_key_cannot_overshoot_its_quota(
     assert len(dispatcher.calls) == 3
     with session_scope(factory) as session:
         assert sum(1 for _ in session.scalars(select(Job.id).where(Job.owner_id == key.id))) == 3
+
+
+def test_a_burst_from_two_keys_is_grouped_and_each_key_keeps_its_quota(
+    settings: Settings, keys: Keys, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+) -> None:
+    """Submissions that arrive together are stored in shared transactions (`api.submissions`): each
+    key still gets exactly its quota, in arrival order, and each job its own first event."""
+    one, two = keys.create("one", max_concurrent_jobs=3), keys.create("two", max_concurrent_jobs=4)
+
+    async def burst(base: str) -> list[tuple[str, int]]:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            senders = [one, two] * 10
+            responses = await asyncio.gather(*(client.post("/jobs", json=job_body(), headers=k.headers)
+                                               for k in senders))
+        return sorted((k.id, r.status_code) for k, r in zip(senders, responses, strict=True))
+
+    app = create_app(settings, dispatcher=dispatcher, stream_options=TEST_STREAM_OPTIONS)
+    with serve(app) as base:
+        codes = asyncio.run(burst(base))
+        assert max(app.state.submission_writer.batch_sizes) > 1  # grouped, not one by one
+    assert codes == sorted([(one.id, 202)] * 3 + [(one.id, 429)] * 7 + [(two.id, 202)] * 4 + [(two.id, 429)] * 6)
+    assert len(dispatcher.calls) == 7
+    with session_scope(factory) as session:
+        jobs = session.scalars(select(Job).where(Job.owner_id.in_([one.id, two.id]))).all()
+        events = session.execute(select(JobEvent.job_id, JobEvent.id, JobEvent.type, JobEvent.payload)).all()
+    assert sorted(dispatcher.calls) == sorted((j.id, "cpu") for j in jobs)
+    assert all(j.last_event_id == 1 and j.state is JobState.QUEUED for j in jobs)
+    assert sorted(events) == sorted((j.id, 1, "state", {"state": "queued"}) for j in jobs)
 
 
 def test_daily_quota(client: TestClient, keys: Keys) -> None:

@@ -47,6 +47,7 @@ def test_replay_runs_the_harness_locally_and_exports_a_standalone_file(
                 "speedup vs eager", "speedup vs torch.compile", "% of SOL"):
         assert row in table, table
     assert f"stored ({STORED_DEVICE})" in table and "1.50×" in table  # the stored speedup, next to the local
+    assert "replayed (" in table and "difference" in table and "re-measured in this replay" in table
     assert "warning: the job was measured on" in table and STORED_DEVICE in table
 
     # The exported file: problem + kernel + a torch-only check, runnable anywhere.

@@ -6,15 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.client import (
-    DEFAULT_API_URL,
-    BenchResult,
-    ClientConfig,
-    parse_sse,
-    read_suite,
-    resolve_config,
-    summarize,
-)
+from cli.client.bench import BenchResult, read_suite, summarize
+from cli.client.http import DEFAULT_API_URL, ClientConfig, parse_sse, resolve_config
+from cli.client.replay import relative_difference, replay_options
 
 
 def _write_config(home: Path, text: str) -> Path:
@@ -97,3 +91,17 @@ def test_suites_from_a_list_or_a_directory(tmp_path: Path) -> None:
     listing.write_text("# nothing\n")
     with pytest.raises(ValueError, match="names no problems"):
         read_suite(listing)
+
+
+def test_replay_remeasures_baselines_unless_told_to_reuse(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    remeasured = replay_options(trials=2, cache_dir=cache, arch_list=None, reuse_baselines=False)
+    assert not remeasured.reuse_baselines and remeasured.builds_dir == cache / "builds"
+    reused = replay_options(trials=2, cache_dir=cache, arch_list="9.0a", reuse_baselines=True)
+    assert reused.reuse_baselines and reused.arch_list == "9.0a"
+
+
+def test_replay_differences_are_relative_to_the_stored_figure() -> None:
+    assert relative_difference(1.2, 1.0) == "+20.0%"
+    assert relative_difference(0.75, 1.5) == "-50.0%"
+    assert relative_difference(None, 1.0) == relative_difference(1.0, None) == relative_difference(1.0, 0) == ""

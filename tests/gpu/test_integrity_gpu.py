@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -262,3 +265,85 @@ def test_cuda_cheat_is_caught(case: Case, referee: Referee) -> None:
     assert case.message.lower() in verdict.message.lower(), summary
     if case.check is not None:
         case.check(verdict, referee)
+
+
+# -- the re-time of a quarantined candidate: hardened timing ------------------------------------
+#: A harness-aware clock cheat: every call spins the GPU for ~10 ms besides the honest work, while
+#: the harness's bound ``elapsed_time``, patched inside the candidate process, reports 1 us a call.
+PATCHED_BOUND_EVENTS = cheat("torch.cuda._sleep(SPIN_CYCLES)\nreturn _honest(self, x)", prelude='''
+    import sys as _sys
+    if "harness.timing" in _sys.modules:  # the candidate stage (not the compile stage)
+        _sys.modules["harness.timing"]._event_elapsed = lambda start, end: 1e-3
+    ''')
+
+
+@pytest.fixture(scope="module")
+def hardened_referee(referee: Referee) -> Iterator[Referee]:
+    """What the worker's re-time does (worker.runner.retime_options, rebuilt here without the
+    worker's imports): fresh secret seeds, no speedup ceiling, hardened timing."""
+    base = referee.options
+    timing = replace(base.timing, min_repeats=max(base.timing.min_repeats, 50), max_time_s=2 * base.timing.max_time_s)
+    options = base.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing, hardened_timing=True)
+    with Referee(small_seed1(), "cuda", options) as ref:
+        yield ref
+
+
+def test_patched_bound_events_are_quarantined_then_rejected_by_the_hardened_retime(
+        referee: Referee, hardened_referee: Referee) -> None:
+    quick = referee.evaluate(PATCHED_BOUND_EVENTS)
+    _report({"case": "patched_bound_events_quick", "status": quick.status.value, "flags": list(quick.flags),
+             "median_ms": quick.timing.median_ms if quick.timing else None,
+             "speedup_vs_eager": quick.speedup_vs_eager})
+    summary = f"{quick.status.value} {quick.flags}: {quick.message[:600]}\n{quick.log[-2000:]}"
+    assert quick.status is Status.SUSPICIOUS and "speedup_over_limit" in quick.flags, summary
+    retimed = hardened_referee.evaluate(PATCHED_BOUND_EVENTS)
+    _report({"case": "patched_bound_events_hardened", "status": retimed.status.value,
+             "flags": list(retimed.flags), "message": retimed.message[-400:]})
+    summary = f"{retimed.status.value} {retimed.flags}: {retimed.message[:1000]}\n{retimed.log[-2000:]}"
+    assert retimed.status is Status.FAIL and retimed.stage is Stage.INTEGRITY, summary
+    assert "clock_disagrees" in retimed.flags and "hardened timing" in retimed.message, summary
+
+
+def test_legit_seed1_cuda_passes_the_hardened_retime(hardened_referee: Referee) -> None:
+    for _ in range(2):  # the bound is one-sided: an honest candidate fits it, run after run
+        verdict = hardened_referee.evaluate(SEED1_CUDA)
+        _report({"case": "legit_seed1_cuda_hardened", "status": verdict.status.value, "flags": list(verdict.flags),
+                 "median_ms": verdict.timing.median_ms if verdict.timing else None,
+                 "message": verdict.message[-400:]})
+        assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
+        assert not verdict.flags and verdict.provenance["timing_mode"] == "hardened"
+
+
+#: Turns TF32 on inside forward (and off again before returning, so no after-call check sees it),
+#: measures a matmul's error against float64 and reports it through the error message.
+TF32_PROBE = '''
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+g = torch.Generator(device="cuda").manual_seed(0)
+a = torch.randn(2048, 2048, device="cuda", generator=g)
+b = torch.randn(2048, 2048, device="cuda", generator=g)
+err = ((a @ b).double() - a.double() @ b.double()).abs().max().item()
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+raise RuntimeError(f"tf32-probe max-err {err:.3e}")
+'''
+
+
+def _probe_error(text: str) -> float:
+    match = re.search(r"tf32-probe max-err ([0-9.e+-]+)", text)
+    assert match, text[-2000:]
+    return float(match.group(1))
+
+
+def test_tf32_cannot_take_effect_in_a_candidate(referee: Referee) -> None:
+    """TF32 switched on between the harness's checks still computes in fp32 (NVIDIA_TF32_OVERRIDE)."""
+    verdict = referee.evaluate(cheat(TF32_PROBE), depth=Depth.CORRECTNESS)
+    sandboxed = _probe_error(verdict.message + verdict.log)
+    # The same probe outside the harness: TF32 really changes this matmul there.
+    env = {k: v for k, v in os.environ.items() if k != "NVIDIA_TF32_OVERRIDE"}
+    script = "import torch\ndef probe():\n" + textwrap.indent(TF32_PROBE, "    ") + "probe()\n"
+    plain = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    unsandboxed = _probe_error(plain.stderr)
+    _report({"case": "tf32_toggled_inside_forward", "sandboxed_max_err": sandboxed,
+             "unsandboxed_max_err": unsandboxed})
+    assert unsandboxed > 10 * sandboxed, (sandboxed, unsandboxed)

@@ -6,6 +6,7 @@ its extension sources are byte-identical and one build serves them all.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions
+from harness import Baselines, HarnessOptions, Referee, Stage, Status, Timeouts, Timing, TimingOptions
 from problems import load_problem
 
 pytestmark = pytest.mark.slow
@@ -206,3 +207,19 @@ def test_a_killed_build_leaves_nothing_behind(options: HarnessOptions) -> None:
     with Referee(problem, "cpu", options) as referee:
         verdict = referee.evaluate(source)
     assert verdict.stage is Stage.COMPILE and "main.cpp:" in verdict.compile.errors
+
+
+def test_baselines_come_from_the_cache_unless_reuse_is_off(options: HarnessOptions, tmp_path: Path) -> None:
+    """A cache entry under the Referee's provenance key is read back as is; with
+    ``reuse_baselines=False`` (a replay) eager is timed afresh and the entry is left alone."""
+    cached = options.replace(cache_dir=tmp_path)
+    problem = load_problem("level1/gelu_tanh")
+    planted = Baselines(eager=Timing.from_samples([123.0] * 5, clock="planted"), compiled=None)
+    with Referee(problem, "cpu", cached) as reusing:
+        reusing.start_reference()
+        entry = cached.baselines_dir / f"{reusing._baseline_key()}.json"
+        entry.write_text(json.dumps(planted.to_dict()))
+        assert reusing.baselines().eager.median_ms == 123.0
+    with Referee(problem, "cpu", cached.replace(reuse_baselines=False)) as fresh:
+        assert fresh.baselines().eager.median_ms < 100.0
+    assert json.loads(entry.read_text()) == planted.to_dict()

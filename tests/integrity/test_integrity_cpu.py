@@ -259,6 +259,13 @@ def caught_at_second_trial(verdict: Verdict, world: World, referee: Referee) -> 
     assert verdict.trials[0].passed and not verdict.trials[1].passed
 
 
+def fp32_numerics(verdict: Verdict, world: World, referee: Referee) -> None:
+    """The honest kernel's fp32 errors, far below the tolerance (TF32 would be ~1e-3)."""
+    assert verdict.correct and not verdict.flags, verdict.flags
+    errors = [t.max_abs_err for t in verdict.trials]
+    assert all(e is not None and e < 1e-5 for e in errors), errors
+
+
 def fallback_hint(verdict: Verdict, world: World, referee: Referee) -> None:
     assert any("try/except" in h for h in verdict.hints), verdict.hints
 
@@ -306,6 +313,11 @@ class Case:
 #: that code can switch the in-process checks off. Only the trusted side's checks (the comparer,
 #: the clock bound, the quarantine) hold against it.
 IN_PROCESS = "in-process checks can be patched by a harness-aware candidate (docs/integrity.md: not defended)"
+
+#: The no-op test asks whether the output depends on the extension; a forward that checks its
+#: extension's answers and then computes with torch makes it depend, wherever the test runs.
+SUBSTITUTION = ("a substitution test cannot tell a kernel that computes the output from one whose answers are "
+                "only checked (docs/integrity.md: not defended)")
 
 PASS_CONTAINED = dict(status=Status.PASS)  # a probe found nothing and answered honestly
 
@@ -658,15 +670,26 @@ CASES: list[Case] = [
          Status.ERROR, Stage.CORRECTNESS, message="timed out"),
     Case("segfault", lambda w: cheat("import ctypes\nreturn ctypes.string_at(0)"),
          Status.ERROR, Stage.CORRECTNESS, message="SIGSEGV", check=next_evaluation_works),
-    # --- known gaps: harness-aware tampering inside the candidate's own process -------------------
+    # --- harness-aware tampering inside the candidate's own process ---------------------------------
+    # TF32 switched on with the harness's check patched out: contained, not caught. On CUDA every
+    # stage runs with NVIDIA_TF32_OVERRIDE=0, and the candidate stage creates its cuBLAS and cuDNN
+    # handles before the candidate is imported, so the switches have no effect whatever they say
+    # (tests/gpu: test_tf32_cannot_take_effect_in_a_candidate); on CPU TF32 does not exist. The
+    # numerics stay fp32, which is all the flag was for.
     Case("tf32_hidden_from_the_harness_check", lambda w: cheat('''
         torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
         return _honest(self, x)''', prelude='''
         import sys as _sys
         if "harness.contract" in _sys.modules:
             _sys.modules["harness.contract"].tf32_is_off = lambda: True
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("tf32_enabled",), known_gap=IN_PROCESS),
+         Status.PASS, Stage.CORRECTNESS, check=fp32_numerics),
+    # A torch-only forward that answers wrongly in the no-op trial only, so that replacing its
+    # extension by noise seems to break it. It finds the trial by the harness's switch (gc), or by
+    # probing its own extension on an input it knows the answer to: no way of substituting the
+    # extension can hide itself from a forward that checks the extension's answers, in this process
+    # or a fresh one, so no hardening of the no-op test catches the probing form (docs/integrity.md).
     Case("torch_only_sabotaging_the_noop_trial", lambda w: cheat('''
         import gc
         switch = next((o for o in gc.get_objects() if type(o).__name__ == "NoopSwitch"), None)
@@ -674,12 +697,19 @@ CASES: list[Case] = [
             return torch.zeros(_out_shape(self, x))
         return _torch(self, x)'''),
          Status.FAIL, Stage.INTEGRITY, flags=("extension_does_no_work",), known_gap=IN_PROCESS),
+    Case("torch_only_probing_its_extension_for_the_noop_trial", lambda w: cheat('''
+        probe = torch.linspace(-2, 2, 16).reshape(1, 1, 4, 4)
+        answer = _ext.pool_tanh_scale_bias(probe, torch.zeros(1), 2, 1.0)
+        if not torch.allclose(answer, F.max_pool2d(torch.tanh(probe), 2)):  # noise: the no-op trial
+            return torch.zeros(_out_shape(self, x))
+        return _torch(self, x)'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("extension_does_no_work",), known_gap=SUBSTITUTION),
 ]
 
 
 def test_the_table_is_complete() -> None:
     ids = [c.id for c in CASES]
-    assert len(ids) == len(set(ids)) and len([c for c in CASES if not c.known_gap]) >= 26
+    assert len(ids) == len(set(ids)) and len([c for c in CASES if not c.known_gap]) >= 27
 
 
 @pytest.mark.parametrize("case", [
@@ -707,6 +737,61 @@ def test_cheat_is_caught(case: Case, referee: Referee, world: World) -> None:
         assert elapsed < referee.options.timeouts.trial_s + 60
     if case.check is not None:
         case.check(verdict, world, referee)
+
+
+# -- the re-time of a quarantined candidate: hardened timing ------------------------------------
+#: A harness-aware clock cheat whose calls really take 50 ms (sleeping, so the figure holds on a
+#: busy host) while the harness's bound clock, patched inside the candidate process, makes each
+#: timed sample 3000x shorter (about 17 us: some 60x faster than eager). Only the samples' second
+#: reading is forged, so the warm-up and the rest of the loop run as usual.
+PATCHED_BOUND_CLOCK = cheat('''
+    time.sleep(0.05)
+    return _honest(self, x)''', prelude='''
+    import linecache, sys as _sys, time
+    _real_clock = time.perf_counter
+
+    def _forged_clock():
+        now = _real_clock()
+        caller = _sys._getframe(1)
+        if "samples.append" in linecache.getline(caller.f_code.co_filename, caller.f_lineno):
+            started = caller.f_locals["t0"]  # the sample's first reading, taken by the real clock
+            return started + (now - started) / 3000
+        return now
+
+    if "harness.timing" in _sys.modules:  # the candidate stage (not the compile stage)
+        _sys.modules["harness.timing"]._perf_counter = _forged_clock
+    ''')
+
+
+@pytest.fixture(scope="module")
+def hardened_referee(harness_cache: Path) -> Iterator[Referee]:
+    """The worker's re-time: fresh secret seeds, no speedup ceiling, hardened timing."""
+    from worker.runner import retime_options
+
+    options = retime_options(make_options(harness_cache))
+    assert options.hardened_timing
+    with Referee(load_problem(SEED1_PROBLEM), "cpu", options) as ref:
+        yield ref
+
+
+def test_patched_bound_clock_is_quarantined_then_rejected_by_the_hardened_retime(
+        referee: Referee, hardened_referee: Referee) -> None:
+    quick = referee.evaluate(PATCHED_BOUND_CLOCK)
+    summary = f"{quick.status.value} {quick.flags} speedup {quick.speedup_vs_eager}: {quick.message[:600]}"
+    assert quick.status is Status.SUSPICIOUS and "speedup_over_limit" in quick.flags, summary
+    retimed = hardened_referee.evaluate(PATCHED_BOUND_CLOCK)
+    summary = f"{retimed.status.value} {retimed.flags}: {retimed.message[:800]}"
+    assert retimed.status is Status.FAIL and retimed.stage is Stage.INTEGRITY, summary
+    assert "clock_disagrees" in retimed.flags and "hardened timing" in retimed.message, summary
+    assert retimed.provenance["timing_mode"] == "hardened"
+
+
+def test_legit_seed1_passes_the_hardened_retime(hardened_referee: Referee) -> None:
+    for _ in range(2):  # the bound is one-sided: an honest candidate on a busy host still fits it
+        verdict = hardened_referee.evaluate(SEED1_CPU)
+        assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
+        assert not verdict.flags and verdict.timing is not None
+        assert verdict.timing.n == hardened_referee.options.timing.min_repeats, verdict.message
 
 
 # -- no false rejections ---------------------------------------------------------------------

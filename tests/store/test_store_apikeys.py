@@ -15,6 +15,7 @@ from store import (
     API_KEY_PREFIX,
     ApiKey,
     JobState,
+    KeyLimits,
     NotFound,
     Target,
     add_job_usage,
@@ -24,6 +25,7 @@ from store import (
     finish_job,
     hash_api_key,
     key_usage,
+    lock_key_usage,
     revoke_api_key,
     session_scope,
     verify_api_key,
@@ -78,6 +80,20 @@ def test_key_usage_counts_what_quotas_need(session: Session, build: Any) -> None
     assert usage.active_jobs == 2
     assert usage.jobs_since == 2
     assert usage.cost_usd == 1.75
+
+
+def test_lock_key_usage_reads_the_limits_with_the_lock(session: Session, build: Any) -> None:
+    key = create_api_key(session=session, name="k", owner="dan", max_concurrent_jobs=3, max_jobs_per_day=7,
+                         cost_cap_usd=2.5).key
+    build.job(owner_id=key.id)
+    limits, usage = lock_key_usage(session=session, api_key_id=key.id, since=datetime.now(UTC) - timedelta(days=1))
+    assert limits == KeyLimits(revoked=False, max_concurrent_jobs=3, max_jobs_per_day=7, cost_cap_usd=2.5)
+    assert (usage.active_jobs, usage.jobs_since) == (1, 1)
+    revoke_api_key(session=session, api_key_id=key.id)
+    limits, _ = lock_key_usage(session=session, api_key_id=key.id, since=datetime.now(UTC))
+    assert limits.revoked
+    with pytest.raises(NotFound):
+        lock_key_usage(session=session, api_key_id=424242, since=datetime.now(UTC))
 
 
 def test_key_usage_serialises_concurrent_checks_of_one_key(factory: sessionmaker[Session]) -> None:

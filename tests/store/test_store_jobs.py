@@ -20,6 +20,7 @@ from store import (
     Job,
     JobEvent,
     JobKind,
+    JobSpec,
     JobState,
     LeaseLost,
     LeaseStatus,
@@ -34,6 +35,7 @@ from store import (
     claim_next_job,
     create_api_key,
     create_job,
+    create_jobs,
     create_trajectory,
     delete_job,
     events_after,
@@ -433,3 +435,26 @@ def test_claim_stores_a_non_utc_start_in_utc(session: Session, build: Any) -> No
     stored = get_job(session=session, job_id=job.id)
     assert stored.started_at == local == T0 and stored.started_at.tzinfo == UTC
     assert stored.lease_expires_at == T0 + timedelta(seconds=LEASE)
+
+
+def test_create_jobs_stores_what_create_job_does_in_two_inserts(session: Session, build: Any) -> None:
+    problem = build.problem()
+    single = create_job(session=session, problem_id=problem.id, target=Target.CPU, budgets={"turns": 3})
+    specs = [
+        JobSpec(problem_id=problem.id, target=Target.CPU, budgets={"turns": 3}),
+        JobSpec(problem_id=problem.id, target=Target.CUDA, kind=JobKind.EVALUATION, candidate_source="x = 1"),
+    ]
+    jobs = create_jobs(session=session, specs=specs)
+    assert [j.id for j in jobs] == [single.id + 1, single.id + 2]
+    columns = ("kind", "state", "target", "budgets", "trajectories_count", "last_event_id", "attempts_count")
+    assert [getattr(jobs[0], c) for c in columns] == [getattr(single, c) for c in columns]
+    assert (jobs[1].kind, jobs[1].trajectories_count, jobs[1].candidate_source) == (JobKind.EVALUATION, 0, "x = 1")
+    for job in [single, *jobs]:
+        events = events_after(session=session, job_id=job.id)
+        assert [(e.id, e.type, e.payload) for e in events] == [(1, "state", {"state": "queued"})]
+    # The next event of a job made by create_jobs follows on.
+    claimed = claim_job(session=session, job_id=jobs[0].id, worker_id="w", lease_seconds=60)
+    assert claimed is not None and claimed.last_event_id == 2
+    assert [e.id for e in events_after(session=session, job_id=jobs[0].id)] == [1, 2]
+    with pytest.raises(ValueError):
+        create_jobs(session=session, specs=[JobSpec(problem_id=problem.id, target=Target.CPU, trajectories_count=0)])

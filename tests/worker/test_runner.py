@@ -268,7 +268,7 @@ def test_quarantined_candidates_are_retimed_in_a_fresh_process(
     (_, job_options), (_, retime) = built
     assert job_options == base
     assert retime == retime_options(base)
-    assert retime.secret_seed is None and retime.suspicious_speedup == float("inf")
+    assert retime.secret_seed is None and retime.suspicious_speedup == float("inf") and retime.hardened_timing
     assert retime.timing.min_repeats >= 50 and retime.trials == base.trials
     with session_scope(sqlite_factory) as session:
         (attempt,) = list_attempts(session=session, job_id=job_id).items

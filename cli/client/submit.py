@@ -1,0 +1,71 @@
+"""``kernelloop submit``: queue an agent job, print its id, then follow it like ``watch``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
+from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out, problem_name
+from cli.client.watch import follow_job
+from harness import Target
+from problems import bundled_ids
+
+
+def _problem_fields(problem: str) -> dict[str, str]:
+    """``problem_id`` for a bundled id, else ``problem_source`` read from the file."""
+    if problem in bundled_ids():
+        return {"problem_id": problem}
+    path = Path(problem)
+    if path.is_file():
+        return {"problem_source": path.read_text()}
+    if "/" in problem and not path.suffix:
+        return {"problem_id": problem}  # the server may know ids this install does not; it says if not
+    err.print(f"[red]error:[/red] {problem!r} is neither a bundled problem id (`kernelloop problems list`) nor a file")
+    raise typer.Exit(ExitCode.USAGE)
+
+
+def submit(
+    problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
+    api: ApiOpt = None,
+    key: KeyOpt = None,
+    target: Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda)")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", help="a server-side LLM profile (default: the server's)")] = None,
+    trajectories: Annotated[int | None, typer.Option(min=1, help="independent chats; the best wins")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="token budget of the job")] = None,
+    max_cost: Annotated[float | None, typer.Option(min=0, help="cost budget of the job, USD")] = None,
+    turns: Annotated[int | None, typer.Option(min=1, help="assistant turns per trajectory")] = None,
+    wall_clock: Annotated[float | None, typer.Option(min=1, help="wall-clock budget, seconds")] = None,
+    target_speedup: Annotated[float | None, typer.Option(help="stop once a verified attempt is this fast")] = None,
+    follow: Annotated[bool, typer.Option("--follow/--no-follow", help="watch the job until it ends")] = True,
+) -> None:
+    """Queue an agent job; print its id (alone on stdout's first line), then watch it unless --no-follow."""
+    budgets = {
+        "max_tokens": max_tokens, "max_cost_usd": max_cost, "turns": turns, "wall_clock_s": wall_clock,
+        "target_speedup": target_speedup,
+    }
+    body: dict[str, Any] = {**_problem_fields(problem), "budgets": {k: v for k, v in budgets.items() if v is not None}}
+    if target is not None:
+        body["target"] = target.value
+    if llm is not None:
+        body["llm_profile"] = llm
+    if trajectories is not None:
+        body["trajectories"] = trajectories
+    with open_client(api, key) as client:
+        try:
+            job = client.submit_job(body)
+            out.print(str(job["id"]), highlight=False)
+            err.print(
+                f"job {job['id']} {job['state']}: {problem_name(job)} on {job['target']} "
+                f"(LLM {job.get('llm_profile')}); dashboard: {client.config.api_url}/dashboard/jobs/{job['id']}",
+                highlight=False,
+            )
+            if not follow:
+                return
+            state = follow_job(client, int(job["id"]), console=out)
+        except ApiError as exc:
+            raise api_failure(exc) from None
+    raise typer.Exit(JOB_EXIT_CODES.get(state, ExitCode.FAILED))
+

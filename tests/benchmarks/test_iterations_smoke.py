@@ -1,0 +1,53 @@
+"""The iteration benchmark (benchmarks/iterations.py): its mix, and a two-candidate CPU run on the
+shared harness cache (the seed 1 example's build is shared with the harness tests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.iterations import build_mix, comment_variant, summarise, to_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_the_mix_has_twenty_candidates_for_both_seeds(target: str) -> None:
+    mix = build_mix(target)
+    assert len(mix) >= 20
+    assert {c.problem for c in mix} >= {"level2/conv_tanh_scale_bias_maxpool", "level2/conv_bn_scale_train"}
+    variants = [c for c in mix if "+" in c.name]
+    assert len({hashlib.sha256(c.source.encode()).hexdigest() for c in variants}) == len(variants)
+    assert all("ModelNew" in c.source for c in mix)
+
+
+def test_a_comment_variant_keeps_the_torch_include_first() -> None:
+    source = 'CPP = r"""\n#include <torch/extension.h>\nint f();\n"""\n'
+    changed = comment_variant(source, "variant 1")
+    assert changed != source and '"""\n#include <torch/extension.h>\n// variant 1\n' in changed
+
+
+def test_a_two_candidate_cpu_run_writes_its_figures(harness_cache: Path, tmp_path: Path) -> None:
+    out = tmp_path / "iterations_cpu"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.iterations", "--target", "cpu", "--only", "seed1/fast,seed1/wrong",
+         "--cache-dir", str(harness_cache), "--baselines-dir", str(tmp_path / "baselines"), "--out", str(out),
+         "--cold-samples", "0", "--pch-off-samples", "0", "--no-pch-warm", "--limit-s", "400",
+         "--timing-max-s", "0.3"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    by_name = {c["name"]: c for c in report["candidates"]}
+    assert by_name["seed1/fast"]["status"] == "pass" and by_name["seed1/wrong"]["status"] == "fail"
+    split = by_name["seed1/fast"]["split_s"]
+    assert {"compile", "load", "correctness", "timing", "overhead"} <= set(split)
+    assert report["summary"]["attempts_per_hour"] > 0
+    assert "attempts per GPU-hour" in out.with_suffix(".md").read_text()
+    assert summarise(report) == report["summary"] and to_markdown(report)
