@@ -109,7 +109,11 @@ class _ProblemRef(BaseModel):
         description="A problem file's Python source: `class Model(nn.Module)`, `get_inputs()`, "
         "`get_init_inputs()` (KernelBench format). Checked statically, never run by the API.",
     )
-    target: Target = Field(default=Target.CUDA, description="Where kernels run: `cuda` (the product) or `cpu`.")
+    target: Target | None = Field(
+        default=None,
+        description="Where kernels run: `cuda` (the product) or `cpu`; default: the service's "
+        "(`KERNELLOOP_DEFAULT_TARGET`; `kernelloop up` uses its workers' target).",
+    )
 
     @model_validator(mode="after")
     def _one_problem(self) -> _ProblemRef:

@@ -30,6 +30,7 @@ from store import (
     JobKind,
     JobState,
     NotFound,
+    Target,
     cancel_job,
     delete_job,
     get_job,
@@ -196,7 +197,7 @@ async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKe
             kind=JobKind.AGENT,
             problem=problem,
             bundled=body.problem_id is not None,
-            target=body.target,
+            target=body.target or Target(settings.default_target),
             charge_cost=True,
             llm_profile=profile,
             llm_model=model,
@@ -206,7 +207,9 @@ async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKe
     )
 
 
-async def submit_evaluation(*, writer: SubmissionWriter, key: ApiKey, body: EvaluationCreate) -> JobPublic:
+async def submit_evaluation(
+    *, writer: SubmissionWriter, settings: Settings, key: ApiKey, body: EvaluationCreate
+) -> JobPublic:
     """Check, store and queue an evaluation job (one candidate, no LLM)."""
     problem = await _resolve_request_problem(body.problem_id, body.problem_source)
     await run_in_threadpool(check_candidate, body.candidate_source)
@@ -216,7 +219,7 @@ async def submit_evaluation(*, writer: SubmissionWriter, key: ApiKey, body: Eval
             kind=JobKind.EVALUATION,
             problem=problem,
             bundled=body.problem_id is not None,
-            target=body.target,
+            target=body.target or Target(settings.default_target),
             charge_cost=False,
             candidate_source=body.candidate_source,
         )

@@ -181,6 +181,8 @@ def up(
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    # Jobs that name no target go where this machine's workers are.
+    settings = settings.model_copy(update={"default_target": plans[0].target})
     _prepare_data_dir(settings)
     err.print(f"migrating {_display_url(settings)} …")
     upgrade(settings.resolved_database_url)

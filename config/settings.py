@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,6 +64,9 @@ class Settings(BaseSettings):
     api_key_cache_s: float = Field(default=2.0, ge=0)
     #: The most submissions the API stores in one transaction (`api.submissions`).
     api_submit_batch_max: int = Field(default=100, ge=1)
+
+    #: The target of jobs and evaluations that name none (``kernelloop up`` sets its workers').
+    default_target: Literal["cuda", "cpu"] = "cuda"
 
     #: The GPU type this worker serves (its queue is ``gpu-<type>``); ``cpu`` workers use ``cpu``.
     gpu_type: str = "h200"

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+#: Database fixtures (SQLite and PostgreSQL) shared by the store, API and worker tests.
+pytest_plugins = ["tests.databases"]
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 

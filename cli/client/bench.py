@@ -207,7 +207,8 @@ def bench(
     suite: Annotated[Path, typer.Argument(help="a file of problem ids or paths (one a line), or a directory")],
     api: ApiOpt = None,
     key: KeyOpt = None,
-    target: Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda)")] = None,
+    target: Annotated[Target | None, typer.Option(
+        "--target", "-t", help="cuda or cpu (default: the service's; `kernelloop up` uses its workers')")] = None,
     llm: Annotated[str | None, typer.Option("--llm", help="a server-side LLM profile")] = None,
     trajectories: Annotated[int | None, typer.Option(min=1, help="chats per problem")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="where bench.md and bench.json go")] = Path("."),

@@ -31,7 +31,8 @@ def submit(
     problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
     api: ApiOpt = None,
     key: KeyOpt = None,
-    target: Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda)")] = None,
+    target: Annotated[Target | None, typer.Option(
+        "--target", "-t", help="cuda or cpu (default: the service's; `kernelloop up` uses its workers')")] = None,
     llm: Annotated[str | None, typer.Option("--llm", help="a server-side LLM profile (default: the server's)")] = None,
     trajectories: Annotated[int | None, typer.Option(min=1, help="independent chats; the best wins")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="token budget of the job")] = None,

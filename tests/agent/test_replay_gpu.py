@@ -7,7 +7,6 @@ is set, to that JSON file.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -20,16 +19,9 @@ from agent.testing import MemoryRecorder
 from harness import HarnessOptions, Referee
 from problems import load_problem
 from tests.agent.support import SEED1, spec_for
+from tests.gpu.support import report
 
 pytestmark = pytest.mark.gpu
-
-
-def _report(entry: dict) -> None:
-    print("GPU-FIGURES", json.dumps(entry))
-    path = os.environ.get("KERNELLOOP_GPU_REPORT")
-    if path:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
 
 
 def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -60,7 +52,7 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
                      "pct_of_sol": v.get("pct_of_sol"), "compile_s": v.get("compile_s"),
                      "kernels": (v.get("compile") or {}).get("kernels")})
     best = result.best or {}
-    _report({"test": "agent_replay_seed1_cuda", "wall_s": wall_s, "reason": result.reason.value,
+    report({"test": "agent_replay_seed1_cuda", "wall_s": wall_s, "reason": result.reason.value,
              "trajectory": result.trajectories[0].reason.value, "attempts": rows,
              "best": {k: best.get(k) for k in ("tool", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")}
              | {"median_ms": (best.get("timing") or {}).get("median_ms")},

@@ -1,8 +1,8 @@
 """Fixtures for the API's tests: the app on a real database (SQLite file or a throwaway
 PostgreSQL database, migrated), a `RecordingDispatcher`, and API keys.
 
-PostgreSQL comes from the store tests' helper (``KERNELLOOP_TEST_POSTGRES_URL``, default the local
-server): when it cannot be reached the tests fail, never skip.
+The databases (``db_url`` over SQLite and PostgreSQL, ``factory``) are the fixtures of
+`tests.databases`: when PostgreSQL cannot be reached the tests fail, never skip.
 """
 
 from __future__ import annotations
@@ -21,17 +21,13 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import StreamOptions, create_app
 from config import Settings
 from harness.verdict import Status
-from store import Base, create_api_key, make_engine, make_session_factory, revoke_api_key, session_scope
-from store.migrate import upgrade
-from tests.store.conftest import Builders, sqlite_url, throwaway_postgres
-
-BACKENDS = ("sqlite", "postgresql")
+from store import create_api_key, revoke_api_key, session_scope
+from tests.store.conftest import Builders
 
 PROBLEM_SOURCE = '''
 """ReLU of a vector."""
@@ -106,53 +102,6 @@ class Keys:
     def revoke(self, key: Key) -> None:
         with session_scope(self.factory) as session:
             revoke_api_key(session=session, api_key_id=key.id)
-
-
-@pytest.fixture(scope="session")
-def migrated_sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = sqlite_url(tmp_path_factory.mktemp("api-sqlite"))
-    upgrade(url)
-    return url
-
-
-@pytest.fixture(scope="session")
-def migrated_postgresql_url() -> Iterator[str]:
-    with throwaway_postgres() as url:
-        upgrade(url)
-        yield url
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def db_url(backend: str, request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(f"migrated_{backend}_url"))
-
-
-def empty_all_tables(factory: sessionmaker[Session]) -> None:
-    tables = Base.metadata.sorted_tables
-    with factory() as session:
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text(f"TRUNCATE {', '.join(t.name for t in tables)} RESTART IDENTITY CASCADE"))
-        else:
-            for table in reversed(tables):
-                session.execute(table.delete())
-        session.commit()
-
-
-@pytest.fixture
-def factory(db_url: str) -> Iterator[sessionmaker[Session]]:
-    """The test's own sessions on the app's database; every table is emptied afterwards."""
-    engine = make_engine(db_url)
-    factory = make_session_factory(engine)
-    try:
-        yield factory
-    finally:
-        empty_all_tables(factory)
-        engine.dispose()
 
 
 def make_settings(db_url: str, data_dir: Path, **overrides: Any) -> Settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,12 +29,14 @@ from store import (
     session_scope,
 )
 from tests.api.conftest import (
+    CANDIDATE_SOURCE,
     PROBLEM_SOURCE,
     TEST_STREAM_OPTIONS,
     Key,
     Keys,
     RecordingDispatcher,
     job_body,
+    make_settings,
     serve,
 )
 
@@ -72,6 +75,25 @@ def test_post_job_with_problem_source(client: TestClient, alice: Key, dispatcher
     job = post_job(client, alice, problem_id=None, problem_source=PROBLEM_SOURCE, target="cpu")
     assert job["problem"]["bundled_id"] is None
     assert dispatcher.calls == [(job["id"], "cpu")]
+
+
+@pytest.mark.parametrize("default_target", ["cuda", "cpu"])
+def test_a_job_without_target_goes_to_the_services_default(
+    db_url: str, tmp_path: Path, factory: sessionmaker[Session], default_target: str
+) -> None:
+    """`kernelloop up` on a machine without a GPU sets ``default_target`` to cpu: a submission that
+    names no target must reach its CPU worker, not wait for a GPU one."""
+    dispatcher = RecordingDispatcher()
+    settings = make_settings(db_url, tmp_path, default_target=default_target)
+    alice = Keys(factory).create("alice")
+    app = create_app(settings, dispatcher=dispatcher, stream_options=TEST_STREAM_OPTIONS)
+    with TestClient(app) as client:
+        body = {"problem_id": "level1/softmax"}
+        job = client.post("/jobs", headers=alice.headers, json=body).json()
+        evaluation = client.post("/evaluations", headers=alice.headers,
+                                 json={**body, "candidate_source": CANDIDATE_SOURCE}).json()
+    assert job["target"] == evaluation["target"] == default_target
+    assert dispatcher.calls == [(job["id"], default_target), (evaluation["id"], default_target)]
 
 
 BAD_JOB_INPUTS = [

@@ -6,7 +6,6 @@ Figures go to stdout (run with -s) and, when KERNELLOOP_GPU_REPORT is set, to th
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import types
@@ -16,6 +15,7 @@ import pytest
 
 from harness import HarnessOptions, Referee, Status
 from problems import load_problem
+from tests.gpu.support import report
 
 pytestmark = pytest.mark.gpu
 
@@ -35,14 +35,6 @@ REPEAT_SPREAD = 0.02
 def gpu_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kept = os.environ.get("KERNELLOOP_TEST_CACHE")
     return Path(kept) if kept else tmp_path_factory.mktemp("gpu-cache")
-
-
-def _report(entry: dict) -> None:
-    print("GPU-FIGURES", json.dumps(entry))
-    path = os.environ.get("KERNELLOOP_GPU_REPORT")
-    if path:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
 
 
 def do_bench_median(problem_id: str, source: str, cache: Path) -> float:
@@ -97,7 +89,7 @@ def test_seed_example_passes_and_timing_agrees(problem_id: str, example: str, gp
         "compile_s": [v.compile.seconds for v in verdicts], "sandbox": first.provenance.get("sandbox"),
         "kernels": list(first.compile.kernels), "max_abs_err": max(t.max_abs_err for t in first.trials),
     }
-    _report(entry)
+    report(entry)
     assert abs(harness_median / bench - 1) < DO_BENCH_TOLERANCE, entry
     if min(medians) >= 1.0:
         assert spread < REPEAT_SPREAD, entry

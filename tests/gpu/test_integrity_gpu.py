@@ -8,7 +8,6 @@ Figures go to stdout (run with -s) as INTEGRITY-GPU lines, and to KERNELLOOP_GPU
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
 from problems import load_problem
 from problems.spec import Problem, parse_problem
+from tests.gpu.support import report
 
 pytestmark = pytest.mark.gpu
 
@@ -65,11 +65,7 @@ def small_seed1() -> Problem:
 
 
 def _report(entry: dict) -> None:
-    print("INTEGRITY-GPU", json.dumps(entry))
-    path = os.environ.get("KERNELLOOP_GPU_REPORT")
-    if path:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
+    report(entry, tag="INTEGRITY-GPU")
 
 
 _HELPERS = '''

@@ -19,18 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu.support import report
+
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 SEED1 = "level2/conv_tanh_scale_bias_maxpool"
-
-
-def _report(entry: dict) -> None:
-    print("GPU-FIGURES", json.dumps(entry))
-    path = os.environ.get("KERNELLOOP_GPU_REPORT")
-    if path:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(entry) + "\n")
 
 
 def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
@@ -59,7 +53,7 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
         rows = [{"n": a.seq, "tool": a.tool, "status": a.status.value, "stage": a.stage, "median_ms": a.median_ms,
                  "speedup_vs_eager": a.speedup_vs_eager, "speedup_vs_compile": a.speedup_vs_compile,
                  "pct_of_sol": a.pct_of_sol, "compile_s": a.compile_s} for a in attempts]
-        _report({"test": "optimize_seed1_cuda_store", "wall_s": round(wall_s, 1), "job_state": job.state.value,
+        report({"test": "optimize_seed1_cuda_store", "wall_s": round(wall_s, 1), "job_state": job.state.value,
                  "messages": len(messages), "attempts": rows,
                  "best": None if best is None else {"n": best.seq, "median_ms": best.median_ms,
                                                     "eager_ms": (best.verdict.get("baselines") or {}).get("eager_ms"),
@@ -106,7 +100,7 @@ def test_replay_reproduces_the_jobs_speedups(tmp_path: Path) -> None:
     for side in ("eager_ms", "compile_ms"):
         figures[side] = {"stored": stored["baselines"][side], "replayed": local["baselines"][side]}
     figures["median_ms"] = {"stored": stored["timing"]["median_ms"], "replayed": local["timing"]["median_ms"]}
-    _report({"test": "replay_seed1_cuda", "job": job_id, "replay_s": round(replay_s, 1), **figures})
+    report({"test": "replay_seed1_cuda", "job": job_id, "replay_s": round(replay_s, 1), **figures})
     assert "eager and torch.compile re-measured in this replay" in replayed.stderr
     assert stored["timing"]["median_ms"] >= 1.0
     for name in ("speedup_vs_eager", "speedup_vs_compile"):

@@ -14,20 +14,17 @@ from sqlalchemy import inspect
 
 from store import Base, make_engine
 from store.migrate import current_revision, downgrade, upgrade
+from tests.databases import sqlite_url_in
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_TABLES = {t.name for t in Base.metadata.sorted_tables}
-
-
-def sqlite_url(directory: Path) -> str:
-    return f"sqlite:///{directory / 'kernelloop.db'}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database of each backend, private to the test."""
     if request.param == "sqlite":
-        return sqlite_url(tmp_path)
+        return sqlite_url_in(tmp_path)
     return str(request.getfixturevalue("fresh_postgres_url"))
 
 
@@ -85,7 +82,7 @@ def test_the_circular_foreign_keys_exist(backend: str, request: pytest.FixtureRe
 
 
 def test_alembic_ini_takes_the_url_from_x_argument(tmp_path: Path) -> None:
-    url = sqlite_url(tmp_path)
+    url = sqlite_url_in(tmp_path)
     config = Config(str(REPO_ROOT / "alembic.ini"), cmd_opts=argparse.Namespace(x=[f"url={url}"]))
     command.upgrade(config, "head")
     assert _tables(url) == MODEL_TABLES
@@ -94,7 +91,7 @@ def test_alembic_ini_takes_the_url_from_x_argument(tmp_path: Path) -> None:
 def test_alembic_ini_takes_the_url_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = sqlite_url(tmp_path)
+    url = sqlite_url_in(tmp_path)
     monkeypatch.setenv("KERNELLOOP_DATABASE_URL", url)
     command.upgrade(Config(str(REPO_ROOT / "alembic.ini")), "head")
     assert _tables(url) == MODEL_TABLES

@@ -1,7 +1,7 @@
-"""Fixtures for the worker's tests: migrated SQLite files, throwaway PostgreSQL databases, Redis db 14.
+"""Fixtures for the worker's tests: migrated SQLite files, throwaway PostgreSQL databases
+(`tests.databases`), Redis db 14.
 
-PostgreSQL comes from ``KERNELLOOP_TEST_POSTGRES_URL`` (default: the local server as user
-``postgres``), Redis from ``KERNELLOOP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/14``,
+Redis comes from ``KERNELLOOP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/14``,
 flushed before and after each test that uses it). As in the store's tests, an unreachable server
 fails the test: CI guarantees both.
 """
@@ -9,30 +9,25 @@ fails the test: CI guarantees both.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
 from store import make_engine, make_session_factory
-from store.db import normalize_url
 from store.migrate import upgrade
+from tests.databases import sqlite_url_in, throwaway_postgres
 from tests.worker.support import make_settings
 
-PG_URL_ENV = "KERNELLOOP_TEST_POSTGRES_URL"
-DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 REDIS_URL_ENV = "KERNELLOOP_TEST_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'kernelloop.db'}"
+    url = sqlite_url_in(tmp_path)
     upgrade(url)
     return url
 
@@ -40,24 +35,9 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A migrated PostgreSQL database private to the test, dropped afterwards."""
-    base = normalize_url(os.environ.get(PG_URL_ENV) or DEFAULT_PG_URL)
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    name = f"kl_test_{secrets.token_hex(6)}"
-    try:
-        try:
-            with admin.connect() as connection:
-                connection.execute(text(f'CREATE DATABASE "{name}"'))
-        except OperationalError as exc:
-            pytest.fail(f"PostgreSQL is unreachable (set {PG_URL_ENV}): {exc}", pytrace=False)
-        url = base.set(database=name).render_as_string(hide_password=False)
-        try:
-            upgrade(url)
-            yield url
-        finally:
-            with admin.connect() as connection:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    with throwaway_postgres() as url:
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture
