@@ -55,7 +55,8 @@ def default_tolerance(dtype_name: str) -> float:
 class Timeouts:
     """Seconds per stage; the stage's whole process tree is killed when one runs out."""
 
-    #: nvcc with torch headers takes ~60 s on the H200 host and ~100 s on 2 cores.
+    #: A binding without the precompiled header, or nvcc with torch headers: ~60 s on the H200 host
+    #: and ~100 s on 2 cores; the first build of a precompiled header adds about as much.
     compile_s: float = 600.0
     #: Starting the trusted reference process: import torch, build the model, expected outputs.
     reference_start_s: float = 300.0
