@@ -447,8 +447,9 @@ class Referee:
                           gpu_visible=self.target is Target.CUDA)
         sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
         timing_request = self.options.to_dict()["timing"]
+        hardened = self.options.hardened_timing and base["depth"] is Depth.BENCHMARK
         overheads: list[float] = []
-        if self.options.hardened_timing and base["depth"] is Depth.BENCHMARK:
+        if hardened:
             # The loop's overhead, measured while no candidate process exists (one that lived could
             # burn the CPU to inflate it), now and again once the candidate stage is gone.
             timing_request = self._hardened_timing(baselines)
@@ -555,7 +556,7 @@ class Referee:
             # of bounds, for an honest run hit by a burst of load on the host; one must fit.
             runs: list[tuple[Timing, float]] = []
             first_call = 0
-            for _ in range(2 if overheads else 1):
+            for _ in range(2 if hardened else 1):
                 started = time.perf_counter()
                 try:
                     timed = process.request({"op": "time", "timing": timing_request, "sets": sets,
@@ -581,19 +582,19 @@ class Referee:
                     flags.append("clock_disagrees")
                 # Every input set re-checked (the calls after the timed ones cover each), no other.
                 calls = [k["call"] for k in kept]
-                made = _calls_made(timing_request, sets) if overheads else 0
+                made = _calls_made(timing_request, sets) if hardened else 0
                 if ({k["index"] for k in kept} != set(sets) or len(set(calls)) != len(calls)
-                        or min(calls) < first_call or (overheads and max(calls) != first_call + made - 1)
+                        or min(calls) < first_call or (hardened and max(calls) != first_call + made - 1)
                         or not all(r["passed"] for r in self._compare(kept, workdir))):
                     flags.append("timed_output_mismatch")
                 runs.append((timing, wall_s))
                 first_call += made
-                if (any(f in DECISIVE_FLAGS for f in flags) or not overheads
+                if (any(f in DECISIVE_FLAGS for f in flags) or not hardened
                         or not _hardened_bound(timing, wall_s, overheads[0], timing_request, sets)[0]):
                     break
             process.close()
             detail = ""
-            if overheads and not any(f in DECISIVE_FLAGS for f in flags):
+            if hardened and not any(f in DECISIVE_FLAGS for f in flags):
                 overheads.append(self._loop_overhead(timing_request, sets))
                 bounds = [(_hardened_bound(t, w, max(overheads), timing_request, sets), t) for t, w in runs]
                 fitting = [(text, t) for (disagrees, text), t in bounds if not disagrees]

@@ -17,8 +17,8 @@ import pytest
 from harness.buildcache import BuildCache, _first_line_includes_torch, build_pch, publish_staged
 
 REPO = Path(__file__).resolve().parents[2]
-GXX = shutil.which("g++")
-needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ not installed")
+# Every C++ build needs g++: where it is missing these tests fail (a broken environment), never skip.
+GXX = shutil.which("g++") or "g++"
 
 # A stand-in for torch/extension.h whose content depends on a flag (-O0 vs -O2), as torch's does.
 FAKE_HEADER = """\
@@ -48,7 +48,6 @@ def test_first_line_of_code_decides_whether_a_pch_can_apply(tmp_path: Path, text
     assert _first_line_includes_torch(path) is expected
 
 
-@needs_gxx
 def test_pch_is_used_with_its_own_flags_and_ignored_otherwise(tmp_path: Path) -> None:
     include = tmp_path / "include"
     (include / "torch").mkdir(parents=True)
@@ -76,7 +75,6 @@ def test_pch_is_used_with_its_own_flags_and_ignored_otherwise(tmp_path: Path) ->
     assert f"! {gch}" not in stderr and code == 1
 
 
-@needs_gxx
 def test_a_pch_that_cannot_be_built_is_reported_not_used(tmp_path: Path) -> None:
     include = tmp_path / "include"
     (include / "torch").mkdir(parents=True)
@@ -139,7 +137,6 @@ _PROBE = textwrap.dedent("""
 """)
 
 
-@needs_gxx
 def test_a_real_binding_is_compiled_with_the_pch_and_computes_the_same(harness_cache: Path) -> None:
     """One real build (the CPU examples' flags, so the PCH is the one they share; cached after the
     first run): the result is right, and the build's own compile command makes g++ read the PCH."""
