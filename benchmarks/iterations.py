@@ -166,10 +166,10 @@ class _TimedStageProcess(StageProcess):
 
 
 class _TimedReferee(Referee):
-    def compile(self, source: str, run_dir: Path) -> Any:
+    def compile(self, source: str) -> Any:
         started = time.perf_counter()
         try:
-            return super().compile(source, run_dir)
+            return super().compile(source)
         finally:
             spans = _spans()
             if spans is not None:
@@ -281,6 +281,7 @@ class Bench:
             if self.left() < self.args.cold_budget_s:
                 self.report["skipped"].append(f"{label}: {candidate.name} (time limit)")
                 continue
+            time.sleep(self.args.think_s)  # the agent writing its next candidate: stages prestart
             source = comment_variant(candidate.source, f"cold {label} {self.nonce}")
             referee = self.referee(candidate.problem, options)
             try:
@@ -351,6 +352,24 @@ class Bench:
         return {"workers": workers, "wall_s": round(wall, 2), "attempts": len(done), "evaluated": evaluated,
                 "attempts_per_hour": round(len(done) / wall * 3600, 1) if wall > 0 else None}
 
+    # phase 3 ------------------------------------------------------------------------------------
+    def evaluations(self, mix: list[Candidate], samples: int) -> list[dict[str, Any]]:
+        """Seed 1's fast candidate evaluated again, nothing else running: the reference alive,
+        baselines cached, its build known, and a pause first as the agent's would be."""
+        fast = next((c for c in mix if c.name == "seed1/fast"), None)
+        rows: list[dict[str, Any]] = []
+        for _ in range(samples if fast is not None else 0):
+            if self.left() < self.args.eval_budget_s + self.args.think_s:
+                self.report["skipped"].append("seed-1 evaluation (time limit)")
+                break
+            time.sleep(self.args.think_s)
+            verdict, wall, spans = timed_evaluate(self.referee(fast.problem), fast.source, Depth.BENCHMARK)
+            rows.append({"status": verdict.status.value, "evaluation_wall_s": wall, "split_s": spans,
+                         "median_ms": verdict.timing.median_ms if verdict.timing else None})
+            log(f"seed-1 evaluation: {verdict.status.value} in {wall:.1f} s "
+                + " ".join(f"{k}={v:.2f}" for k, v in spans.items()))
+        return rows
+
     # the whole run ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         import torch
@@ -376,6 +395,7 @@ class Bench:
             self.report["phases"]["cold_compile"] = self.cold_compiles(mix, self.args.cold_samples, pch=True,
                                                                        label="cold")
             self.report["phases"]["pipeline"] = self.pipeline(mix)
+            self.report["phases"]["seed1_evaluations"] = self.evaluations(mix, self.args.eval_samples)
             self.report["phases"]["cold_compile_pch_off"] = self.cold_compiles(
                 mix, self.args.pch_off_samples, pch=False, label="cold-no-pch")
         finally:
@@ -410,6 +430,8 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
         "reeval_compile_in_stage_median_s": _median([c["reeval_compile"]["in_stage_s"] for c in evaluated]),
         "evaluation_wall_median_s": _median([c["evaluation_wall_s"] for c in evaluated]),
         "seed1_fast_evaluation_wall_s": seed1[0]["evaluation_wall_s"] if seed1 else None,
+        "seed1_evaluation_median_s": _median([r["evaluation_wall_s"] for r in phases.get("seed1_evaluations", [])
+                                              if r["status"] == "pass"]),
         "attempts_per_hour": pipeline.get("attempts_per_hour"),
         "pch_build_s": (phases.get("warm_up", {}).get("pch_warm_up") or {}).get("pch_build_s"),
     }
@@ -431,7 +453,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         "reeval_compile_median_s": "median re-evaluation compile (stage wall, s)",
         "reeval_compile_in_stage_median_s": "  the same, inside the stage (s)",
         "evaluation_wall_median_s": "median evaluation wall, benchmark depth (s)",
-        "seed1_fast_evaluation_wall_s": "seed problem 1 (fast candidate) evaluation wall (s)",
+        "seed1_fast_evaluation_wall_s": "seed problem 1 (fast candidate) evaluation wall in the pipeline (s)",
+        "seed1_evaluation_median_s": "seed problem 1 (fast candidate) evaluation wall, uncontended, median (s)",
         "attempts_per_hour": "attempts per GPU-hour (pipeline)",
     }
     lines += [f"| {labels[k]} | {v if v is not None else '-'} |" for k, v in s.items() if k in labels]
@@ -452,6 +475,12 @@ def to_markdown(report: dict[str, Any]) -> str:
                      f"| {f(sp.get('compile'))} | {f(sp.get('load'))} | {f(sp.get('correctness'))} "
                      f"| {f(sp.get('timing'))} | {f(sp.get('overhead'))} | {f(c.get('median_ms'))} "
                      f"| {f(c.get('speedup'))} |")
+    evals = report["phases"].get("seed1_evaluations") or []
+    if evals:
+        lines += ["", "Seed-1 evaluations, uncontended:", "", "| status | wall (s) | split (s) | median ms |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {r['status']} | {r['evaluation_wall_s']} | "
+                  + ", ".join(f"{k} {v}" for k, v in r["split_s"].items()) + f" | {r['median_ms']} |" for r in evals]
     for key, title in (("cold_compile", "Cold compiles (PCH on)"), ("cold_compile_pch_off", "Cold compiles (PCH off)")):
         rows = report["phases"].get(key) or []
         if rows:
@@ -482,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated candidate names (e.g. seed1/fast,seed1/wrong)")
     parser.add_argument("--cold-samples", type=int, default=5, help="uncontended cold compiles (PCH on)")
     parser.add_argument("--pch-off-samples", type=int, default=2, help="cold compiles with PCH off")
+    parser.add_argument("--eval-samples", type=int, default=3, help="uncontended seed-1 evaluations")
+    parser.add_argument("--think-s", type=float, default=5.0,
+                        help="pause before each cold compile and seed-1 evaluation, standing in for the LLM "
+                        "writing the next candidate (the referee prestarts stages meanwhile; not in any figure)")
     parser.add_argument("--no-pch-warm", action="store_true", help="skip the PCH warm-up compile")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--compile-baseline", action="store_true", help="also time torch.compile baselines")

@@ -94,7 +94,7 @@ _ext = load_inline(
     cpp_sources=CPP_SOURCE,
     cuda_sources=CUDA_SOURCE,
     functions=["fold_bn_scale"],
-    extra_cflags=["-O3"],
+    extra_cflags=["-O1"],
     extra_cuda_cflags=["-O3"],
     no_implicit_headers=True,
 )

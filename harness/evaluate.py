@@ -8,6 +8,7 @@ evaluations (a worker, the CLI) never imports torch or initialises CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -15,8 +16,9 @@ import os
 import platform
 import secrets
 import shutil
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,7 @@ _HARDENED_FIXED_S = 0.05
 #: The binding flags the playbook prescribes, per target: the trusted warm-up precompiles the torch
 #: header for exactly these (a PCH serves only the flags it was built with).
 _PCH_FLAG_SETS = {
-    Target.CUDA: [{"extra_cflags": ["-O3"], "cuda": True}],
+    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}],
     Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}],
 }
 #: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
@@ -121,6 +123,30 @@ class _Outcome:
     error_kind: ErrorKind | None = None
 
 
+@dataclass
+class _Stage:
+    """A compile or candidate stage process with a run directory of its own, possibly started
+    before its attempt: it runs no candidate code until a request hands it one."""
+
+    process: StageProcess
+    run_dir: Path
+    ready: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for its start-up to end (the role's ``{"ready": true}``, read once); raises
+        `ChannelTimeout` or `ChannelClosed` like a request."""
+        with self.lock:
+            if not self.ready:
+                if not self.process.recv(timeout=timeout).get("ready"):
+                    raise ChannelClosed("the stage sent something other than its ready message")
+                self.ready = True
+
+    def discard(self) -> None:
+        self.process.kill()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
 class Referee:
     """Evaluates candidates for one problem on one target, keeping the reference alive.
 
@@ -145,12 +171,19 @@ class Referee:
         #: Compile results by source hash: the same source again reuses its builds without a stage.
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not self.options.pch
+        #: Stages started ahead for the next attempt, by role (`_prestart`).
+        self._spares: dict[str, _Stage] = {}
+        self._spares_lock = threading.Lock()
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
         protect_current_process()
 
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
+        with self._spares_lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for stage in spares:
+            stage.discard()
         if self._reference is not None:
             self._reference.close()
             self._reference = None
@@ -198,11 +231,75 @@ class Referee:
         path.mkdir(parents=True)
         return path
 
+    def _start_stage(self, role: str) -> _Stage:
+        """A compile or candidate stage in a fresh run directory. The candidate stage sees no
+        build but the copies of its own that `_run_candidate` puts in ``<run_dir>/builds``."""
+        run_dir = self._new_run_dir("attempt")
+        if role == "compile":
+            spec = self._spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
+        else:
+            builds = run_dir / "builds"
+            builds.mkdir()
+            spec = self._spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
+                              gpu_visible=self.target is Target.CUDA)
+        return _Stage(StageProcess(spec, sandbox=self.options.sandbox), run_dir)
+
+    def _take_stage(self, role: str) -> _Stage:
+        """The prestarted stage of this role if it is alive, else a new one."""
+        with self._spares_lock:
+            spare = self._spares.pop(role, None)
+        if spare is not None:
+            if spare.process.exit_code() is None:
+                return spare
+            spare.discard()
+        return self._start_stage(role)
+
+    def _prestart(self) -> None:
+        """Start the next attempt's compile and candidate stages now (``options.prestart``).
+
+        A stage's interpreter start and torch import take 3-4 s on the H200 host, and the
+        candidate stage's CUDA context and vendor handles more: started ahead, they are paid while
+        the agent writes its next candidate instead of inside its attempt. They are trusted until
+        a request hands them candidate code, and `_settle` waits for their start-up before
+        anything is timed.
+        """
+        if not self.options.prestart:
+            return
+        for role in ("compile", "candidate"):
+            with self._spares_lock:
+                if role in self._spares:
+                    continue
+            stage = self._start_stage(role)
+            with self._spares_lock:
+                extra = self._spares.get(role)
+                if extra is None:
+                    self._spares[role] = stage
+            if extra is not None:  # another thread prestarted one meanwhile
+                stage.discard()
+
+    def _settle(self, *more: _Stage) -> None:
+        """Wait until no prestarted stage (nor ``more``) is starting up: their imports must not
+        overlap a timing. A stage that fails to start is found out by whoever takes it."""
+        with self._spares_lock:
+            stages = [*self._spares.values(), *more]
+        for stage in stages:
+            with contextlib.suppress(ChannelTimeout, ChannelClosed):
+                stage.wait_ready(self.options.timeouts.load_s)
+
+    @property
+    def prestarted(self) -> dict[str, int]:
+        """The stages started ahead for the next attempt: their pids (the wardens'), by role."""
+        with self._spares_lock:
+            return {role: stage.process.pid for role, stage in self._spares.items()}
+
     def start_reference(self) -> dict[str, Any]:
         """Start the reference process (idempotent); returns its specs, FLOPs and environment."""
         if self._reference is not None and self._reference.exit_code() is None:
             return self.reference_info
-        self.close()
+        if self._reference is not None:
+            self._reference.close()
+            self._reference = None
+        self._prestart()  # a job's first attempt finds its stages started too
         workdir = self._new_run_dir("reference")
         spec = self._spec("reference", workdir, gpu_visible=self.target is Target.CUDA,
                           writable_paths=(self.options.cache_dir / "inductor",),
@@ -258,6 +355,7 @@ class Referee:
             except (ValueError, KeyError):
                 path.unlink(missing_ok=True)  # a corrupt cache entry is recomputed
         assert self._reference is not None
+        self._settle()
         try:
             reply = self._reference.request(
                 {"op": "baselines", "timing": self.options.to_dict()["timing"],
@@ -276,7 +374,7 @@ class Referee:
             tmp.replace(path)
         return self._baselines
 
-    def compile(self, source: str, run_dir: Path) -> CompileResult:
+    def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache.
 
         The same source seen before by this Referee, its builds still in the cache, needs no stage:
@@ -289,8 +387,7 @@ class Referee:
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
         self._warm_pch()
-        result = self._compile_stage(run_dir, {"candidate_path": str(run_dir / "candidate.py"),
-                                               "pch": "use" if self.options.pch else False})
+        result = self._compile_stage({"pch": "use" if self.options.pch else False}, source=source)
         if result.ok:
             self._compiled[digest] = result
         return result
@@ -312,8 +409,7 @@ class Referee:
                 return
         except (OSError, ValueError, TypeError):
             pass
-        result = self._compile_stage(self._new_run_dir("pch"), {"pch_warmup": _PCH_FLAG_SETS[self.target],
-                                                                 "pch": True}, trusted=True)
+        result = self._compile_stage({"pch_warmup": _PCH_FLAG_SETS[self.target], "pch": True}, trusted=True)
         keys = [e["pch"]["key"] for e in result.extensions if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
         if result.ok and keys:
             marker.parent.mkdir(parents=True, exist_ok=True)
@@ -321,25 +417,31 @@ class Referee:
             tmp.write_text(json.dumps(keys))
             tmp.replace(marker)
 
-    def _compile_stage(self, run_dir: Path, request: dict[str, Any], *, trusted: bool = False) -> CompileResult:
-        workdir = run_dir / "compile"
-        workdir.mkdir()
+    def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
+                       trusted: bool = False) -> CompileResult:
+        """Run a compile stage: ``source`` is the candidate to import (None: a trusted request).
+        Its run directory is removed unless the compile failed (kept to debug)."""
         # The cache is read-only to the stage (its import-time code is the candidate's): missing
         # builds go to a private staging directory and are published once the stage has exited;
         # precompiled headers only from a trusted stage.
-        staging = workdir / "builds"
-        spec = self._spec("compile", workdir, run_dir=run_dir, gpu_visible=False)
+        stage = self._take_stage("compile")
+        staging = stage.run_dir / "compile" / "builds"
+        if source is not None:
+            (stage.run_dir / "candidate.py").write_text(source)
+            request = {**request, "candidate_path": str(stage.run_dir / "candidate.py")}
         started = time.perf_counter()
-        with StageProcess(spec, sandbox=self.options.sandbox) as process:
+        timeout = self.options.timeouts.compile_s
+        with stage.process as process:
             try:
+                stage.wait_ready(timeout)
                 reply = process.request(
                     {**request, "builds_dir": str(self.options.builds_dir), "staging_dir": str(staging),
                      "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs},
-                    timeout=self.options.timeouts.compile_s,
+                    timeout=max(1.0, timeout - (time.perf_counter() - started)),
                 )
             except ChannelTimeout:
                 return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"compile timed out after {self.options.timeouts.compile_s:.0f} s")
+                                     errors=f"compile timed out after {timeout:.0f} s")
             except ChannelClosed:
                 exec_error = process.sandbox_report.get("exec_error", "")
                 return CompileResult(ok=False, seconds=time.perf_counter() - started,
@@ -349,6 +451,8 @@ class Referee:
         errors = reply.get("errors", "")
         if not reply.get("ok") and reply.get("message"):
             errors = f"{reply['message']}\n{errors}".strip()
+        if reply.get("ok"):
+            shutil.rmtree(stage.run_dir, ignore_errors=True)
         return CompileResult(ok=bool(reply.get("ok")), seconds=float(reply.get("seconds", 0.0)),
                              extensions=tuple(reply.get("extensions", ())),
                              kernels=tuple(reply.get("kernels", ())), errors=errors)
@@ -409,16 +513,20 @@ class Referee:
             The `Verdict`; failures of the candidate or of our infrastructure are values in it.
         """
         depth = Depth(depth)
-        run_dir = self._new_run_dir("attempt")
-        (run_dir / "candidate.py").write_text(source)
+        try:
+            self._prestart()  # the candidate stage starts up while this compiles
+            return self._evaluate(source, depth)
+        finally:
+            self._prestart()  # the next attempt's stages, while the agent writes it
+
+    def _evaluate(self, source: str, depth: Depth) -> Verdict:
         hints = tuple(static_hints(source, target=self.target.value))
-        compiled = self.compile(source, run_dir)
+        compiled = self.compile(source)
         base: dict[str, Any] = {"compile": compiled, "hints": hints, "depth": depth}
         if not compiled.ok:
             return self._verdict(_Outcome(Status.ERROR, Stage.COMPILE, "compile failed", ErrorKind.CANDIDATE),
                                  **base, log=compiled.errors)
         if depth is Depth.COMPILE:
-            shutil.rmtree(run_dir, ignore_errors=True)
             return self._verdict(_Outcome(Status.PASS, Stage.COMPILE, "compiled"), **base)
         try:
             self.start_reference()
@@ -426,35 +534,47 @@ class Referee:
         except ReferenceFailed as exc:
             return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), ErrorKind.INFRA),
                                  **base, log=exc.details)
+        stage = self._take_stage("candidate")
         try:
-            verdict = self._run_candidate(run_dir, baselines, base)
+            verdict = self._run_candidate(stage, source, baselines, base)
         except ReferenceFailed as exc:
             verdict = self._verdict(_Outcome(Status.ERROR, Stage.CORRECTNESS, str(exc), ErrorKind.INFRA),
                                     **base, log=exc.details)
+        finally:
+            stage.process.kill()
         if verdict.status is not Status.ERROR:
-            shutil.rmtree(run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
+            shutil.rmtree(stage.run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
         return verdict
 
-    def _run_candidate(self, run_dir: Path, baselines: Baselines | None, base: dict[str, Any]) -> Verdict:
+    def _run_candidate(self, prepared: _Stage, source: str, baselines: Baselines | None,
+                       base: dict[str, Any]) -> Verdict:
+        run_dir = prepared.run_dir
         workdir = run_dir / "run"
-        workdir.mkdir()
         timeouts = self.options.timeouts
         compiled: CompileResult = base["compile"]
-        own_builds = tuple(self.options.builds_dir / f"{e['name']}-{e['key']}" for e in compiled.extensions
-                           if isinstance(e.get("name"), str) and isinstance(e.get("key"), str)
-                           and "/" not in e["name"] + e["key"] and ".." not in e["name"] + e["key"])
-        spec = self._spec("candidate", workdir, run_dir=run_dir, visible_builds=own_builds,
-                          gpu_visible=self.target is Target.CUDA)
+        # The stage sees its own builds only: copies (marker and library) in its run directory.
+        builds = run_dir / "builds"
+        for e in compiled.extensions:
+            name, key = e.get("name"), e.get("key")
+            if not (isinstance(name, str) and isinstance(key, str)) or "/" in name + key or ".." in name + key:
+                continue
+            built, copy = self.options.builds_dir / f"{name}-{key}", builds / f"{name}-{key}"
+            copy.mkdir(exist_ok=True)
+            for file in ("built.json", f"{name}.so"):
+                if (built / file).is_file():
+                    shutil.copy2(built / file, copy / file)
+        (run_dir / "candidate.py").write_text(source)
         sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
         timing_request = self.options.to_dict()["timing"]
         hardened = self.options.hardened_timing and base["depth"] is Depth.BENCHMARK
         overheads: list[float] = []
+        self._settle(prepared)
         if hardened:
-            # The loop's overhead, measured while no candidate process exists (one that lived could
-            # burn the CPU to inflate it), now and again once the candidate stage is gone.
+            # The loop's overhead, measured before the candidate's code is loaded (a candidate could
+            # burn the CPU to inflate it), now and again once its stage is gone.
             timing_request = self._hardened_timing(baselines)
             overheads.append(self._loop_overhead(timing_request, sets))
-        with StageProcess(spec, sandbox=self.options.sandbox) as process:
+        with prepared.process as process:
             base = {**base, "baselines": baselines, "sandbox": process.sandbox_report}
 
             def fail(outcome: _Outcome, **kw: Any) -> Verdict:
@@ -469,9 +589,10 @@ class Referee:
                 return fail(_Outcome(Status.ERROR, stage, reason, ErrorKind.CANDIDATE))
 
             try:
+                prepared.wait_ready(timeouts.load_s)
                 reply = process.request({
                     "workdir": str(workdir), "problem": self.problem.to_dict(), "target": self.target.value,
-                    "candidate_path": str(run_dir / "candidate.py"), "builds_dir": str(self.options.builds_dir),
+                    "candidate_path": str(run_dir / "candidate.py"), "builds_dir": str(builds),
                     "arch_list": self.options.arch_list, "mode": self.problem.mode.value,
                     "transport": self.options.cuda_transport if self.target is Target.CUDA else "file",
                     "init_seed": derive_seed(self._secret, "init"),

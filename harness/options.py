@@ -125,6 +125,11 @@ class HarnessOptions:
         pch: precompile ``<torch/extension.h>`` for the flag sets the playbook prescribes, in a
             stage that runs no candidate code, and let candidates' C++ bindings use it (roughly
             halves a cold compile); candidates never publish one (docs/integrity.md).
+        prestart: start the next attempt's compile and candidate stage processes as soon as an
+            attempt ends (and the candidate stage while an attempt compiles), so their interpreter
+            start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
+            attempt; they run no candidate code before one is handed to them, and nothing is
+            timed while one is starting up.
         reuse_baselines: read and write eager and torch.compile timings in ``baselines/`` (keyed
             by full provenance); ``False`` times them afresh for this Referee and keeps nothing
             (a replay re-measures what a job measured).
@@ -138,7 +143,7 @@ class HarnessOptions:
     arch_list: str = "9.0a"
     max_jobs: int = max(1, min(8, (os.cpu_count() or 2)))
     sandbox: bool = True
-    #: How CUDA outputs reach the comparer: "file" (a validated torch.save file) or "cuda_ipc" (no
+    #: How CUDA outputs reach the comparer: "file" (raw bytes and a validated description) or "cuda_ipc" (no
     #: copy through the host; experimental: on the H200 between our sandboxed stages
     #: cudaIpcOpenMemHandle returned cudaErrorInvalidValue, so it is not the default yet).
     cuda_transport: str = "file"
@@ -147,6 +152,7 @@ class HarnessOptions:
     hidden_paths: tuple[Path, ...] = ()
     hardened_timing: bool = False
     pch: bool = True
+    prestart: bool = True
     reuse_baselines: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)
     timing: TimingOptions = field(default_factory=TimingOptions)

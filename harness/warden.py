@@ -264,6 +264,15 @@ def main() -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     status_fd = cfg["status_fd"]
 
+    # Before the fork: a stage ended right after it started (a prestarted one the referee no
+    # longer needs) must still take its child with it, killed and reaped, before we exit.
+    def on_term(signum: int, frame: object) -> None:
+        _kill_descendants()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
     achieved: list[str] = []
     notes: list[str] = []
     if cfg.get("namespaces"):
@@ -300,12 +309,6 @@ def main() -> int:
         json.dump({"namespaces": achieved, "notes": notes,
                    "exec_error": exec_error.decode(errors="replace")}, fh)
 
-    def on_term(signum: int, frame: object) -> None:
-        _kill_descendants()
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
     code = 1
     while True:
         try:

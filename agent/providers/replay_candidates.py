@@ -141,7 +141,7 @@ torch::Tensor pool_tanh_scale_bias(torch::Tensor y, torch::Tensor bias, int64_t 
 """
 
 _ext = load_inline(name="kl_seed1_cuda_draft", cpp_sources=CPP_SOURCE, cuda_sources=CUDA_SOURCE,
-                   functions=["pool_tanh_scale_bias"], extra_cflags=["-O3"], extra_cuda_cflags=["-O3"],
+                   functions=["pool_tanh_scale_bias"], extra_cflags=["-O1"], extra_cuda_cflags=["-O3"],
                    no_implicit_headers=True)
 
 
@@ -319,7 +319,7 @@ torch::Tensor channel_affine(torch::Tensor y, torch::Tensor a, torch::Tensor b) 
 """
 
 _ext = load_inline(name="kl_seed2_cuda_draft", cpp_sources=CPP_SOURCE, cuda_sources=CUDA_SOURCE,
-                   functions=["channel_affine"], extra_cflags=["-O3"], extra_cuda_cflags=["-O3"],
+                   functions=["channel_affine"], extra_cflags=["-O1"], extra_cuda_cflags=["-O3"],
                    no_implicit_headers=True)
 
 

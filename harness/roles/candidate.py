@@ -112,9 +112,6 @@ class Candidate:
         self.transport = request.get("transport", "file")
         #: Outputs handed over by CUDA IPC stay referenced until the next request.
         self._held: list[Any] = []
-        contract.tf32_off()
-        if self.device.type == "cuda":
-            _init_vendor_math(self.device)
         self.cache = BuildCache(Path(request["builds_dir"]), mode="load", arch_list=request["arch_list"])
         self.cache.install()
         self.noop = NoopSwitch()
@@ -234,6 +231,12 @@ class Candidate:
 
 
 def serve(channel: Channel) -> None:
+    # Start-up before any candidate code (the referee may start this stage ahead of its attempt
+    # and waits for "ready"): TF32 off, and on a GPU the context and vendor handles made now.
+    contract.tf32_off()
+    if torch.cuda.is_available():
+        _init_vendor_math(torch.device("cuda"))
+    channel.send({"ready": True})
     request = channel.recv()
     workdir = Path(request["workdir"])
     try:

@@ -12,12 +12,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from harness import Baselines, HarnessOptions, Referee, Stage, Status, Timeouts, Timing, TimingOptions
+from harness import Baselines, Depth, HarnessOptions, Referee, Stage, Status, Timeouts, Timing, TimingOptions
 from problems import load_problem
 
 pytestmark = pytest.mark.slow
@@ -33,17 +33,29 @@ def override_forward(body: str) -> str:
         textwrap.dedent(body), "        ") + "\n"
 
 
-def roles_running(role: str) -> list[int]:
+def roles_running(role: str, besides: Referee | None = None) -> list[int]:
+    """Stage processes of this role, other than the ones ``besides`` started for its next attempt."""
+    wardens = set(besides.prestarted.values()) if besides is not None else set()
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"harness.roles" in cmdline and role.encode() in cmdline:
+            if b"harness.roles" in cmdline and role.encode() in cmdline and parent not in wardens:
                 found.append(int(entry))
     return found
+
+
+def gone_soon(running: Callable[[], list[int]], within_s: float = 5.0) -> bool:
+    """Whether ``running()`` is empty within a few seconds: a SIGKILLed process can take a moment
+    to be torn down (a stage imports torch: a large address space to release)."""
+    deadline = time.monotonic() + within_s
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not running()
 
 
 def processes_with_arg(token: str) -> list[int]:
@@ -121,7 +133,25 @@ def test_hanging_candidate_is_killed_within_its_timeout(referee: Referee) -> Non
     assert verdict.status is Status.ERROR and verdict.stage is Stage.CORRECTNESS
     assert verdict.error_kind.value == "candidate" and "timed out" in verdict.message
     assert elapsed < referee.options.timeouts.trial_s + 30
-    assert roles_running("candidate") == []
+    assert gone_soon(lambda: roles_running("candidate", besides=referee))
+    assert set(referee.prestarted) == {"compile", "candidate"}  # the next attempt's, started already
+
+
+def test_the_next_attempt_runs_in_stages_started_for_it(referee: Referee, options: HarnessOptions) -> None:
+    """After an attempt the Referee holds a compile and a candidate stage for the next one; the next
+    attempt uses them (a source compiled before needs no compile stage, so that one stays), each
+    serves one attempt, and with ``prestart=False`` nothing is left running between attempts."""
+    assert referee.evaluate(SEED1_CPU, depth=Depth.CORRECTNESS).status is Status.PASS
+    before = referee.prestarted
+    assert set(before) == {"compile", "candidate"}
+    assert referee.evaluate(SEED1_CPU, depth=Depth.CORRECTNESS).status is Status.PASS
+    after = referee.prestarted
+    assert after["compile"] == before["compile"] and after["candidate"] != before["candidate"]
+    assert gone_soon(lambda: [p for p in (before["candidate"],) if Path(f"/proc/{p}").exists()])
+    problem = load_problem("level2/conv_tanh_scale_bias_maxpool")
+    with Referee(problem, "cpu", options.replace(prestart=False)) as plain:
+        assert plain.evaluate(SEED1_CPU, depth=Depth.CORRECTNESS).status is Status.PASS
+        assert plain.prestarted == {}
 
 
 def test_segfault_is_reported_and_the_next_evaluation_works(referee: Referee) -> None:
@@ -194,18 +224,19 @@ def test_candidate_sees_no_secret_and_no_network(harness_cache: Path, tmp_path: 
     assert result.stdout.startswith("pass"), result.stdout
 
 
-def test_a_killed_build_leaves_nothing_behind(options: HarnessOptions) -> None:
-    """A compile killed mid-build (its time limit) publishes no partial build and blocks no later one."""
+def test_a_killed_build_leaves_nothing_behind(options: HarnessOptions, referee: Referee) -> None:
+    """A compile killed mid-build (its time limit) publishes no partial build and blocks no later one;
+    the stages its Referee started for a next attempt end with it (``referee``: the module's, alive)."""
     source = (REPO / "examples" / "seed1_cpu_compile_error.py").read_text()
     problem = load_problem("level2/conv_tanh_scale_bias_maxpool")
     hurried = options.replace(timeouts=Timeouts(compile_s=4.0))
-    with Referee(problem, "cpu", hurried) as referee:
-        killed = referee.evaluate(source)
+    with Referee(problem, "cpu", hurried) as hurrying:
+        killed = hurrying.evaluate(source)
     assert killed.stage is Stage.COMPILE and "timed out" in killed.compile.errors
     assert not list(options.builds_dir.glob("kl_seed1_cpu_compile_error-*"))
-    assert roles_running("compile") == []
-    with Referee(problem, "cpu", options) as referee:
-        verdict = referee.evaluate(source)
+    assert gone_soon(lambda: roles_running("compile", besides=referee)), "a compile stage outlived its Referee"
+    with Referee(problem, "cpu", options) as again:
+        verdict = again.evaluate(source)
     assert verdict.stage is Stage.COMPILE and "main.cpp:" in verdict.compile.errors
 
 

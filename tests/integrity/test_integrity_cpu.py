@@ -98,7 +98,7 @@ def world(harness_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     # A failed attempt's directory with outputs left behind: the kind of file a cheat would look for.
     planted = harness_cache / "runs" / f"attempt-kl-planted-{os.getpid()}"
     (planted / "run").mkdir(parents=True, exist_ok=True)
-    (planted / "run" / "trial-0.pt").write_text(canary)
+    (planted / "run" / "trial-0.bin").write_text(canary)
     found = World(cache=harness_cache, token=token, secret_dir=secret_dir, db_file=db_file, canary=canary,
                   tcp_port=tcp.getsockname()[1], abstract_socket=abstract, unix_socket=unix_path,
                   planted_run=planted, listeners=[tcp, abstract_listener, unix_listener])
