@@ -25,7 +25,6 @@ import os
 import platform
 import re
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile

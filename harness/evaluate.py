@@ -124,7 +124,7 @@ class _Outcome:
 
 
 @dataclass
-class _Stage:
+class _StartedStage:
     """A compile or candidate stage process with a run directory of its own, possibly started
     before its attempt: it runs no candidate code until a request hands it one."""
 
@@ -172,7 +172,7 @@ class Referee:
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not self.options.pch
         #: Stages started ahead for the next attempt, by role (`_prestart`).
-        self._spares: dict[str, _Stage] = {}
+        self._spares: dict[str, _StartedStage] = {}
         self._spares_lock = threading.Lock()
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ class Referee:
         path.mkdir(parents=True)
         return path
 
-    def _start_stage(self, role: str) -> _Stage:
+    def _start_stage(self, role: str) -> _StartedStage:
         """A compile or candidate stage in a fresh run directory. The candidate stage sees no
         build but the copies of its own that `_run_candidate` puts in ``<run_dir>/builds``."""
         run_dir = self._new_run_dir("attempt")
@@ -242,9 +242,9 @@ class Referee:
             builds.mkdir()
             spec = self._spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
                               gpu_visible=self.target is Target.CUDA)
-        return _Stage(StageProcess(spec, sandbox=self.options.sandbox), run_dir)
+        return _StartedStage(StageProcess(spec, sandbox=self.options.sandbox), run_dir)
 
-    def _take_stage(self, role: str) -> _Stage:
+    def _take_stage(self, role: str) -> _StartedStage:
         """The prestarted stage of this role if it is alive, else a new one."""
         with self._spares_lock:
             spare = self._spares.pop(role, None)
@@ -277,7 +277,7 @@ class Referee:
             if extra is not None:  # another thread prestarted one meanwhile
                 stage.discard()
 
-    def _settle(self, *more: _Stage) -> None:
+    def _settle(self, *more: _StartedStage) -> None:
         """Wait until no prestarted stage (nor ``more``) is starting up: their imports must not
         overlap a timing. A stage that fails to start is found out by whoever takes it."""
         with self._spares_lock:
@@ -534,19 +534,19 @@ class Referee:
         except ReferenceFailed as exc:
             return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), ErrorKind.INFRA),
                                  **base, log=exc.details)
-        stage = self._take_stage("candidate")
+        prepared = self._take_stage("candidate")
         try:
-            verdict = self._run_candidate(stage, source, baselines, base)
+            verdict = self._run_candidate(prepared, source, baselines, base)
         except ReferenceFailed as exc:
             verdict = self._verdict(_Outcome(Status.ERROR, Stage.CORRECTNESS, str(exc), ErrorKind.INFRA),
                                     **base, log=exc.details)
         finally:
-            stage.process.kill()
+            prepared.process.kill()
         if verdict.status is not Status.ERROR:
-            shutil.rmtree(stage.run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
+            shutil.rmtree(prepared.run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
         return verdict
 
-    def _run_candidate(self, prepared: _Stage, source: str, baselines: Baselines | None,
+    def _run_candidate(self, prepared: _StartedStage, source: str, baselines: Baselines | None,
                        base: dict[str, Any]) -> Verdict:
         run_dir = prepared.run_dir
         workdir = run_dir / "run"

@@ -1,7 +1,9 @@
 """The untrusted candidate process: one per attempt, fresh each time.
 
-It receives derived seeds (never the job's secret, never expected outputs), loads the built
-extensions from the read-only cache, builds ``ModelNew`` with the reference weights, and on
+It may start before its attempt (the referee prestarts it): torch imported, TF32 off, on a GPU the
+context and vendor handles made, then "ready" and a wait. Its request brings derived seeds (never
+the job's secret, never expected outputs); it loads the built extensions from the read-only copies
+of its own builds in its run directory, builds ``ModelNew`` with the reference weights, and on
 request runs trials, the no-op substitution trial, and the timing loop, writing outputs into
 its private directory for the comparer.
 """

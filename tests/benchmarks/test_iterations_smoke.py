@@ -39,7 +39,7 @@ def test_a_two_candidate_cpu_run_writes_its_figures(harness_cache: Path, tmp_pat
         [sys.executable, "-m", "benchmarks.iterations", "--target", "cpu", "--only", "seed1/fast,seed1/wrong",
          "--cache-dir", str(harness_cache), "--baselines-dir", str(tmp_path / "baselines"), "--out", str(out),
          "--cold-samples", "0", "--pch-off-samples", "0", "--no-pch-warm", "--limit-s", "400",
-         "--timing-max-s", "0.3"],
+         "--timing-max-s", "0.3", "--eval-samples", "1", "--think-s", "0"],
         cwd=REPO, capture_output=True, text=True, timeout=900, check=False,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -49,5 +49,7 @@ def test_a_two_candidate_cpu_run_writes_its_figures(harness_cache: Path, tmp_pat
     split = by_name["seed1/fast"]["split_s"]
     assert {"compile", "load", "correctness", "timing", "overhead"} <= set(split)
     assert report["summary"]["attempts_per_hour"] > 0
+    assert [r["status"] for r in report["phases"]["seed1_evaluations"]] == ["pass"]
+    assert report["summary"]["seed1_evaluation_median_s"] > 0
     assert "attempts per GPU-hour" in out.with_suffix(".md").read_text()
     assert summarise(report) == report["summary"] and to_markdown(report)
