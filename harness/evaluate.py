@@ -789,7 +789,8 @@ class Referee:
 
 def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,
              options: HarnessOptions | None = None) -> Verdict:
-    """Evaluate one candidate from scratch (a fresh reference process).
+    """Evaluate one candidate from scratch (a fresh reference process). There is no next attempt,
+    so no stage is started ahead (``prestart`` off): nothing to wait for, nothing wasted.
 
     Args:
         problem: the parsed problem.
@@ -800,5 +801,5 @@ def evaluate(problem: Problem, candidate_source: str, target: Target | str = Tar
     Returns:
         The `Verdict`.
     """
-    with Referee(problem, target, options) as referee:
+    with Referee(problem, target, (options or HarnessOptions()).replace(prestart=False)) as referee:
         return referee.evaluate(candidate_source)

@@ -129,7 +129,7 @@ class HarnessOptions:
             attempt ends (and the candidate stage while an attempt compiles), so their interpreter
             start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
             attempt; they run no candidate code before one is handed to them, and nothing is
-            timed while one is starting up.
+            timed while one is starting up. The one-shot `harness.evaluate` turns it off.
         reuse_baselines: read and write eager and torch.compile timings in ``baselines/`` (keyed
             by full provenance); ``False`` times them afresh for this Referee and keeps nothing
             (a replay re-measures what a job measured).

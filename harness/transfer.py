@@ -25,6 +25,7 @@ import base64
 import ctypes
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,16 @@ def _import_file(desc: dict[str, Any], directory: Path, expected_bytes: int, dev
     if real.parent != Path(os.path.realpath(directory)) or not real.is_file():
         raise OutputRejected("output file missing or outside the candidate's directory")
     tensors = []
-    with open(real, "rb", buffering=0) as fh:
-        if os.fstat(fh.fileno()).st_size != total:
+    # No following a link swapped in since the check, no blocking on a FIFO: only a regular file.
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise OutputRejected("output file missing or outside the candidate's directory") from None
+    with open(fd, "rb", buffering=0) as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OutputRejected("output file missing or outside the candidate's directory")
+        if info.st_size != total:
             raise OutputRejected("output file size does not match its description")
         for dtype, shape, _, nbytes in specs:
             raw = torch.empty(nbytes, dtype=torch.uint8)

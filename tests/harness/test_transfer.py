@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,9 @@ def test_a_file_that_disagrees_with_its_description_is_refused(tmp_path: Path) -
     with pytest.raises(OutputRejected, match="size does not match"):
         import_output({**desc, "tensors": [{"dtype": "float32", "shape": [3], "device": "cpu"}]},
                       tmp_path, expected_bytes=16, device=cpu)
+    os.mkfifo(tmp_path / "fifo.bin")  # would block a plain open() until a writer came
+    with pytest.raises(OutputRejected, match="missing or outside"):
+        import_output({**desc, "name": "fifo.bin"}, tmp_path, expected_bytes=16, device=cpu)
     (tmp_path / "t0.bin").write_bytes(bytes(8))  # truncated after the description was sent
     with pytest.raises(OutputRejected, match="size does not match"):
         import_output(desc, tmp_path, expected_bytes=16, device=cpu)
