@@ -44,7 +44,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["BuildCache", "BuildError", "build_pch", "parse_ptxas", "publish_staged", "trim_compiler_errors"]
+__all__ = [
+    "BuildCache", "BuildError", "build_pch", "copy_build", "parse_ptxas", "publish_staged", "trim_compiler_errors",
+]
 
 _MARKER = "built.json"
 #: Bumped when the way we build changes (flags we add), so old builds are not reused.
@@ -536,6 +538,16 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True) -> list[str]:
             if _move_new(entry, pch_root / entry.name):
                 published.append(f"{_PCH_DIR}/{entry.name}")
     return published
+
+
+def copy_build(root: Path, name: str, key: str, target_root: Path) -> None:
+    """Copy what loading extension ``name``'s build ``key`` needs (its marker and library) from the
+    cache ``root`` into ``target_root``, laid out as a cache (a candidate stage's own builds)."""
+    built, copy = root / f"{name}-{key}", target_root / f"{name}-{key}"
+    copy.mkdir(parents=True, exist_ok=True)
+    for file in (_MARKER, f"{name}.so"):
+        if (built / file).is_file():
+            shutil.copy2(built / file, copy / file)
 
 
 def _move_new(entry: Path, target: Path) -> bool:

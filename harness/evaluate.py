@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.buildcache import publish_staged
+from harness.buildcache import copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
@@ -556,13 +556,8 @@ class Referee:
         builds = run_dir / "builds"
         for e in compiled.extensions:
             name, key = e.get("name"), e.get("key")
-            if not (isinstance(name, str) and isinstance(key, str)) or "/" in name + key or ".." in name + key:
-                continue
-            built, copy = self.options.builds_dir / f"{name}-{key}", builds / f"{name}-{key}"
-            copy.mkdir(exist_ok=True)
-            for file in ("built.json", f"{name}.so"):
-                if (built / file).is_file():
-                    shutil.copy2(built / file, copy / file)
+            if isinstance(name, str) and isinstance(key, str) and "/" not in name + key and ".." not in name + key:
+                copy_build(self.options.builds_dir, name, key, builds)
         (run_dir / "candidate.py").write_text(source)
         sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
         timing_request = self.options.to_dict()["timing"]

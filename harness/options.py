@@ -125,8 +125,9 @@ class HarnessOptions:
         pch: precompile ``<torch/extension.h>`` for the flag sets the playbook prescribes, in a
             stage that runs no candidate code, and let candidates' C++ bindings use it (roughly
             halves a cold compile); candidates never publish one (docs/integrity.md).
-        prestart: start the next attempt's compile and candidate stage processes as soon as an
-            attempt ends (and the candidate stage while an attempt compiles), so their interpreter
+        prestart: start the next attempt's compile and candidate stage processes when an attempt
+            ends and when the reference starts (or, if none is waiting, as an attempt begins, so
+            the candidate stage starts up while it compiles), so their interpreter
             start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
             attempt; they run no candidate code before one is handed to them, and nothing is
             timed while one is starting up. The one-shot `harness.evaluate` turns it off.

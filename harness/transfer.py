@@ -117,7 +117,7 @@ def _file_specs(desc: dict[str, Any]) -> list[tuple[torch.dtype, list[int], str,
         if (dtype is None or not isinstance(shape, list) or len(shape) > _MAX_DIMS or device not in ("cpu", "cuda")
                 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
             raise OutputRejected("malformed output descriptor")
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         checked.append((dtype, shape, device, nbytes))
     return checked
 
@@ -132,10 +132,10 @@ def _import_file(desc: dict[str, Any], directory: Path, expected_bytes: int, dev
         raise OutputRejected(f"output of {total} bytes; expected about {expected_bytes}")
     path = directory / name
     real = Path(os.path.realpath(path))
-    if real.parent != Path(os.path.realpath(directory)) or not real.is_file():
+    if real.parent != Path(os.path.realpath(directory)):
         raise OutputRejected("output file missing or outside the candidate's directory")
     tensors = []
-    # No following a link swapped in since the check, no blocking on a FIFO: only a regular file.
+    # No following a link swapped in since the check, no blocking on a FIFO: a regular file only.
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
