@@ -19,7 +19,7 @@ from api.deps import VerifiedKeys
 from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
 from api.errors import install_error_handlers
 from api.metrics import RequestMetrics
-from api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from api.middleware import BodyLimitMiddleware, MetricsMiddleware, ServerTimingMiddleware
 from api.routes import api_router, dashboard, job_problem
 from api.streaming import EventHub, StreamOptions
 from api.submissions import SubmissionWriter
@@ -27,7 +27,7 @@ from config import Settings
 from problems import bundled_problems
 from store import make_engine, make_session_factory
 
-__all__ = ["create_app", "create_app_from_environment"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,5 @@ def create_app(
     # Added last = outermost: metrics see every answer, including the body limit's 413s.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(ServerTimingMiddleware)
     return app
-
-
-def create_app_from_environment() -> FastAPI:
-    """`create_app` with the settings of the environment: the factory each uvicorn worker process
-    calls (``kernelloop serve --workers N``), since an app cannot be handed to another process."""
-    from config import load_settings
-
-    return create_app(load_settings())

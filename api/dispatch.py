@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from celery import Celery
 
 from config import Settings
+from store import Target
 
 __all__ = ["RUN_JOB_TASK", "CeleryDispatcher", "DispatchError", "Dispatcher", "NullDispatcher"]
 
@@ -69,12 +70,16 @@ class CeleryDispatcher:
         )
 
     def connect(self) -> None:
-        """Open the broker connection now (the app's start-up), so the first submission does not
-        pay for it (about 0.1 s: Celery's producer pool, kombu's transport, the socket). Best
-        effort: a broker that is down is logged, and each submission tries again."""
+        """Get ready to send before the first submission (the app's start-up): open the broker
+        connection, load Celery's result backend and declare the queues. The first send paid for
+        these: ~30 ms alone, 70-140 ms in a process serving a burst (benchmarks/README.md, "Fourth
+        round"). Best effort: a broker that is down is logged, and each submission tries again."""
         try:
+            self._app.backend  # noqa: B018 (a lazy property: loading it scans entry points, imports)
             with self._app.producer_or_acquire() as producer:
                 producer.connection.ensure_connection(max_retries=1)
+                for target in Target:
+                    producer.maybe_declare(self._app.amqp.queues[self._settings.queue_for(target.value)])
         except Exception as exc:  # noqa: BLE001 (logged, not raised: kombu, redis-py and sockets each raise their own)
             log.warning("the broker is unreachable at start-up (%s: %s); submissions will try again",
                         type(exc).__name__, exc)

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: the request-body limit and request metrics.
+"""Pure ASGI middleware: the request-body limit, request metrics and the ``Server-Timing`` header.
 
 Pure ASGI (not ``BaseHTTPMiddleware``) so that streaming responses (SSE) pass through untouched
 and the body limit can count bytes as they arrive.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextvars import ContextVar
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -15,7 +16,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import error_body
 from api.metrics import RequestMetrics
 
-__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "MetricsMiddleware"]
+__all__ = ["BodyLimitMiddleware", "BodyTooLarge", "MetricsMiddleware", "ServerTimingMiddleware", "add_server_timing"]
+
+#: The phases the current request's code reported, for its ``Server-Timing`` header.
+_phases: ContextVar[list[tuple[str, float]] | None] = ContextVar("server_timing_phases", default=None)
+
+
+def add_server_timing(name: str, seconds: float) -> None:
+    """Report a phase of the current request in its ``Server-Timing`` header (outside a request
+    handled by `ServerTimingMiddleware`: nothing)."""
+    phases = _phases.get()
+    if phases is not None:
+        phases.append((name, seconds))
 
 
 class BodyTooLarge(HTTPException):
@@ -103,6 +115,36 @@ class MetricsMiddleware:
         except Exception:
             observe(500)
             raise
+
+
+class ServerTimingMiddleware:
+    """Adds ``Server-Timing: app;dur=<ms>`` to every answer (the app's time from the request's
+    arrival to its answer), followed by the phases its code reported (`add_server_timing`, e.g. a
+    submission's wait for its batch and the batch's transaction). Browsers' developer tools show
+    it; the load run reads it to tell where a submission's time went."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+        token = _phases.set(phases)
+
+        async def timing_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                value = ", ".join(f"{name};dur={seconds * 1000:.1f}"
+                                  for name, seconds in [("app", time.perf_counter() - start), *phases])
+                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", value.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timing_send)
+        finally:
+            _phases.reset(token)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -6,24 +6,29 @@ to the app's `SubmissionWriter` and waits. The writer takes every submission wai
 moment (at most ``max_batch``; none is held back to wait for more, so a lone submission goes at
 once) and, in one transaction on one thread:
 
-1. per key, in key id order: locks the key and reads its limits (revocation included: a key the
-   API verified from its short cache cannot create a job once revoked) and usage
-   (`store.lock_key_usage`); takes the key's submissions in arrival order while the quotas allow,
-   counting those already taken in this batch; refuses the rest (429, the same messages);
+1. reads what each agent job's key may still spend (`store.key_cost_left`, no lock: cost grows
+   as jobs run, not as they are submitted), which bounds the job's budget;
 2. finds or inserts each distinct problem source once;
-3. inserts the jobs and their ``queued`` events (`store.create_jobs`: two multi-row ``INSERT``s);
-4. commits; then announces each job to the queue (`Dispatcher.job_created`) in order,
+3. inserts every job and its ``queued`` event (`store.create_jobs`: two multi-row ``INSERT``s);
+4. locks the batch's keys, in id order, and reads their limits (revocation included: a key the
+   API verified from its short cache cannot create a job once revoked) and usage
+   (`store.lock_keys_usage`: two statements for any number of keys); the counts include the
+   batch's own jobs, so each submission is judged, in arrival order, against the others' jobs
+   and those taken before it; the refused (429, the same messages) are removed again
+   (`store.discard_new_jobs`);
+5. commits; then announces each job to the queue (`Dispatcher.job_created`) in order,
    answering each request as soon as its job is announced; a job the broker refuses is
-   cancelled and its request gets 503, as before. The next batch is written after that: writing
-   it while this one is announced (on a second thread) was measured slower, the three threads
-   (event loop, writer, announcer) then taking turns for the GIL.
+   cancelled and its request gets 503. The next batch is written after that: writing it while
+   this one is announced (on a second thread) was measured slower, the three threads (event
+   loop, writer, announcer) then taking turns for the GIL.
 
-The quotas hold across processes and batches as before: the key's lock is held from the count to
-the commit. If the batch's transaction fails for any other reason, each submission is written
-again on its own, so one bad submission cannot fail the others. Under a burst from one client,
-the per-submission cost drops from a transaction with ~8 statements (each a round trip, and a
-wait for the GIL among 40 threads) to a share of one transaction: the load run in benchmarks/
-has the figures.
+The quotas hold across processes and batches: a key's lock is held from its count to the commit,
+and a transaction waiting for it counts, once it has it, everything the holder committed. Taking
+the locks after the inserts keeps them for two statements and the commit: API processes storing
+bursts of one key's submissions take turns only for that (with the locks taken first, each
+waited for the others' whole inserts: benchmarks/README.md, "Fourth round"). If the batch's
+transaction fails for any other reason, each submission is written again on its own, so one bad
+submission cannot fail the others.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +49,7 @@ from starlette.concurrency import run_in_threadpool
 from api.dispatch import Dispatcher, DispatchError
 from api.errors import ApiError, QueueUnavailable, QuotaExceeded, Unauthorized
 from api.metrics import RequestMetrics
+from api.middleware import add_server_timing
 from api.schemas import Budgets, JobPublic
 from config import Settings
 from problems import Problem
@@ -56,8 +63,10 @@ from store import (
     Target,
     cancel_job,
     create_jobs,
+    discard_new_jobs,
     get_or_create_problem,
-    lock_key_usage,
+    key_cost_left,
+    lock_keys_usage,
     session_scope,
     utcnow,
 )
@@ -87,6 +96,8 @@ class PendingSubmission:
     trajectories: int = 0
     candidate_source: str | None = None
     future: asyncio.Future[JobPublic] | None = field(default=None, repr=False)
+    #: When it reached each step (``time.perf_counter``): the request's ``Server-Timing`` phases.
+    marks: dict[str, float] = field(default_factory=dict, repr=False)
 
 
 def resolve_budgets(budgets: Budgets | None, settings: Settings, *, cost_left: float | None) -> dict[str, Any]:
@@ -151,6 +162,27 @@ def _settle(item: PendingSubmission, outcome: JobPublic | BaseException) -> None
         item.future.set_result(outcome)
 
 
+def _mark(items: Sequence[PendingSubmission], step: str) -> None:
+    now = time.perf_counter()
+    for item in items:
+        item.marks[step] = now
+
+
+#: ``Server-Timing`` phases of a submission: (name, from mark, to mark).
+_PHASES = (
+    ("queue", "queued", "batch"),  # waiting for the writer (busy with the batch before)
+    ("store", "batch", "committed"),  # its batch's transaction
+    ("locks", "locking", "committed"),  # the end of it: the keys' locks, the counts, the commit
+    ("announce", "committed", "announced"),  # to the queue, after the batch's jobs before it
+)
+
+
+def _report_phases(marks: dict[str, float]) -> None:
+    for name, start, end in _PHASES:
+        if start in marks and end in marks:
+            add_server_timing(name, marks[end] - marks[start])
+
+
 def _fail(items: Sequence[PendingSubmission], exc: BaseException) -> None:
     for item in items:
         _settle(item, exc if isinstance(exc, Exception) else RuntimeError("the API is shutting down"))
@@ -190,8 +222,12 @@ class SubmissionWriter:
         if self._queue is None or self._task is None or self._task.done():
             raise RuntimeError("the submission writer is not running (the app has not started, or has stopped)")
         item.future = asyncio.get_running_loop().create_future()
+        item.marks["queued"] = time.perf_counter()
         self._queue.put_nowait(item)
-        return await item.future
+        try:
+            return await item.future
+        finally:
+            _report_phases(item.marks)
 
     async def _run(self) -> None:
         assert self._queue is not None
@@ -201,6 +237,7 @@ class SubmissionWriter:
             while len(items) < self._max_batch and not self._queue.empty():
                 items.append(self._queue.get_nowait())
             self.batch_sizes = [*self.batch_sizes[-999:], len(items)]
+            _mark(items, "batch")
             try:
                 outcomes = await run_in_threadpool(self._write, items)
             except BaseException as exc:  # cancelled at shutdown, or a bug: no request waits forever
@@ -240,13 +277,17 @@ class SubmissionWriter:
         self, loop: asyncio.AbstractEventLoop, committed: Sequence[tuple[PendingSubmission, JobPublic]]
     ) -> None:
         for item, public in committed:
-            loop.call_soon_threadsafe(_settle, item, self._dispatch(public, item))
+            outcome = self._dispatch(public, item)
+            item.marks["announced"] = time.perf_counter()
+            loop.call_soon_threadsafe(_settle, item, outcome)
 
     def _write(self, items: Sequence[PendingSubmission]) -> list[JobPublic | Exception]:
         """One transaction for all ``items``; if it fails, one each (so a failure stays its own)."""
         try:
             with session_scope(self._factory) as session:
-                return self._write_batch(session, items)
+                outcomes = self._write_batch(session, items)
+            _mark(items, "committed")
+            return outcomes
         except Exception as exc:  # noqa: BLE001 (answered to its request: a 4xx ApiError, else a 500)
             if len(items) == 1:
                 return [exc]
@@ -255,53 +296,54 @@ class SubmissionWriter:
             return [self._write([item])[0] for item in items]
 
     def _write_batch(self, session: Session, items: Sequence[PendingSubmission]) -> list[JobPublic | Exception]:
-        outcomes: list[JobPublic | Exception | None] = [None] * len(items)
-        accepted: list[tuple[int, dict[str, Any]]] = []  # (index, budgets)
-        since = utcnow() - QUOTA_WINDOW
+        # Everything that needs no lock first: the budgets, the problems, the inserts. The keys'
+        # locks then cover only the counts and the commit, the part that must be serial.
         by_key: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             by_key.setdefault(item.key.id, []).append(i)
-        # Key id order: two API processes locking the same keys never wait for each other in a cycle.
-        for key_id in sorted(by_key):
-            limits, usage = lock_key_usage(session=session, api_key_id=key_id, since=since)
+        cost_left = {key_id: key_cost_left(session=session, api_key_id=key_id)
+                     for key_id, indices in by_key.items() if any(items[i].charge_cost for i in indices)}
+        problems: dict[str, StoredProblem] = {}
+        for item in items:
+            if item.problem.source not in problems:
+                problems[item.problem.source] = _store_problem(session, item.problem, bundled=item.bundled)
+        jobs = create_jobs(session=session, specs=[
+            JobSpec(
+                problem_id=problems[item.problem.source].id,
+                target=item.target,
+                owner_id=item.key.id,
+                kind=item.kind,
+                llm_profile=item.llm_profile,
+                llm_model=item.llm_model,
+                budgets=resolve_budgets(item.budgets, self._settings,
+                                        cost_left=cost_left.get(item.key.id) if item.charge_cost else None),
+                trajectories_count=item.trajectories,
+                candidate_source=item.candidate_source,
+            )
+            for item in items
+        ])
+        outcomes: list[JobPublic | Exception | None] = [None] * len(items)
+        refused: list[int] = []
+        _mark(items, "locking")
+        usage = lock_keys_usage(session=session, api_key_ids=by_key, since=utcnow() - QUOTA_WINDOW)
+        for key_id, indices in by_key.items():
+            limits, counted = usage[key_id]
+            # The counts include this batch's jobs of the key (queued, created just now): each of
+            # them is judged, in arrival order, against the others' and those taken before it.
+            others = replace(counted, active_jobs=counted.active_jobs - len(indices),
+                             jobs_since=counted.jobs_since - len(indices))
             taken = 0
-            for i in by_key[key_id]:
-                item = items[i]
-                refusal = _quota_refusal(item, limits, usage, taken)
-                if refusal is not None:
+            for i in indices:
+                refusal = _quota_refusal(items[i], limits, others, taken)
+                if refusal is None:
+                    taken += 1
+                    # The row is in hand: no lazy load (``problem`` is a view-only relationship).
+                    set_committed_value(jobs[i], "problem", problems[items[i].problem.source])
+                    outcomes[i] = JobPublic.from_job(jobs[i])
+                else:
                     outcomes[i] = refusal
-                    continue
-                taken += 1
-                cost_left = None
-                if item.charge_cost and limits.cost_cap_usd is not None:
-                    cost_left = max(limits.cost_cap_usd - usage.cost_usd, 0.0)
-                budgets = resolve_budgets(item.budgets, self._settings, cost_left=cost_left)
-                accepted.append((i, budgets))
-        if accepted:
-            problems: dict[str, StoredProblem] = {}
-            for i, _ in accepted:
-                item = items[i]
-                if item.problem.source not in problems:
-                    problems[item.problem.source] = _store_problem(session, item.problem, bundled=item.bundled)
-            specs = [
-                JobSpec(
-                    problem_id=problems[items[i].problem.source].id,
-                    target=items[i].target,
-                    owner_id=items[i].key.id,
-                    kind=items[i].kind,
-                    llm_profile=items[i].llm_profile,
-                    llm_model=items[i].llm_model,
-                    budgets=budgets,
-                    trajectories_count=items[i].trajectories,
-                    candidate_source=items[i].candidate_source,
-                )
-                for i, budgets in accepted
-            ]
-            jobs = create_jobs(session=session, specs=specs)
-            for (i, _), job in zip(accepted, jobs, strict=True):
-                # The row is in hand: no lazy load (``problem`` is a view-only relationship).
-                set_committed_value(job, "problem", problems[items[i].problem.source])
-                outcomes[i] = JobPublic.from_job(job)
+                    refused.append(jobs[i].id)
+        discard_new_jobs(session=session, job_ids=refused)
         assert all(o is not None for o in outcomes)
         return outcomes  # type: ignore[return-value]
 

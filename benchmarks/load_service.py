@@ -9,9 +9,10 @@ Two setups, each started from scratch by this script on 127.0.0.1 and stopped at
   `api.dispatch.CeleryDispatcher`, and Celery workers (``kernelloop worker``: solo pool,
   concurrency 1).
 
-The client (one asyncio process, httpx) sends ``--jobs`` submissions at once (``--rate`` spreads
-them instead) and opens a watcher (``GET /jobs/{id}/events``) on every ``jobs/watchers``-th job as
-soon as its ``202`` is back; each watcher reads until the stream's ``end``. Then the store is read
+``--submitters`` client processes (`benchmarks.load_client`, a connection per submission) send
+``--jobs`` submissions at once (``--rate`` spreads them instead); this script opens a watcher
+(``GET /jobs/{id}/events``, httpx) on every ``jobs/watchers``-th job as soon as its ``202`` is
+back; each watcher reads until the stream's ``end``. Then the store is read
 directly and compared with what the watchers got: the same event ids and types, in order, none
 missing; the lag of each event is its arrival at the watcher minus its ``created_at`` in the
 store (same machine, same clock).
@@ -42,6 +43,7 @@ import json
 import math
 import os
 import platform
+import resource
 import secrets
 import shutil
 import signal
@@ -106,11 +108,18 @@ class LoadConfig:
     rate: float | None = None
     #: Bound of the measured phase: submissions, streams and the wait for every job to finish.
     deadline_s: float = 300.0
-    #: Submissions sent one by one before the measured phase (their jobs run to the end first):
-    #: 0 measures a service that has just started, cold caches and connections included.
+    #: Submissions sent one by one before the measured phase (their jobs run to the end first),
+    #: each on a new connection: 0 measures a service that has just started, cold caches and
+    #: connections included. With N API processes, 8N warm nearly surely every one of them.
     warmup: int = 0
     #: API processes (``kernelloop serve --workers``).
     api_workers: int = 1
+    #: Client processes sending the submissions (`benchmarks.load_client`), round robin (at
+    #: most one per submission).
+    submitters: int = 4
+    #: Settings of the services (``config.Settings`` field, value), e.g. ``("api_submit_batch_max", "10")``:
+    #: set as ``KERNELLOOP_<FIELD>`` in their environment.
+    settings: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.keys <= self.jobs:
@@ -121,8 +130,13 @@ class LoadConfig:
             raise ValueError(f"body is 'double' or 'evaluation', not {self.body!r}")
         if self.rate is not None and self.rate <= 0:
             raise ValueError(f"rate must be positive, got {self.rate}")
+        if self.submitters < 1:
+            raise ValueError(f"submitters must be at least 1, got {self.submitters}")
         if self.api_workers < 1:
             raise ValueError(f"api_workers must be at least 1, got {self.api_workers}")
+        for name, _ in self.settings:
+            if not name.isidentifier():
+                raise ValueError(f"a setting is a field name of config.Settings, not {name!r}")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -170,8 +184,16 @@ class SetupResult:
     jobs_by_state: dict[str, int] = field(default_factory=dict)
     #: From the first submission sent to the last job finished.
     drain_s: float = 0.0
-    #: CPU seconds of the service processes during the measured phase (``client``: this script's).
+    #: CPU seconds of the service processes during the measured phase (``client``: this script's
+    #: and its submitting clients').
     cpu_s: dict[str, float] = field(default_factory=dict)
+    #: The same for each API process alone, most first: how evenly the connections were spread.
+    api_cpu_by_process_s: list[float] = field(default_factory=list)
+    #: Each answered submission's ``Server-Timing`` phases (ms; ``app``: the API's whole time)
+    #: and ``outside``: its latency at the client minus ``app`` (connection, HTTP, the event loop).
+    server_timing_ms: list[dict[str, float]] = field(default_factory=list)
+    #: How many of the measured submissions each transaction stored (PostgreSQL only), most first.
+    submissions_per_transaction: list[int] = field(default_factory=list)
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
     #: The load average just before the measured phase: what else was running (other engineers'
     #: tests share this machine).
@@ -227,10 +249,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and of the live processes of its session (uvicorn's worker
-    processes, started with ``start_new_session``): 0 once it is gone."""
-    total = 0
+def _session_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU of a process and of each live process of its session (the API
+    processes of ``serve --workers``; it was started with ``start_new_session``), by pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -240,11 +262,17 @@ def _cpu_seconds(pid: int) -> float:
             continue
         # fields[3] is the session id; utime and stime are fields[11] and fields[12].
         if int(entry.name) == pid or int(fields[3]) == pid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 _PR_SET_PDEATHSIG = 1
+
+
+def _client_cpu_seconds() -> float:
+    """This script's CPU and its ended children's (the submitting clients, once waited for)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def _die_with_parent() -> None:
@@ -277,7 +305,13 @@ class Processes:
         return process
 
     def cpu(self) -> dict[str, float]:
-        return {name: _cpu_seconds(p.pid) for name, p in self.started.items()}
+        """CPU seconds of each service (its whole session): 0 once it is gone."""
+        return {name: sum(_session_cpu_seconds(p.pid).values()) for name, p in self.started.items()}
+
+    def cpu_by_process(self, name: str) -> dict[int, float]:
+        """CPU seconds of each process of one service's session but the first (its supervisor)."""
+        pid = self.started[name].pid
+        return {p: cpu for p, cpu in _session_cpu_seconds(pid).items() if p != pid}
 
     def check_alive(self) -> None:
         for name, process in self.started.items():
@@ -346,8 +380,10 @@ def _empty_redis(url: str) -> Iterator[str]:
         client.close()
 
 
-def _service_env(*, data_dir: Path, database_url: str, broker_url: str | None) -> dict[str, str]:
+def _service_env(*, data_dir: Path, database_url: str, broker_url: str | None,
+                 settings: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
+    env.update({f"KERNELLOOP_{name.upper()}": value for name, value in settings})
     cache = os.environ.get("KERNELLOOP_TEST_CACHE") or str(data_dir / "cache")
     env.update({
         "KERNELLOOP_DATA_DIR": str(data_dir),
@@ -403,47 +439,6 @@ def _submission(body: str) -> tuple[str, dict[str, Any]]:
     return "/evaluations", {"problem_id": PROBLEM_ID, "target": "cpu", "candidate_source": FAILING_CANDIDATE}
 
 
-class _Answer:
-    """A response read by `_post`: status and body."""
-
-    def __init__(self, status_code: int, content: bytes) -> None:
-        self.status_code = status_code
-        self.content = content
-
-    @property
-    def text(self) -> str:
-        return self.content.decode(errors="replace")
-
-    def json(self) -> Any:
-        return json.loads(self.content)
-
-
-async def _post(port: int, path: str, payload: bytes, key: str) -> _Answer:
-    """``POST`` one JSON body on a connection of its own (as 200 separate clients would), and read
-    the answer: a minimal HTTP/1.1 client. httpx spent ~12 ms of CPU per request in a burst of
-    200 here (its connection pool scans every connection for every request), three times the
-    API's own cost, on the two cores the service runs on; this spends ~0.5 ms.
-
-    Raises:
-        OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError: as the
-        connection or the answer went wrong (counted as errors by the caller).
-    """
-    reader, writer = await asyncio.open_connection(HOST, port)
-    try:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\nX-API-Key: {key}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n")
-        writer.write(head.encode() + payload)
-        headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        status = int(headers[0].split(" ", 2)[1])
-        lengths = [line.split(":", 1)[1] for line in headers[1:] if line.lower().startswith("content-length:")]
-        content = await (reader.readexactly(int(lengths[0])) if lengths else reader.read())
-        return _Answer(status, content)
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-
-
 async def _watch(client: httpx.AsyncClient, log: WatcherLog) -> None:
     """Read the job's stream to its ``end``, as a browser's ``EventSource`` does: a connection
     that drops is opened again with ``Last-Event-ID`` (at most ``_MAX_RECONNECTS`` times, each
@@ -484,52 +479,102 @@ async def _watch(client: httpx.AsyncClient, log: WatcherLog) -> None:
         await asyncio.sleep(_RECONNECT_DELAY_S)
 
 
-async def _drive(base_url: str, keys: Sequence[str], config: LoadConfig, result: SetupResult) -> list[WatcherLog]:
+def _server_timing(header: str) -> dict[str, float]:
+    """``Server-Timing: app;dur=12.5, queue;dur=3.1`` as ``{"app": 12.5, "queue": 3.1}`` (ms)."""
+    phases = {}
+    for entry in filter(None, (e.strip() for e in header.split(","))):
+        name, _, duration = entry.partition(";dur=")
+        with contextlib.suppress(ValueError):
+            phases[name] = float(duration)
+    return phases
+
+
+async def _start_submitters(port: int, keys: Sequence[str], config: LoadConfig) -> list[asyncio.subprocess.Process]:
+    """Start the submitting clients (`benchmarks.load_client`), each with its share of the
+    submissions (round robin), and wait until every one is ready to send."""
     path, body = _submission(config.body)
+    submitters = []
+    for n in range(min(config.submitters, config.jobs)):
+        share = [[i, keys[i % len(keys)]] for i in range(n, config.jobs, config.submitters)]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.load_client", cwd=REPO,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        order = {"port": port, "path": path, "payload": json.dumps(body), "rate": config.rate, "jobs": share}
+        process.stdin.write(json.dumps(order).encode() + b"\n")
+        submitters.append(process)
+    for process in submitters:
+        assert process.stdout is not None
+        if json.loads(await process.stdout.readline() or b"{}") != {"ready": True}:
+            raise RuntimeError("a submitting client did not start")
+    return submitters
+
+
+async def _drive(base_url: str, keys: Sequence[str], config: LoadConfig, result: SetupResult) -> list[WatcherLog]:
+    """Send the submissions from ``config.submitters`` client processes and open a watcher on
+    every ``stride``-th job as soon as its ``202`` is back; until every stream has ended."""
     stride = config.jobs // config.watchers
     watchers: list[WatcherLog] = []
     watch_tasks: list[asyncio.Task[None]] = []
     latencies: list[float | None] = [None] * config.jobs
     timeout = httpx.Timeout(30.0, read=60.0)  # streams send a keep-alive every 15 s
     port = int(base_url.rsplit(":", 1)[1])
-    payload = json.dumps(body).encode()
-    # Submitters (`_post`, a connection each) and watchers (httpx, as an EventSource reads a
-    # stream) are different clients, as they would be (scripts, browsers).
+    submitters = await _start_submitters(port, keys, config)
+    # Submitters (a connection each) and watchers (httpx, as an EventSource reads a stream) are
+    # different clients, as they would be (scripts, browsers).
     # No keep-alive: a stream that ended leaves no idle connection for the next watcher to reuse
     # just as uvicorn closes it (5 s idle timeout), a race that reads as a dropped stream.
     viewers = httpx.AsyncClient(base_url=base_url, timeout=timeout,
                                 limits=httpx.Limits(max_connections=config.watchers, max_keepalive_connections=0))
-    async with viewers:
 
-        async def submit(i: int) -> None:
-            if config.rate is not None:
-                await asyncio.sleep(i / config.rate)
-            started = time.perf_counter()
-            try:
-                response = await asyncio.wait_for(_post(port, path, payload, keys[i % len(keys)]), 60.0)
-            except (OSError, TimeoutError, ValueError, IndexError, asyncio.IncompleteReadError,
-                    asyncio.LimitOverrunError) as exc:
-                result.errors.append(f"submission {i}: {type(exc).__name__}: {exc}")
-                return
-            latencies[i] = time.perf_counter() - started
-            if response.status_code != 202:
-                result.errors.append(f"submission {i}: {response.status_code} {response.text[:200]}")
-                return
+    async def collect(process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        async for line in process.stdout:
+            answer = json.loads(line)
+            i = answer["i"]
+            if "error" in answer:
+                result.errors.append(f"submission {i}: {answer['error']}")
+                continue
+            latencies[i] = answer["latency_s"]
+            phases = _server_timing(answer.get("server_timing", ""))
+            if "app" in phases:
+                phases["outside"] = answer["latency_s"] * 1000 - phases["app"]
+                result.server_timing_ms.append(phases)
+            if answer["status"] != 202:
+                result.errors.append(f"submission {i}: {answer['status']} {answer['body'][:200]}")
+                continue
             if i % stride == 0 and len(watchers) < config.watchers:
-                log = WatcherLog(job_id=int(response.json()["id"]), key=keys[i % len(keys)])
+                log = WatcherLog(job_id=int(json.loads(answer["body"])["id"]), key=keys[i % len(keys)])
                 watchers.append(log)
                 watch_tasks.append(asyncio.create_task(_watch(viewers, log)))
+        if await process.wait() != 0:
+            result.errors.append(f"a submitting client exited with {process.returncode}")
 
-        await asyncio.gather(*(submit(i) for i in range(config.jobs)))
-        if watch_tasks:
-            await asyncio.wait(watch_tasks)
+    async with viewers:
+        try:
+            go = json.dumps({"go": time.time() + 0.05}).encode() + b"\n"
+            for process in submitters:
+                assert process.stdin is not None
+                process.stdin.write(go)
+                process.stdin.close()
+            await asyncio.gather(*(collect(process) for process in submitters))
+            if watch_tasks:
+                await asyncio.wait(watch_tasks)
+        finally:
+            for process in submitters:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
     result.submit_s = [s for s in latencies if s is not None]
     return watchers
 
 
 def _warm_up(base_url: str, key: str, config: LoadConfig, database_url: str) -> None:
     path, body = _submission(config.body)
-    with httpx.Client(base_url=base_url, headers={"X-API-Key": key}, timeout=30) as client:
+    # A connection each (no keep-alive): the kernel spreads them over the API processes, so each
+    # is warm, not only the one a kept-alive connection would have reached.
+    with httpx.Client(base_url=base_url, headers={"X-API-Key": key}, timeout=30,
+                      limits=httpx.Limits(max_keepalive_connections=0)) as client:
         for _ in range(config.warmup):
             client.post(path, json=body).raise_for_status()
     _wait_finished(database_url, config.warmup, time.monotonic() + config.deadline_s)
@@ -572,6 +617,21 @@ def _verify(database_url: str, watchers: Sequence[WatcherLog], result: SetupResu
         engine.dispose()
 
 
+def _submissions_per_transaction(database_url: str, *, first_job: int) -> list[int]:
+    """How the jobs from ``first_job`` on were grouped into transactions by the API's writers:
+    a job's ``queued`` event is inserted with it and never updated, so its row's ``xmin`` (the
+    inserting transaction, PostgreSQL) tells the batch apart (the job row itself is updated as it runs)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT count(*) FROM job_events WHERE id = 1 AND job_id >= :first GROUP BY xmin::text"
+            ), {"first": first_job}).scalars().all()
+        return sorted((int(n) for n in rows), reverse=True)
+    finally:
+        engine.dispose()
+
+
 def _wait_finished(database_url: str, jobs: int, deadline: float) -> dict[str, int]:
     engine = make_engine(database_url)
     terminal = [s for s in JobState if s.is_terminal]
@@ -605,8 +665,9 @@ def run_setup(
             broker_url = stack.enter_context(_empty_redis(redis_url))
         upgrade(database_url)
         keys = _api_keys(database_url, config.keys)
-        processes = Processes(_service_env(data_dir=data_dir, database_url=database_url, broker_url=broker_url),
-                              data_dir)
+        env = _service_env(data_dir=data_dir, database_url=database_url, broker_url=broker_url,
+                           settings=config.settings)
+        processes = Processes(env, data_dir)
         port = _free_port()
         base_url = f"http://{HOST}:{port}"
         try:
@@ -619,7 +680,8 @@ def run_setup(
             if config.warmup:
                 _warm_up(base_url, keys[0], config, database_url)
             result.load_average_before = os.getloadavg()
-            cpu_before = {**processes.cpu(), "client": time.process_time()}
+            cpu_before = {**processes.cpu(), "client": _client_cpu_seconds()}
+            api_before = processes.cpu_by_process("api")
             started = time.monotonic()
             deadline = started + config.deadline_s
             try:
@@ -629,8 +691,11 @@ def run_setup(
                 watchers = []
             result.jobs_by_state = _wait_finished(database_url, config.jobs + config.warmup, deadline)
             result.drain_s = time.monotonic() - started
-            cpu_after = {**processes.cpu(), "client": time.process_time()}
+            cpu_after = {**processes.cpu(), "client": _client_cpu_seconds()}
             result.cpu_s = {name: round(cpu_after[name] - cpu_before[name], 2) for name in cpu_before}
+            api_after = processes.cpu_by_process("api")
+            result.api_cpu_by_process_s = sorted(
+                (round(cpu - api_before.get(pid, 0.0), 2) for pid, cpu in api_after.items()), reverse=True)
             result.load_average = os.getloadavg()
             processes.check_alive()
         finally:
@@ -640,6 +705,8 @@ def run_setup(
                 for log in data_dir.glob("*.log"):
                     shutil.copy(log, keep_logs / f"{setup}-{log.name}")
         _verify(database_url, watchers, result)
+        if setup == "distributed":
+            result.submissions_per_transaction = _submissions_per_transaction(database_url, first_job=config.warmup + 1)
         finished = sum(n for state, n in result.jobs_by_state.items() if JobState(state).is_terminal)
         if finished < config.jobs + config.warmup:
             result.errors.append(f"only {finished} of {config.jobs + config.warmup} jobs finished (warm-up "
@@ -661,7 +728,19 @@ def _scenario(config: LoadConfig) -> str:
     arrival = "all at once" if config.rate is None else f"at {config.rate:g}/s"
     start = f"after {config.warmup} warm-up submissions" if config.warmup else "cold (services just started)"
     api = f", {config.api_workers} API processes" if config.api_workers > 1 else ""
-    return f"{config.jobs} submissions {arrival} from {config.keys} key(s){api}, {start}"
+    settings = "".join(f", {name}={value}" for name, value in config.settings)
+    return f"{config.jobs} submissions {arrival} from {config.keys} key(s){api}{settings}, {start}"
+
+
+#: The submission phases reported (`api.submissions`' ``Server-Timing``, and the rest).
+_PHASES = ("app", "queue", "store", "locks", "announce", "outside")
+
+
+def _phase_ms(result: SetupResult, phase: str) -> str:
+    values = [t[phase] for t in result.server_timing_ms if phase in t]
+    if not values:
+        return "–"
+    return f"{percentile(values, 50):.0f} / {percentile(values, 99):.0f} ms"
 
 
 def _table(results: Sequence[SetupResult]) -> list[str]:
@@ -683,6 +762,13 @@ def _table(results: Sequence[SetupResult]) -> list[str]:
         ("CPU s: API / workers / load client", [
             f"{r.cpu_s.get('api', 0):.1f} / {sum(v for k, v in r.cpu_s.items() if k.startswith('worker')):.1f}"
             f" / {r.cpu_s.get('client', 0):.1f}" for r in results]),
+        ("API CPU s per process: most / least", [
+            f"{max(r.api_cpu_by_process_s):.2f} / {min(r.api_cpu_by_process_s):.2f}"
+            if r.api_cpu_by_process_s else "–" for r in results]),
+        *[(f"server timing p50 / p99: {phase}", [_phase_ms(r, phase) for r in results]) for phase in _PHASES],
+        ("transactions storing the submissions (largest)", [
+            f"{len(r.submissions_per_transaction)} ({r.submissions_per_transaction[0]})"
+            if r.submissions_per_transaction else "–" for r in results]),
         ("load average before / after (1 min)", [
             f"{r.load_average_before[0]:.2f} / {r.load_average[0]:.2f}" for r in results]),
     ]
@@ -747,8 +833,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watchers", type=int, default=LoadConfig.watchers)
     parser.add_argument("--workers", type=int, default=LoadConfig.workers)
     parser.add_argument("--keys", type=int, default=LoadConfig.keys, help="API keys to spread submissions over")
+    parser.add_argument("--submitters", type=int, default=LoadConfig.submitters,
+                        help="client processes sending the submissions")
     parser.add_argument("--api-workers", type=int, default=LoadConfig.api_workers,
                         help="API processes (kernelloop serve --workers)")
+    parser.add_argument("--api-setting", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config.Settings field for the services (repeatable), e.g. api_submit_batch_max=10")
     parser.add_argument("--body", choices=["double", "evaluation"], default=LoadConfig.body)
     parser.add_argument("--rate", type=float, default=None, help="submissions per second (default: all at once)")
     parser.add_argument("--deadline-s", type=float, default=LoadConfig.deadline_s)
@@ -764,9 +854,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     scenarios = MATRIX if args.matrix else ((args.rate, args.warmup),)
+    settings = []
+    for item in args.api_setting:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--api-setting {item!r}: write FIELD=VALUE")
+        settings.append((name.strip(), value.strip()))
     configs = [LoadConfig(jobs=args.jobs, watchers=args.watchers, workers=args.workers, keys=args.keys,
                           body=args.body, rate=rate, deadline_s=args.deadline_s, warmup=warmup,
-                          api_workers=args.api_workers)
+                          api_workers=args.api_workers, submitters=args.submitters, settings=tuple(settings))
                for rate, warmup in scenarios]
     for url in (args.postgres_url, args.redis_url):
         host = make_url(url).host if url.startswith("postgres") else url.split("//", 1)[1].split(":", 1)[0]

@@ -24,11 +24,8 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,19 +34,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from cli.processes import Children, ChildSpec, check_port_free, die_with_parent, reuse_port_socket, wait_for_stop_signal
 from config import Settings, load_settings
 
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
 
 err = Console(stderr=True)
 log = logging.getLogger("kernelloop.up")
-
-#: How long stopping workers may take before they are killed (a job's lease then expires).
-STOP_GRACE_S = 10.0
-#: Pause before restarting a worker process that died on its own.
-RESTART_DELAY_S = 2.0
-#: Exit statuses of a worker that was asked to stop (exit 0, SIGINT, SIGTERM, as signal or code).
-_CLEAN_EXITS = (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+_UVICORN_OPTIONS = {"log_level": "info", "proxy_headers": True}
 
 
 @dataclass(frozen=True)
@@ -104,54 +96,14 @@ def plan_workers(*, gpus: Sequence[str], workers: int | None = None, target: str
     return [WorkerPlan("cpu") for _ in range(workers or 1)]
 
 
-class _Workers:
-    """The embedded worker processes of ``up``: started, restarted when they die, stopped."""
-
-    def __init__(self, plans: Sequence[WorkerPlan]) -> None:
-        self._plans = list(plans)
-        self._processes: list[subprocess.Popen[bytes] | None] = [None] * len(self._plans)
-        self._stopping = threading.Event()
-        self._monitor = threading.Thread(target=self._watch, name="worker-monitor", daemon=True)
-
-    def _spawn(self, plan: WorkerPlan) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        if plan.cuda_visible_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
-        argv = [sys.executable, "-m", "worker.embedded", "--target", plan.target, "--parent-pid", str(os.getpid())]
-        return subprocess.Popen(argv, env=env)
-
-    def start(self) -> None:
-        for i, plan in enumerate(self._plans):
-            self._processes[i] = self._spawn(plan)
-            err.print(f"worker {plan.label} started (pid {self._processes[i].pid})")  # type: ignore[union-attr]
-        self._monitor.start()
-
-    def _watch(self) -> None:
-        while not self._stopping.wait(1.0):
-            for i, process in enumerate(self._processes):
-                # A worker that stopped cleanly (Ctrl-C reaches it too) is not restarted; one that
-                # crashed or was killed (OOM) is. A restarted worker dies with this thread, which
-                # lives until `stop` (PR_SET_PDEATHSIG follows the thread that started it).
-                if process is not None and process.poll() not in (None, *_CLEAN_EXITS) and not self._stopping.is_set():
-                    plan = self._plans[i]
-                    err.print(f"[yellow]worker {plan.label} exited with {process.returncode}; restarting[/]")
-                    if self._stopping.wait(RESTART_DELAY_S):
-                        return
-                    self._processes[i] = self._spawn(plan)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        alive = [p for p in self._processes if p is not None and p.poll() is None]
-        for process in alive:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in alive:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+def _worker_children(plans: Sequence[WorkerPlan]) -> Children:
+    """``up``'s embedded workers, each told our pid so that it dies with us."""
+    specs = []
+    for plan in plans:
+        argv = (sys.executable, "-m", "worker.embedded", "--target", plan.target, "--parent-pid", str(os.getpid()))
+        env = {} if plan.cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
+        specs.append(ChildSpec(f"worker {plan.label}", argv, env))
+    return Children(specs)
 
 
 def up(
@@ -186,7 +138,7 @@ def up(
     _prepare_data_dir(settings)
     err.print(f"migrating {_display_url(settings)} …")
     upgrade(settings.resolved_database_url)
-    pool = _Workers(plans)
+    pool = _worker_children(plans)
     pool.start()
     try:
         err.print(f"API on http://{settings.api_host}:{settings.api_port} (docs at /docs); Ctrl-C stops everything")
@@ -226,26 +178,57 @@ def serve(
     port: Annotated[int | None, typer.Option(help="port (default KERNELLOOP_API_PORT)")] = None,
     workers: Annotated[int, typer.Option(
         "--workers", "-w", min=1,
-        help="API processes sharing the port (uvicorn's workers); each has its own connections and "
-        "event hub, and needs KERNELLOOP_API_DB_POOL_SIZE connections of the database")] = 1,
+        help="API processes, each with its own socket on the port (the kernel spreads connections "
+        "over them; Linux); each has its own connections and event hub, and needs "
+        "KERNELLOOP_API_DB_POOL_SIZE connections of the database")] = 1,
     access_log: Annotated[bool, typer.Option(help="log every request (uvicorn's access log)")] = True,
 ) -> None:
     """Run the API alone (the distributed mode; migrations and workers run separately)."""
-    import uvicorn
-
     settings = load_settings()
     if settings.embedded:
         err.print("[yellow]no KERNELLOOP_BROKER_URL: new jobs wait for an embedded worker polling this "
                   "database (`kernelloop up` runs both)[/]")
-    options = {"host": host or settings.api_host, "port": port or settings.api_port, "log_level": "info",
-               "proxy_headers": True, "access_log": access_log}
+    host, port = host or settings.api_host, port or settings.api_port
     if workers == 1:
+        import uvicorn
+
         from api.app import create_app
 
-        uvicorn.run(create_app(settings), **options)
-    else:
-        # Each worker process builds its own app from the environment (an app cannot be pickled).
-        uvicorn.run("api.app:create_app_from_environment", factory=True, workers=workers, **options)
+        uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log, **_UVICORN_OPTIONS)
+        return
+    try:
+        check_port_free(host, port)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}")
+        raise typer.Exit(1) from None
+    argv = (sys.executable, "-m", "cli.service", "api-process", "--host", host, "--port", str(port),
+            "--parent-pid", str(os.getpid()), "--access-log" if access_log else "--no-access-log")
+    processes = Children([ChildSpec(f"API process {i + 1}/{workers}", argv) for i in range(workers)])
+    processes.start()
+    try:
+        err.print(f"API on http://{host}:{port} ({workers} processes); Ctrl-C stops them")
+        wait_for_stop_signal()
+    finally:
+        processes.stop()
+
+
+def api_process(
+    host: Annotated[str, typer.Option()],
+    port: Annotated[int, typer.Option()],
+    parent_pid: Annotated[int, typer.Option()],
+    access_log: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """One of `serve --workers N`'s API processes (started by it, not by hand)."""
+    import uvicorn
+
+    from api.app import create_app
+
+    die_with_parent(parent_pid)
+    # Settings from the environment, as the supervisor's: an app cannot be handed to another process.
+    app = create_app(load_settings())
+    config = uvicorn.Config(app, host=host, port=port, access_log=access_log, **_UVICORN_OPTIONS)
+    uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
+
 
 
 service_commands = typer.Typer(help="Run the service: embedded (up) or distributed (serve, worker).",
@@ -253,6 +236,7 @@ service_commands = typer.Typer(help="Run the service: embedded (up) or distribut
 service_commands.command("up")(up)
 service_commands.command("worker")(worker)
 service_commands.command("serve")(serve)
+service_commands.command("api-process", hidden=True)(api_process)
 
 
 def _prepare_data_dir(settings: Settings) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,9 +36,10 @@ __all__ = [
     "KeyUsage",
     "create_api_key",
     "hash_api_key",
-    "key_cost_usd",
+    "key_cost_left",
     "key_usage",
     "lock_key_usage",
+    "lock_keys_usage",
     "revoke_api_key",
     "verify_api_key",
 ]
@@ -166,34 +168,71 @@ def key_usage(*, session: Session, api_key_id: int, since: datetime) -> KeyUsage
 
 
 def lock_key_usage(*, session: Session, api_key_id: int, since: datetime) -> tuple[KeyLimits, KeyUsage]:
-    """`key_usage`, and the key's limits read by the same locking statement (one round trip
-    more than the counts, none for the limits): what a submission checks its quotas against.
+    """`key_usage`, and the key's limits read by the same locking statement: `lock_keys_usage`
+    of one key.
 
     Raises:
         NotFound: no key with that id.
     """
-    columns = (ApiKey.revoked_at, ApiKey.max_concurrent_jobs, ApiKey.max_jobs_per_day, ApiKey.cost_cap_usd)
+    return lock_keys_usage(session=session, api_key_ids=[api_key_id], since=since)[api_key_id]
+
+
+def lock_keys_usage(
+    *, session: Session, api_key_ids: Collection[int], since: datetime
+) -> dict[int, tuple[KeyLimits, KeyUsage]]:
+    """Lock several keys (in id order, so two transactions locking overlapping sets never wait for
+    each other in a cycle) and read their limits and usage, in two statements however many keys:
+    the locking one, which returns the limits, and then the counts (a statement of its own, so
+    that its snapshot, taken after any wait for a lock, sees what the holder committed).
+
+    Raises:
+        NotFound: one of the keys does not exist (nothing is returned).
+    """
+    ids = sorted(set(api_key_ids))
+    columns = (ApiKey.id, ApiKey.revoked_at, ApiKey.max_concurrent_jobs, ApiKey.max_jobs_per_day,
+               ApiKey.cost_cap_usd)
     if dialect_name(session) == "sqlite":
-        lock: Any = update(ApiKey).where(ApiKey.id == api_key_id).values(id=ApiKey.id).returning(*columns)
+        lock: Any = update(ApiKey).where(ApiKey.id.in_(ids)).values(id=ApiKey.id).returning(*columns)
     else:
-        lock = select(*columns).where(ApiKey.id == api_key_id).with_for_update(key_share=True)
-    row = session.execute(lock.execution_options(synchronize_session=False)).one_or_none()
+        # LockRows runs above the sort: the rows are locked in id order.
+        lock = select(*columns).where(ApiKey.id.in_(ids)).order_by(ApiKey.id).with_for_update(key_share=True)
+    limits = {
+        row[0]: KeyLimits(revoked=row[1] is not None, max_concurrent_jobs=row[2], max_jobs_per_day=row[3],
+                          cost_cap_usd=row[4])
+        for row in session.execute(lock.execution_options(synchronize_session=False))
+    }
+    missing = [key_id for key_id in ids if key_id not in limits]
+    if missing:
+        raise NotFound("api key", missing[0])
+    counts = {
+        owner: KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))
+        for owner, active, recent, cost in session.execute(
+            select(
+                Job.owner_id,
+                func.count().filter(Job.state.in_([JobState.QUEUED, JobState.RUNNING])),
+                func.count().filter(Job.created_at >= since),
+                func.coalesce(func.sum(Job.cost_usd), 0.0),
+            ).where(Job.owner_id.in_(ids)).group_by(Job.owner_id)
+        )
+    }
+    unused = KeyUsage(active_jobs=0, jobs_since=0, cost_usd=0.0)
+    return {key_id: (limits[key_id], counts.get(key_id, unused)) for key_id in ids}
+
+
+def key_cost_left(*, session: Session, api_key_id: int) -> float | None:
+    """What the key may still spend: its cost cap minus what its jobs have cost (never below 0),
+    ``None`` without a cap. Read without a lock: cost grows as jobs run, not as they are
+    submitted, so `key_usage`'s lock would not make it more exact.
+
+    Raises:
+        NotFound: no key with that id.
+    """
+    row = session.execute(
+        select(ApiKey.cost_cap_usd, select(func.coalesce(func.sum(Job.cost_usd), 0.0))
+               .where(Job.owner_id == api_key_id).scalar_subquery())
+        .where(ApiKey.id == api_key_id)
+    ).one_or_none()
     if row is None:
         raise NotFound("api key", api_key_id)
-    limits = KeyLimits(revoked=row[0] is not None, max_concurrent_jobs=row[1], max_jobs_per_day=row[2],
-                       cost_cap_usd=row[3])
-    active, recent, cost = session.execute(
-        select(
-            func.count().filter(Job.state.in_([JobState.QUEUED, JobState.RUNNING])),
-            func.count().filter(Job.created_at >= since),
-            func.coalesce(func.sum(Job.cost_usd), 0.0),
-        ).where(Job.owner_id == api_key_id)
-    ).one()
-    return limits, KeyUsage(active_jobs=int(active or 0), jobs_since=int(recent or 0), cost_usd=float(cost or 0.0))
-
-
-def key_cost_usd(*, session: Session, api_key_id: int) -> float:
-    """What the key's jobs have cost so far, read without a lock: cost grows as jobs run, not as
-    they are submitted, so `key_usage`'s lock would not make it more exact."""
-    cost = session.scalar(select(func.coalesce(func.sum(Job.cost_usd), 0.0)).where(Job.owner_id == api_key_id))
-    return float(cost or 0.0)
+    cap, cost = row
+    return None if cap is None else max(float(cap) - float(cost or 0.0), 0.0)

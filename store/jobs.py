@@ -8,7 +8,7 @@ so a move that lost a race matches no row instead of overwriting the winner; and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -37,6 +37,7 @@ __all__ = [
     "create_job",
     "create_jobs",
     "delete_job",
+    "discard_new_jobs",
     "finish_job",
     "get_job",
     "heartbeat",
@@ -197,6 +198,27 @@ def create_jobs(*, session: Session, specs: Sequence[JobSpec], now: datetime | N
     ])
     session.flush()
     return jobs
+
+
+def discard_new_jobs(*, session: Session, job_ids: Collection[int]) -> None:
+    """Remove jobs this transaction created and has not committed (no one else has seen them),
+    with their events (ON DELETE CASCADE), and any problem source this leaves unused and unbundled.
+
+    What the API's writer does with submissions its quotas refuse: it inserts a batch before it
+    locks the keys, so that the lock is held only for the counts and the commit. The session's
+    objects of these jobs are stale afterwards: the caller drops them.
+    """
+    if not job_ids:
+        return
+    problem_ids = set(session.scalars(
+        delete(Job).where(Job.id.in_(job_ids)).returning(Job.problem_id).execution_options(synchronize_session=False)
+    ))
+    session.execute(
+        delete(StoredProblem)
+        .where(StoredProblem.id.in_(problem_ids), StoredProblem.bundled_id.is_(None),
+               ~exists().where(Job.problem_id == StoredProblem.id))
+        .execution_options(synchronize_session=False)
+    )
 
 
 def get_job(*, session: Session, job_id: int) -> Job:

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import create_app
@@ -21,6 +21,7 @@ from store import (
     Job,
     JobEvent,
     JobState,
+    StoredProblem,
     Target,
     add_job_usage,
     claim_next_job,
@@ -234,6 +235,20 @@ def test_another_keys_job_is_404_and_admins_see_everything(client: TestClient, k
     assert {j["id"] for j in client.get("/jobs", headers=admin.headers).json()["items"]} == {job["id"], bobs["id"]}
 
 
+def test_a_submission_says_where_its_time_went_in_server_timing(client: TestClient, alice: Key) -> None:
+    response = client.post("/jobs", json=job_body(), headers=alice.headers)
+    assert response.status_code == 202
+    phases = {}
+    for entry in response.headers["server-timing"].split(", "):
+        name, _, duration = entry.partition(";dur=")
+        phases[name] = float(duration)
+    assert list(phases) == ["app", "queue", "store", "locks", "announce"]
+    assert all(value >= 0 for value in phases.values())
+    assert phases["locks"] <= phases["store"] and phases["queue"] + phases["store"] <= phases["app"]
+    # Every answer has the app's own time.
+    assert client.get("/health").headers["server-timing"].startswith("app;dur=")
+
+
 def test_concurrency_quota(client: TestClient, keys: Keys, dispatcher: RecordingDispatcher) -> None:
     key = keys.create("one-at-a-time", max_concurrent_jobs=1)
     first = post_job(client, key)
@@ -293,6 +308,41 @@ def test_a_burst_from_two_keys_is_grouped_and_each_key_keeps_its_quota(
     assert sorted(dispatcher.calls) == sorted((j.id, "cpu") for j in jobs)
     assert all(j.last_event_id == 1 and j.state is JobState.QUEUED for j in jobs)
     assert sorted(events) == sorted((j.id, 1, "state", {"state": "queued"}) for j in jobs)
+
+
+def test_two_api_processes_bursting_one_key_keep_its_quota_and_store_nothing_refused(
+    settings: Settings, keys: Keys, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+) -> None:
+    """Two apps (two writers, as two API processes) store bursts of one key at once: each batch is
+    inserted before the key is locked, yet exactly the quota gets in; the refused submissions'
+    jobs, events and posted problem sources are not kept."""
+    key = keys.create("two-processes", max_concurrent_jobs=5)
+    source = PROBLEM_SOURCE + "# posted for this test alone\n"
+
+    async def burst(bases: list[str]) -> list[int]:
+        async with httpx.AsyncClient(headers=key.headers, timeout=30) as client:
+            responses = await asyncio.gather(*(
+                client.post(f"{bases[i % 2]}/jobs", json={"problem_source": source, "target": "cpu"})
+                for i in range(24)
+            ))
+        return sorted(r.status_code for r in responses)
+
+    apps = [create_app(settings, dispatcher=dispatcher, stream_options=TEST_STREAM_OPTIONS) for _ in range(2)]
+    with serve(apps[0]) as first, serve(apps[1]) as second:
+        assert asyncio.run(burst([first, second])) == [202] * 5 + [429] * 19
+        # At the quota, a submission of a source never seen before: refused, and the source not kept.
+        unseen = PROBLEM_SOURCE + "# refused\n"
+        response = httpx.post(f"{first}/jobs", json={"problem_source": unseen, "target": "cpu"},
+                              headers=key.headers)
+        assert response.status_code == 429, response.text
+    with session_scope(factory) as session:
+        jobs = session.scalars(select(Job.id).where(Job.owner_id == key.id)).all()
+        events = session.scalars(select(JobEvent.job_id).where(JobEvent.job_id.in_(jobs))).all()
+        sources = session.scalars(select(StoredProblem.source)).all()
+        all_events = session.scalar(select(func.count()).select_from(JobEvent))
+    assert len(jobs) == 5 and sorted(events) == sorted(jobs) and all_events == 5
+    assert sorted(job_id for job_id, _ in dispatcher.calls) == sorted(jobs)
+    assert source in sources and unseen not in sources
 
 
 def test_daily_quota(client: TestClient, keys: Keys) -> None:

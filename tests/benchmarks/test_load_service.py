@@ -37,6 +37,10 @@ def test_the_config_refuses_a_run_it_cannot_do() -> None:
         LoadConfig(keys=0)
     with pytest.raises(ValueError):
         LoadConfig(api_workers=0)
+    with pytest.raises(ValueError):
+        LoadConfig(submitters=0)
+    with pytest.raises(ValueError):
+        LoadConfig(settings=(("api-port", "1"),))
 
 
 def test_the_submission_target_applies_to_the_distributed_setup_only() -> None:
@@ -64,6 +68,11 @@ def test_a_small_load_run_sees_every_event_of_every_watched_job(setup: str, api_
     assert result.events_received == result.events_expected == 4 * EVENTS_PER_JOB
     assert len(result.lag_s) == 4 * EVENTS_PER_JOB
     assert set(result.cpu_s) == {"api", "worker0", "client"}
+    # Where each submission's time went, from its answer's Server-Timing header.
+    assert len(result.server_timing_ms) == 8
+    assert all({"app", "queue", "store", "locks", "announce", "outside"} <= set(t) for t in result.server_timing_ms)
+    if setup == "distributed":
+        assert sum(result.submissions_per_transaction) == 8 and len(result.api_cpu_by_process_s) == api_workers
     markdown = render_markdown([[result]], note="a note")
     assert f"| | {setup} |" in markdown and "| submission p99" in markdown and "a note" in markdown
     assert (tmp_path / f"{setup}-api.log").exists()

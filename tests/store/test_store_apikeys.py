@@ -16,6 +16,7 @@ from store import (
     ApiKey,
     JobState,
     KeyLimits,
+    KeyUsage,
     NotFound,
     Target,
     add_job_usage,
@@ -24,8 +25,10 @@ from store import (
     create_job,
     finish_job,
     hash_api_key,
+    key_cost_left,
     key_usage,
     lock_key_usage,
+    lock_keys_usage,
     revoke_api_key,
     session_scope,
     verify_api_key,
@@ -94,6 +97,33 @@ def test_lock_key_usage_reads_the_limits_with_the_lock(session: Session, build: 
     assert limits.revoked
     with pytest.raises(NotFound):
         lock_key_usage(session=session, api_key_id=424242, since=datetime.now(UTC))
+
+
+def test_lock_keys_usage_reads_several_keys_at_once(session: Session, build: Any) -> None:
+    busy = create_api_key(session=session, name="busy", owner="eve", max_concurrent_jobs=4).key
+    idle = create_api_key(session=session, name="idle", owner="eve", cost_cap_usd=None).key
+    build.job(owner_id=busy.id)
+    build.job(owner_id=busy.id)
+    read = lock_keys_usage(session=session, api_key_ids={idle.id, busy.id},
+                           since=datetime.now(UTC) - timedelta(days=1))
+    assert list(read) == sorted([busy.id, idle.id])
+    assert read[busy.id][0].max_concurrent_jobs == 4 and read[busy.id][1].active_jobs == 2
+    assert read[idle.id][1] == KeyUsage(active_jobs=0, jobs_since=0, cost_usd=0.0)
+    with pytest.raises(NotFound):
+        lock_keys_usage(session=session, api_key_ids=[busy.id, 424242], since=datetime.now(UTC))
+
+
+def test_key_cost_left_is_the_cap_minus_the_cost_never_below_zero(session: Session, build: Any) -> None:
+    capped = create_api_key(session=session, name="capped", owner="fay", cost_cap_usd=2.0).key
+    uncapped = create_api_key(session=session, name="uncapped", owner="fay", cost_cap_usd=None).key
+    assert key_cost_left(session=session, api_key_id=capped.id) == 2.0
+    add_job_usage(session=session, job_id=build.job(owner_id=capped.id).id, cost_usd=0.5)
+    assert key_cost_left(session=session, api_key_id=capped.id) == 1.5
+    add_job_usage(session=session, job_id=build.job(owner_id=capped.id).id, cost_usd=4.0)
+    assert key_cost_left(session=session, api_key_id=capped.id) == 0.0
+    assert key_cost_left(session=session, api_key_id=uncapped.id) is None
+    with pytest.raises(NotFound):
+        key_cost_left(session=session, api_key_id=424242)
 
 
 def test_key_usage_serialises_concurrent_checks_of_one_key(factory: sessionmaker[Session]) -> None:

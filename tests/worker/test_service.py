@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from cli.processes import check_port_free, reuse_port_socket
 from cli.service import WorkerPlan, detect_gpus, plan_workers
 from config import Settings
 from store import create_api_key, make_engine, make_session_factory, session_scope
@@ -177,6 +179,98 @@ def test_an_embedded_worker_whose_parent_is_already_gone_exits(tmp_path: Path) -
     out = subprocess.run([sys.executable, "-m", "worker.embedded", "--parent-pid", "1"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1 and "RuntimeWarning" not in out.stderr, out.stderr
+
+
+def test_api_processes_listening_on_one_port_each_get_a_share_of_the_connections() -> None:
+    port = _free_port()
+    listeners = [reuse_port_socket("127.0.0.1", port) for _ in range(2)]
+    clients: list[socket.socket] = []
+    try:
+        for listener in listeners:
+            listener.listen(128)
+        for _ in range(64):  # the kernel hashes each connection (its client port) to one listener
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        accepted = []
+        for listener in listeners:
+            listener.setblocking(False)
+            count = 0
+            while True:
+                try:
+                    listener.accept()[0].close()
+                except BlockingIOError:
+                    break
+                count += 1
+            accepted.append(count)
+        # One shared socket would give every connection to whichever process woke first.
+        assert sum(accepted) == 64 and min(accepted) > 0, accepted
+    finally:
+        for sock in [*clients, *listeners]:
+            sock.close()
+
+
+def test_serve_refuses_a_port_that_anything_listens_on_even_with_reuse_port(tmp_path: Path) -> None:
+    port = _free_port()
+    with reuse_port_socket("127.0.0.1", port) as other:
+        other.listen(1)
+        # Joining it would hand that listener a share of our connections.
+        with pytest.raises(OSError):
+            check_port_free("127.0.0.1", port)
+        env = {**os.environ, "KERNELLOOP_DATA_DIR": str(tmp_path)}
+        out = subprocess.run([sys.executable, "-m", "cli.service", "serve", "--workers", "2", "--port", str(port)],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "cannot listen on 127.0.0.1" in out.stderr, out.stderr
+    check_port_free("127.0.0.1", port)
+
+
+def _wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if _http("GET", f"{base}/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.3)
+
+
+def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp_path: Path) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
+    env["KERNELLOOP_DATA_DIR"] = str(tmp_path)
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        serve = subprocess.Popen([sys.executable, "-m", "cli.service", "serve", "--workers", "2", "--port", str(port)],
+                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(base, serve, log_path)
+        first = sorted(_children(serve.pid))
+        assert len(first) == 2, first
+        os.kill(first[0], signal.SIGKILL)  # as the OOM killer would
+        deadline = time.monotonic() + 60
+        while len(set(_children(serve.pid)) - set(first)) != 1:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
+        replacement = (set(_children(serve.pid)) - set(first)).pop()
+        # The replacement serves: with the survivor killed too, the port still answers.
+        os.kill(first[1], signal.SIGKILL)
+        _wait_healthy(base, serve, log_path)
+        assert re.search(r"API process [12]/2 exited with -9; restarting", log_path.read_text())
+
+        last = _children(serve.pid)
+        assert replacement in last
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=30) == 0, log_path.read_text()
+        deadline = time.monotonic() + 15
+        while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in last):
+            assert time.monotonic() < deadline, "an API process outlived `serve`"
+            time.sleep(0.1)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
 
 
 def test_worker_refuses_the_embedded_mode() -> None:
