@@ -7,13 +7,16 @@ Plain Typer command functions, registered by `cli.main`::
     app.command("serve")(service.serve)
 
 (`service_commands` is the same three as a Typer app: ``python -m cli.service worker …``, which
-is what the container images run.)
+is what the container images run; it also has the processes ``serve --workers N`` and ``up``
+start: ``api-process`` and ``embedded-worker``.)
 
 ``up`` runs everything on one machine: migrations, the API (uvicorn, in this process) and one
 embedded worker process per GPU (``CUDA_VISIBLE_DEVICES=i``; one CPU worker on a machine
 without one), the database being the queue. Ctrl-C stops the API and every worker.
 ``worker`` is the production worker: one Celery process consuming one queue (one per GPU);
-``serve`` the production API alone (its dispatcher sends Celery messages through Redis).
+``serve`` the production API alone (its dispatcher sends Celery messages through Redis); with
+``--workers N`` it supervises N API processes, each listening on the port with a socket of its
+own (`cli.processes`).
 The API, the worker and uvicorn are imported inside the commands, so ``kernelloop eval`` and
 friends never load them.
 """
@@ -21,7 +24,6 @@ friends never load them.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import subprocess
@@ -40,7 +42,6 @@ from config import Settings, load_settings
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
 
 err = Console(stderr=True)
-log = logging.getLogger("kernelloop.up")
 _UVICORN_OPTIONS = {"log_level": "info", "proxy_headers": True}
 
 
@@ -100,7 +101,8 @@ def _worker_children(plans: Sequence[WorkerPlan]) -> Children:
     """``up``'s embedded workers, each told our pid so that it dies with us."""
     specs = []
     for plan in plans:
-        argv = (sys.executable, "-m", "worker.embedded", "--target", plan.target, "--parent-pid", str(os.getpid()))
+        argv = (sys.executable, "-m", "cli.service", "embedded-worker", "--target", plan.target,
+                "--parent-pid", str(os.getpid()))
         env = {} if plan.cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
         specs.append(ChildSpec(f"worker {plan.label}", argv, env))
     return Children(specs)
@@ -230,6 +232,16 @@ def api_process(
     uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
 
 
+def embedded_worker(
+    target: Annotated[str, typer.Option()],
+    parent_pid: Annotated[int, typer.Option()],
+) -> None:
+    """One of `up`'s embedded workers (started by it, not by hand)."""
+    from worker.embedded import main as worker_main
+
+    die_with_parent(parent_pid)
+    raise typer.Exit(worker_main(["--target", target]))
+
 
 service_commands = typer.Typer(help="Run the service: embedded (up) or distributed (serve, worker).",
                                no_args_is_help=True, add_completion=False)
@@ -237,6 +249,7 @@ service_commands.command("up")(up)
 service_commands.command("worker")(worker)
 service_commands.command("serve")(serve)
 service_commands.command("api-process", hidden=True)(api_process)
+service_commands.command("embedded-worker", hidden=True)(embedded_worker)
 
 
 def _prepare_data_dir(settings: Settings) -> None:

@@ -7,14 +7,13 @@ that died (nothing to re-dispatch: a re-queued row is picked up by the next poll
 docs/deploy.md has the measurements that chose this over a Celery embedded transport.
 
 ``python -m worker.embedded [--target cpu|cuda]`` runs one such worker process; ``kernelloop up``
-starts one per GPU (``CUDA_VISIBLE_DEVICES``) or one CPU worker, beside the API.
+starts one per GPU (``CUDA_VISIBLE_DEVICES``) or one CPU worker, beside the API (through
+``python -m cli.service embedded-worker``, which first makes it die with ``up``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -35,7 +34,6 @@ __all__ = ["EmbeddedWorker", "main"]
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedWorker:
@@ -113,18 +111,6 @@ class EmbeddedWorker:
         self._stop.set()
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGTERM us when ``kernelloop up`` dies, however it dies (Linux).
-
-    The request only covers a parent still alive when it is made: if ours (``parent_pid``, as it
-    told us) is already gone, exit now.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        sys.exit(1)
-
-
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Unwind (closing the referee kills its sandboxed stages); the lease of a running job then
     # expires and the reaper re-queues it.
@@ -135,11 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--target", choices=[t.value for t in Target], default=None,
                         help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
-    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (our parent) dies")
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
     args = parser.parse_args(argv)
-    if args.parent_pid is not None:
-        _die_with_parent(args.parent_pid)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()

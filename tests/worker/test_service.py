@@ -99,6 +99,19 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None, key: str | 
         return exc.code, json.loads(exc.read() or b"null")
 
 
+def _wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if _http("GET", f"{base}/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.3)
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -123,16 +136,7 @@ def test_up_runs_the_api_and_an_embedded_worker_and_stops_them_all(tmp_path: Pat
     up = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if _http("GET", f"{base}/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert up.poll() is None, (tmp_path / "up.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()
-            time.sleep(0.3)
+        _wait_healthy(base, up, tmp_path / "up.log")
         (worker_pid,) = _children(up.pid)
 
         engine = make_engine(f"sqlite:///{tmp_path / 'kernelloop.db'}")
@@ -155,15 +159,19 @@ def test_up_runs_the_api_and_an_embedded_worker_and_stops_them_all(tmp_path: Pat
 
         up.send_signal(signal.SIGINT)  # Ctrl-C
         assert up.wait(timeout=30) is not None
-        deadline = time.monotonic() + 15
-        while Path(f"/proc/{worker_pid}").exists() and "zombie" not in _state(worker_pid):
-            assert time.monotonic() < deadline, "the embedded worker outlived `up`"
-            time.sleep(0.1)
+        _assert_gone_soon([worker_pid], "the embedded worker outlived `up`")
     finally:
         if up.poll() is None:
             up.kill()
             up.wait()
         log.close()
+
+
+def _assert_gone_soon(pids: list[int], message: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in pids):
+        assert time.monotonic() < deadline, message
+        time.sleep(0.1)
 
 
 def _state(pid: int) -> str:
@@ -176,7 +184,8 @@ def _state(pid: int) -> str:
 def test_an_embedded_worker_whose_parent_is_already_gone_exits(tmp_path: Path) -> None:
     env = {**os.environ, "KERNELLOOP_DATA_DIR": str(tmp_path)}
     # Its parent is this test, not pid 1: as if `up` had died before the worker asked to die with it.
-    out = subprocess.run([sys.executable, "-m", "worker.embedded", "--parent-pid", "1"], cwd=REPO, env=env,
+    argv = [sys.executable, "-m", "cli.service", "embedded-worker", "--target", "cpu", "--parent-pid", "1"]
+    out = subprocess.run(argv, cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 1 and "RuntimeWarning" not in out.stderr, out.stderr
 
@@ -222,19 +231,6 @@ def test_serve_refuses_a_port_that_anything_listens_on_even_with_reuse_port(tmp_
     check_port_free("127.0.0.1", port)
 
 
-def _wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if _http("GET", f"{base}/health")[0] == 200:
-                return
-        except OSError:
-            pass
-        assert process.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.3)
-
-
 def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp_path: Path) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -263,10 +259,7 @@ def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp
         assert replacement in last
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=30) == 0, log_path.read_text()
-        deadline = time.monotonic() + 15
-        while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in last):
-            assert time.monotonic() < deadline, "an API process outlived `serve`"
-            time.sleep(0.1)
+        _assert_gone_soon(last, "an API process outlived `serve`")
     finally:
         if serve.poll() is None:
             serve.kill()
