@@ -266,13 +266,13 @@ def _session_cpu_seconds(pid: int) -> dict[int, float]:
     return found
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def _client_cpu_seconds() -> float:
     """This script's CPU and its ended children's (the submitting clients, once waited for)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
