@@ -63,11 +63,6 @@ class Children:
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="child-monitor", daemon=True)
 
-    @property
-    def pids(self) -> list[int | None]:
-        """The children's current pids (``None`` before `start`), in the order of the specs."""
-        return [None if p is None else p.pid for p in self._processes]
-
     def _spawn(self, spec: ChildSpec) -> subprocess.Popen[bytes]:
         return subprocess.Popen(spec.argv, env={**os.environ, **spec.env})
 
@@ -149,20 +144,12 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def wait_for_stop_signal() -> int:
-    """Block until SIGINT or SIGTERM arrives; return its number."""
-    received: list[int] = []
+def wait_for_stop_signal() -> None:
+    """Block until SIGINT or SIGTERM arrives."""
     arrived = threading.Event()
-
-    def note(signum: int, frame: object) -> None:
-        received.append(signum)
-        arrived.set()
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not arrived.wait(1.0):
-            pass
+        arrived.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return received[0]
