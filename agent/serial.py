@@ -71,6 +71,10 @@ class SerialEvaluator:
     def device_specs(self) -> dict[str, Any]:
         return self._thread.submit(lambda: self.inner.device_specs).result()
 
+    def cancel(self) -> None:
+        """Cancel the inner evaluator (terminal; called from any thread, while an evaluation runs)."""
+        self.inner.cancel()
+
     def close(self) -> None:
         """Stop the worker thread (the inner evaluator is the caller's to close)."""
         self._thread.shutdown(wait=True)

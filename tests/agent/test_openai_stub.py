@@ -21,7 +21,7 @@ TOOL_NAMES = {"get_gpu_specs", "compile", "check_correctness", "benchmark", "pro
 
 def _profile(server: StubChatServer, **kw: Any) -> LLMProfile:
     return LLMProfile(provider="openai", base_url=server.base_url, model="stub-model", api_key_env=None,
-                      price_in_per_mtok=1.0, price_out_per_mtok=2.0, timeout_s=5.0, **kw)
+                      price_in_per_mtok=1.0, price_out_per_mtok=2.0, timeout_s=5.0, stream=False, **kw)
 
 
 def _evaluator() -> FakeEvaluator:
@@ -41,7 +41,7 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
         StubResponse.text("I will now think about tiling."),                               # 4 no tool call
         StubResponse.server_error(503),                                                    # 5
         StubResponse.tool_calls(("check_correctness", {"source": WRONG})),                 # 6
-        StubResponse.context_overflow(),                                                   # 7
+        StubResponse.error(400, "Input is too long.", code="context_length_exceeded"),     # 7
         StubResponse.tool_calls(("benchmark", {"source": FAST})),                          # 8
         StubResponse.tool_calls(("submit", {"source": FAST}), usage=None),                 # 9 no usage
     ]
@@ -67,14 +67,18 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
     assert requests[2]["messages"] == requests[1]["messages"]  # the 429 was retried as is
     assert "ridge point" in _tool_messages(requests[2])[-1]
     assert "not valid JSON" in _tool_messages(requests[3])[-1]  # malformed arguments fed back
+    # and replaced in the history by a valid JSON record of what was attempted
+    malformed = requests[3]["messages"][-2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(malformed)["arguments_received"].startswith('{"source": "import torch')
     assert _tool_messages(requests[4])[-1].startswith("error: unknown tool 'optimize'")
     assert requests[5]["messages"][-1] == requests[6]["messages"][-1]
     assert requests[5]["messages"][-1]["role"] == "user"
     assert requests[5]["messages"][-1]["content"].startswith("Your message had no tool call")
     assert _tool_messages(requests[7])[-1].startswith("check_correctness: FAIL")
-    summarised = requests[8]["messages"]  # after the context-length error
-    assert summarised[2]["role"] == "user" and summarised[2]["content"].startswith("Summary of the earlier part")
-    assert "1. check_correctness: fail (stage correctness)" in summarised[2]["content"]
+    summarised = requests[8]["messages"]  # after the context-length error: compacted onto the problem message
+    assert [m["role"] for m in summarised[:3]] == ["system", "user", "assistant"]
+    assert "## Summary of this session so far" in summarised[1]["content"]
+    assert "check_correctness of source" in summarised[1]["content"]
     assert len(json.dumps(summarised)) < len(json.dumps(requests[7]["messages"]))
     # the assistant's calls come back to the server exactly as it sent them
     sent = requests[1]["messages"][2]
