@@ -53,6 +53,9 @@ INITIAL_TOKEN_FACTOR = 1.35
 CALIBRATION_MARGIN = 1.05
 #: Tokens kept free besides the reply's reserve (chat-template framing, the nudge).
 FRAMING_TOKENS = 256
+#: A server that refused a request without saying its window has one this much smaller than
+#: the request, at most.
+OVERFLOW_SHRINK = 0.8
 
 _REFERENCE = "[source {sha}: see attempt {n} in the summary]"
 _OVERFLOW_COUNTS = (
@@ -166,16 +169,18 @@ class History:
             self.factor = max(self._learned, self._floor)
 
     def overflowed(self, error_text: str) -> None:
-        """A server said the request did not fit: believe its count, or grow the factor."""
+        """A server said the request did not fit: believe its counts when it states them (the
+        prompt's tokens calibrate the estimate, its window replaces the profile's); otherwise the
+        window is smaller than what was just sent, by ``OVERFLOW_SHRINK`` at least."""
         counts = parse_overflow_tokens(error_text)
         raw = self.raw_estimate()
         if counts and raw:
             prompt, window = counts
             self._floor = max(self._floor, prompt / raw * CALIBRATION_MARGIN)
+            self.factor = max(self.factor, self._floor)
             self.window = min(self.window, window)
         else:
-            self._floor = self.factor * 1.25
-        self.factor = max(self.factor, self._floor)
+            self.window = min(self.window, int(OVERFLOW_SHRINK * (self.tokens() + self.reserve + FRAMING_TOKENS)))
 
     def fits(self) -> bool:
         return self.tokens() <= HIGH_WATER * self.room

@@ -223,6 +223,8 @@ class _Trajectory:
         self.infra_streak = 0
         self.refusals: list[str] = []
         self.silent_turns = 0
+        #: Code-running calls that reached the evaluator (those cut by the job's stop included).
+        self.attempted = 0
 
     # -- messages ----------------------------------------------------------------------------
     def _record(self, message: Message, turn: AssistantTurn | None = None) -> None:
@@ -390,6 +392,7 @@ class _Trajectory:
                               "content": f"not run: the session ended ({ended.value})"})
                 continue
             result = self.executor.execute(call, trajectory=self.index, ledger=self.ledger)
+            self.attempted += 1 if (result.source is not None or result.infra_failure) else 0
             if result.charged:
                 self.tool_calls += 1
                 self.job.add_tool_call()
@@ -499,9 +502,11 @@ def _budget_text(reason: StopReason, budgets: Budgets) -> str:
 def _why_no_kernel(reason: StopReason, results: Sequence[TrajectoryResult], trajectories: Sequence[_Trajectory],
                    spec: JobSpec) -> tuple[Failure, str]:
     """What a user needs to know of a job that produced no verified kernel."""
-    attempts = sum(len(t.ledger.notes) for t in trajectories)
+    attempts = sum(t.attempted for t in trajectories)
     turns = sum(t.turns for t in trajectories)
     failed = [r for r in results if r.reason.outcome == "failed" and r.error]
+    if reason is StopReason.COMPLETED:  # every trajectory ended on its own: say why the first did
+        reason = results[0].reason
     if reason is StopReason.CANCELLED:
         return Failure.CANCELLED, "cancelled before a verified kernel was found"
     if failed and all(r.reason.outcome == "failed" for r in results):
@@ -523,7 +528,7 @@ def _why_no_kernel(reason: StopReason, results: Sequence[TrajectoryResult], traj
                      "function calling (a tool parser)")
         return Failure.NO_ATTEMPT, text
     passed = [n for t in trajectories for n in t.ledger.notes if n.status == "pass"]
-    detail = f"{attempts} attempts evaluated, none passed benchmark"
+    detail = f"{attempts} attempt{'s' if attempts != 1 else ''} made, none passed benchmark"
     if passed:
         detail += f" (furthest: {passed[-1].tool} passed, not timed)"
     if reason.is_budget:

@@ -226,7 +226,8 @@ def _error_text(exc: Any) -> str:
     if error:
         parts = [str(error.get("message") or "")]
         for key in ("type", "code"):
-            if error.get(key) not in (None, "", 400) and str(error.get(key)) not in parts[0]:
+            if error.get(key) not in (None, "") and not isinstance(error.get(key), int) \
+                    and str(error.get(key)) not in parts[0]:
                 parts.append(f"[{key}: {error[key]}]")
         return " ".join(p for p in parts if p).strip()
     return str(getattr(exc, "message", "") or exc)
@@ -388,7 +389,7 @@ class OpenAIProvider:
         return request, extra
 
     def _adjust(self, exc: Any, request: Mapping[str, Any], extra: Mapping[str, Any], *, text_mode: bool,
-                adjusted: set[str]) -> str | None:
+                adjusted: set[str], status: int) -> str | None:
         """How a 400 can be answered by changing the request: ``"text"``, a dropped or renamed
         parameter's name, or None. Each parameter is adjusted once per request."""
         error, text = _error_body(exc), _error_text(exc)
@@ -398,7 +399,7 @@ class OpenAIProvider:
             with self._lock:
                 self._tools_refused = True
             return "tools"
-        name = unsupported_parameter(error, text)
+        name = unsupported_parameter(error, text) if status == 400 else None
         if name is None or name in adjusted or name in _ESSENTIAL:
             return None
         if name == "max_tokens" and "max_completion_tokens" in text and "max_tokens" in request:
@@ -438,8 +439,10 @@ class OpenAIProvider:
                 text, status = _error_text(exc), exc.status_code
                 if is_context_overflow(status, text):
                     raise ContextOverflow(text, status=status, usage=abandoned) from None
-                if status == 400 and len(adjusted) < MAX_ADJUSTMENTS:
-                    change = self._adjust(exc, request, extra, text_mode=text_mode, adjusted=adjusted)
+                # llama.cpp refuses tools with a 500, everything else with a 400
+                if status in (400, 500) and len(adjusted) < MAX_ADJUSTMENTS:
+                    change = self._adjust(exc, request, extra, text_mode=text_mode, adjusted=adjusted,
+                                          status=status)
                     if change is not None:
                         adjusted.add(change)
                         text_mode = text_mode or change == "tools"
