@@ -53,8 +53,8 @@ INITIAL_TOKEN_FACTOR = 1.35
 CALIBRATION_MARGIN = 1.05
 #: Tokens kept free besides the reply's reserve (chat-template framing, the nudge).
 FRAMING_TOKENS = 256
-#: A server that refused a request without saying its window has one this much smaller than
-#: the request, at most.
+#: A server that refused a request without saying its window is taken to have room for this
+#: share of the messages refused.
 OVERFLOW_SHRINK = 0.8
 
 _REFERENCE = "[source {sha}: see attempt {n} in the summary]"
@@ -171,7 +171,8 @@ class History:
     def overflowed(self, error_text: str) -> None:
         """A server said the request did not fit: believe its counts when it states them (the
         prompt's tokens calibrate the estimate, its window replaces the profile's); otherwise the
-        window is smaller than what was just sent, by ``OVERFLOW_SHRINK`` at least."""
+        room for the messages is taken to be ``OVERFLOW_SHRINK`` of what they took in the request
+        that was refused."""
         counts = parse_overflow_tokens(error_text)
         raw = self.raw_estimate()
         if counts and raw:
@@ -180,7 +181,7 @@ class History:
             self.factor = max(self.factor, self._floor)
             self.window = min(self.window, window)
         else:
-            self.window = min(self.window, int(OVERFLOW_SHRINK * (self.tokens() + self.reserve + FRAMING_TOKENS)))
+            self.window = min(self.window, int(OVERFLOW_SHRINK * self.tokens()) + self.reserve + FRAMING_TOKENS)
 
     def fits(self) -> bool:
         return self.tokens() <= HIGH_WATER * self.room

@@ -258,13 +258,14 @@ class _Trajectory:
                             best_line=best_line, latest_source=latest,
                             latest_sha256=source_sha256(latest) if latest else None)
 
-    def _compact(self, *, target: float | None = None) -> None:
+    def _compact(self, *, target: float | None = None, server_said: str | None = None) -> None:
         try:
             summary = (self.history.compact(self._facts()) if target is None
                        else self.history.compact(self._facts(), target=target))
         except HistoryTooLong as exc:
+            said = f"; the server said: {server_said}" if server_said else ""
             raise _Stop(StopReason.CONTEXT_OVERFLOW, f"the conversation does not fit the model's context window "
-                        f"({self.history.window} tokens): {exc}") from None
+                        f"({self.history.window} tokens): {exc}{said}") from None
         # The summary is what the model reads in place of the older turns: store it like a message.
         self.recorder.message(trajectory=self.index, role="user", content=summary, tool_calls=None,
                               tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
@@ -299,11 +300,11 @@ class _Trajectory:
                                 f"window even after compaction; the server said: {exc.detail}") from None
                 log.info("trajectory %d: the server reported a context overflow; compacting", self.index)
                 self.history.overflowed(exc.detail)
-                self._compact(target=0.4)
+                self._compact(target=0.4, server_said=exc.detail)
                 continue
             except ProviderError as exc:
                 self._record_usage(exc.usage)
-                raise _Stop(StopReason.LLM_ERROR, f"the LLM endpoint failed: {exc}") from None
+                raise _Stop(StopReason.LLM_ERROR, str(exc)) from None
             if turn.prompt_tokens:
                 self.history.observe(turn.prompt_tokens, raw)
             return turn

@@ -61,7 +61,8 @@ class VLLMServer(ScriptedServer):
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
               **fields: Any) -> Failure:
-        error = {"message": message, "type": "BadRequestError" if status == 400 else "InternalServerError",
+        kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+        error = {"message": message, "type": kind,
                  "param": fields.get("param"), "code": status}
         return Failure(status, {"error": error}, headers=dict(headers or {}))
 

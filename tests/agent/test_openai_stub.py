@@ -41,7 +41,7 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
         StubResponse.text("I will now think about tiling."),                               # 4 no tool call
         StubResponse.server_error(503),                                                    # 5
         StubResponse.tool_calls(("check_correctness", {"source": WRONG})),                 # 6
-        StubResponse.error(400, "Input is too long.", code="context_length_exceeded"),     # 7
+        StubResponse.server_error(502),                                                    # 7
         StubResponse.tool_calls(("benchmark", {"source": FAST})),                          # 8
         StubResponse.tool_calls(("submit", {"source": FAST}), usage=None),                 # 9 no usage
     ]
@@ -56,7 +56,7 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
 
     assert result.trajectories[0].reason is StopReason.SUBMITTED
     assert result.best is not None and result.best["source"] == FAST
-    assert sleeps == [0.01, 1.0]  # Retry-After honoured; then exponential backoff
+    assert sleeps == [0.01, 1.0, 1.0]  # Retry-After honoured; then exponential backoff
     assert len(requests) == 10
     for request in requests:
         assert request["model"] == "stub-model" and request["temperature"] == 0.2
@@ -75,11 +75,7 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
     assert requests[5]["messages"][-1]["role"] == "user"
     assert requests[5]["messages"][-1]["content"].startswith("Your message had no tool call")
     assert _tool_messages(requests[7])[-1].startswith("check_correctness: FAIL")
-    summarised = requests[8]["messages"]  # after the context-length error: compacted onto the problem message
-    assert [m["role"] for m in summarised[:3]] == ["system", "user", "assistant"]
-    assert "## Summary of this session so far" in summarised[1]["content"]
-    assert "check_correctness of source" in summarised[1]["content"]
-    assert len(json.dumps(summarised)) < len(json.dumps(requests[7]["messages"]))
+    assert requests[8]["messages"] == requests[7]["messages"]  # the 502 was retried as is
     # the assistant's calls come back to the server exactly as it sent them
     sent = requests[1]["messages"][2]
     assert sent["role"] == "assistant" and sent["tool_calls"][0]["function"]["name"] == "get_gpu_specs"
