@@ -90,6 +90,7 @@ _UNSUPPORTED = (
     re.compile(r"unsupported (?:parameter|value): '([A-Za-z_][\w.]*)'", re.IGNORECASE),
     re.compile(r"unsupported param: ([A-Za-z_]\w*)", re.IGNORECASE),
     re.compile(r"'([A-Za-z_]\w*)' is not supported with this model", re.IGNORECASE),
+    re.compile(r"unrecognized request argument supplied: ([A-Za-z_]\w*)", re.IGNORECASE),
 )
 #: Statuses worth another try besides 429 and 5xx (the openai client retries these too).
 _RETRY_STATUSES = frozenset({408, 409})
