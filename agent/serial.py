@@ -73,7 +73,9 @@ class SerialEvaluator:
 
     def cancel(self) -> None:
         """Cancel the inner evaluator (terminal; called from any thread, while an evaluation runs)."""
-        self.inner.cancel()
+        cancel = getattr(self.inner, "cancel", None)
+        if cancel is not None:  # a harness.Referee from before Referee.cancel() runs its evaluation to the end
+            cancel()
 
     def close(self) -> None:
         """Stop the worker thread (the inner evaluator is the caller's to close)."""
