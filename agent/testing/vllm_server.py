@@ -45,19 +45,22 @@ class VLLMServer(ScriptedServer):
         history_status: the status of a history whose tool-call arguments are not JSON (400 in
             versions that catch the decode error, 500 in those that do not).
         strict_roles: the model's chat template demands strict user/assistant alternation.
+        template_tools: with ``strict_roles``, the template knows tool results (Mistral-style:
+            tool messages may follow a call); without, only user and assistant (Llama-2/Gemma-style).
     """
 
     reports_cached_tokens = True
 
     def __init__(self, script: Iterable[Step] = (), *, model: str = "Qwen/Qwen3-32B", context_window: int = 32_768,
                  tool_parser: bool = True, reasoning_parser: bool = True, history_status: int = 400,
-                 strict_roles: bool = False) -> None:
+                 strict_roles: bool = False, template_tools: bool = True) -> None:
         super().__init__(script, model=model, context_window=context_window)
         self.tool_parser = tool_parser
         self.reasoning_field = "reasoning_content" if reasoning_parser else None
         self.reasoning_in_content = not reasoning_parser
         self.history_status = history_status
         self.strict_roles = strict_roles
+        self.template_tools = template_tools
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
               **fields: Any) -> Failure:
@@ -83,7 +86,7 @@ class VLLMServer(ScriptedServer):
                     return self.error(400, f"{exc} None")
                 if not isinstance(value, dict):
                     return self.error(400, "Can only get item pairs from a mapping.")
-        if self.strict_roles and roles_alternate(body.get("messages") or (), allow_tools=True) is not None:
+        if self.strict_roles and roles_alternate(body.get("messages") or (), allow_tools=self.template_tools):
             return self.error(400, "Conversation roles must alternate user/assistant/user/assistant/...")
         if tokens >= self.context_window:
             return self.error(400, f"This model's maximum context length is {self.context_window} tokens. However, "

@@ -292,6 +292,26 @@ def test_context_overflow_is_recognised_in_each_servers_words(seed1: Problem, se
         assert roles_alternate(request["messages"], allow_tools=True) is None
 
 
+def test_strict_templates_without_tool_roles_get_alternating_text_histories(seed1: Problem) -> None:
+    """A Llama-2/Gemma-style template (only user and assistant, alternating, else "Conversation roles
+    must alternate user/assistant/user/assistant/...") on a vLLM without a tool parser: the job runs
+    in the text protocol, through a nudge and a compaction, and no request breaks the template."""
+    def text_call(i: int) -> Reply:
+        return Reply(content=f"Variant {i}.\n```python\n{_source(i, 2600)}```\n"
+                             '```json\n{"tool": "compile", "arguments": {}}\n```')
+    script = [Reply(content="Let me think first."), *(text_call(i) for i in range(8)),
+              Reply(content='```json\n{"tool": "submit", "arguments": {"source": ' + json.dumps(FAST) + "}}\n```")]
+    with VLLMServer(script, tool_parser=False, strict_roles=True, template_tools=False,
+                    context_window=9000) as server:
+        result, recorder = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=Budgets(turns=12))
+        statuses, requests = server.statuses, server.requests
+    assert result.trajectories[0].reason is StopReason.SUBMITTED and result.best is not None
+    assert statuses[0] == 400 and set(statuses[1:]) == {200}  # tools refused once, then text only
+    assert any("## Summary of this session so far" in (m.content or "") for m in recorder.messages)
+    for request in requests[1:]:
+        assert roles_alternate(request["messages"], allow_tools=False) is None
+
+
 def test_the_history_fits_the_profiles_window_by_construction_even_where_the_server_would_truncate(
         seed1: Problem) -> None:
     """Ollama truncates a prompt longer than ``num_ctx`` silently (oldest messages first): with

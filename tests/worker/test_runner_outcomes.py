@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.testing import (
@@ -129,18 +130,22 @@ def test_a_conversation_that_cannot_fit_fails_with_the_servers_words(
     assert "larger context_window" in error
 
 
+@pytest.mark.parametrize(("status", "message", "kind"), [
+    (400, "Error in applying chat template from request: 'dict object' has no attribute 'content'",
+     "BadRequestError"),
+    (404, "The model `Qwen/Qwen3-32B` does not exist.", "NotFoundError"),
+])
 def test_an_llm_error_fails_the_job_with_the_servers_message(
-    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session], status: int, message: str, kind: str
 ) -> None:
-    """A 400 that ends the trajectory ends the job as failed, with the endpoint's message."""
+    """A 400 (or 404) that ends the trajectory ends the job as failed, with the endpoint's message."""
     with VLLMServer() as server:
-        server.enqueue(server.error(404, "The model `Qwen/Qwen3-32B` does not exist."))
+        server.enqueue(server.error(status, message))
         outcome, job = _run(sqlite_settings, sqlite_factory, server)
     assert outcome is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         error = job(session).error or ""
-    assert error.startswith("the LLM endpoint refused the request: The model `Qwen/Qwen3-32B` does not exist. "
-                            "[type: NotFoundError] (HTTP 404)")
+    assert error.startswith(f"the LLM endpoint refused the request: {message} [type: {kind}] (HTTP {status})")
 
 
 def test_a_budget_spent_without_a_verified_kernel_fails_the_job_saying_so(
