@@ -10,20 +10,30 @@ Importing this package needs torch-free stdlib plus the harness's result types; 
 package is imported only when an ``openai`` provider is built.
 """
 
-from agent.job import DEFAULT_CONTEXT_TOKENS, Budgets, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import Budgets, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.loop import run_job, trajectory_plan
 from agent.protocols import Evaluator, Recorder
-from agent.providers import AssistantTurn, ContextOverflow, LLMProvider, ProviderError, ToolCall, Usage, make_provider
+from agent.providers import (
+    AssistantTurn,
+    ContextOverflow,
+    Interrupted,
+    LLMProvider,
+    ProviderError,
+    ToolCall,
+    Usage,
+    make_provider,
+)
 from agent.serial import SerialEvaluator
 from agent.tools import TOOL_SCHEMAS, ToolName, is_verified, source_sha256
 
 __all__ = [
-    "DEFAULT_CONTEXT_TOKENS",
     "TOOL_SCHEMAS",
     "AssistantTurn",
     "Budgets",
     "ContextOverflow",
     "Evaluator",
+    "Failure",
+    "Interrupted",
     "JobResult",
     "JobSpec",
     "LLMProvider",

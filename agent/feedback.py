@@ -1,4 +1,4 @@
-"""What the model reads after each tool call, and the summary that keeps long histories bounded.
+"""What the model reads after each tool call, and the attempt log a compacted history keeps.
 
 Everything here works on verdict dicts (``Verdict.to_dict()``), the form verdicts are stored in,
 so a verdict served again from the store reads exactly like a fresh one.
@@ -6,20 +6,18 @@ so a verdict served again from the store reads exactly like a fresh one.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.providers.base import estimate_tokens
-
 __all__ = [
     "FLAG_MEANING",
     "AttemptNote",
-    "context_too_long",
+    "change_summary",
     "gpu_summary",
-    "summarise_history",
     "verdict_feedback",
 ]
 
@@ -352,10 +350,15 @@ def gpu_summary(specs: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# -- long histories -----------------------------------------------------------------------------
+# -- the attempt log -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class AttemptNote:
-    """One line of the attempt log a summary carries."""
+    """One attempt as a short reference: what a compacted history keeps of it.
+
+    ``source_sha256`` names the source; ``changed`` says how it differs from the source it was
+    derived from (``+12/-3 lines vs 1a2b3c4d``), so the model can follow its own edits without
+    the full sources.
+    """
 
     tool: str
     status: str
@@ -363,66 +366,43 @@ class AttemptNote:
     median_ms: float | None = None
     speedup: float | None = None
     note: str = ""
+    source_sha256: str = ""
+    changed: str = ""
 
     def line(self, n: int) -> str:
-        text = f"{n}. {self.tool}: {self.status} (stage {self.stage})"
+        text = f"{n}. {self.tool}"
+        if self.source_sha256:
+            text += f" of source {self.source_sha256[:8]}"
+        text += f": {self.status} (stage {self.stage})"
         if self.median_ms is not None:
             text += f", {_fmt_ms(self.median_ms)}"
         if self.speedup is not None:
             text += f", {self.speedup:.2f}x vs eager"
-        return text + (f" - {self.note}" if self.note else "")
+        if self.note:
+            text += f" - {self.note}"
+        return text + (f" [{self.changed}]" if self.changed else "")
 
     @classmethod
-    def from_verdict(cls, tool: str, verdict: Mapping[str, Any]) -> AttemptNote:
+    def from_verdict(cls, tool: str, verdict: Mapping[str, Any], *, source_sha256: str = "",
+                     changed: str = "") -> AttemptNote:
         timing = verdict.get("timing") or {}
         message = str(verdict.get("message") or "").splitlines()
         return cls(tool=tool, status=str(verdict.get("status")), stage=str(verdict.get("stage")),
                    median_ms=timing.get("median_ms"), speedup=verdict.get("speedup_vs_eager"),
-                   note=(message[0][:160] if message else ""))
+                   note=(message[0][:120] if message else ""), source_sha256=source_sha256, changed=changed)
 
 
-def context_too_long(messages: Sequence[Mapping[str, Any]], budget_tokens: int) -> bool:
-    return estimate_tokens(messages) > budget_tokens
-
-
-def _turn_groups(messages: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Messages grouped by assistant turn: the turn, its tool results, and any nudge after them.
-
-    Whatever precedes the first assistant message (an older summary) forms no group.
-    """
-    groups: list[list[dict[str, Any]]] = []
-    for message in messages:
-        if message.get("role") == "assistant":
-            groups.append([dict(message)])
-        elif groups:
-            groups[-1].append(dict(message))
-    return groups
-
-
-def summarise_history(messages: Sequence[Mapping[str, Any]], notes: Sequence[AttemptNote], *,
-                      keep_turns: int, best_source: str | None, best_line: str | None) -> list[dict[str, Any]]:
-    """The history with its middle replaced by a summary: what was tried and what came of it.
-
-    Keeps the system message and the problem (the first two messages) and the last ``keep_turns``
-    assistant turns with their tool results; everything between becomes one user message listing
-    every attempt so far and, when there is one, the source of the best verified candidate.
-    """
-    head = [dict(m) for m in messages[:2]]
-    groups = _turn_groups(messages[2:])
-    tail_groups = groups[-keep_turns:] if keep_turns > 0 else []
-    lines = ["Summary of the earlier part of this session (older messages were dropped to save context):"]
-    if notes:
-        lines.append("Attempts so far, in order:")
-        lines.extend(note.line(i + 1) for i, note in enumerate(notes))
-    else:
-        lines.append("No code was evaluated yet.")
-    if best_line:
-        lines.append(f"Best verified candidate so far: {best_line}")
-    if best_source:
-        lines.append("Its source:\n```python\n" + best_source.rstrip() + "\n```")
-    summary = {"role": "user", "content": "\n".join(lines)}
-    tail = [m for group in tail_groups for m in group]
-    return [*head, summary, *tail]
+def change_summary(source: str, parent: str | None, parent_sha256: str | None) -> str:
+    """How ``source`` differs from the one it was derived from, in a few words."""
+    if parent is None or parent_sha256 is None:
+        return "first version"
+    added = removed = 0
+    for line in difflib.unified_diff(parent.splitlines(), source.splitlines(), lineterm="", n=0):
+        if line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    return f"+{added}/-{removed} lines vs {parent_sha256[:8]}"
 
 
 def tool_error(text: str) -> str:

@@ -11,19 +11,14 @@ if TYPE_CHECKING:
     from problems.spec import Problem
 
 __all__ = [
-    "DEFAULT_CONTEXT_TOKENS",
     "Budgets",
+    "Failure",
     "JobResult",
     "JobSpec",
     "StopReason",
     "Totals",
     "TrajectoryResult",
 ]
-
-#: When the history sent to the model grows past this estimate, its middle is summarised. Well
-#: under common 128k windows: long contexts cost money and models attend worse to their middle.
-DEFAULT_CONTEXT_TOKENS = 48_000
-
 
 class StopReason(StrEnum):
     """Why a trajectory (or the whole job) stopped."""
@@ -48,6 +43,11 @@ class StopReason(StrEnum):
     COMPLETED = "completed"
 
     @property
+    def is_budget(self) -> bool:
+        return self in (StopReason.TURNS, StopReason.TOOL_CALLS, StopReason.TOKENS, StopReason.COST,
+                        StopReason.WALL_CLOCK)
+
+    @property
     def outcome(self) -> str:
         """The trajectory state this ends in (the values of ``store.states.TrajectoryState``)."""
         if self is StopReason.SUBMITTED:
@@ -58,6 +58,29 @@ class StopReason(StrEnum):
                     StopReason.INTERNAL_ERROR):
             return "failed"
         return "exhausted"
+
+
+class Failure(StrEnum):
+    """Why a job produced no verified kernel, in terms a user can act on (`JobResult.failure`)."""
+
+    #: The model never sent a usable tool call (no code was evaluated).
+    NO_ATTEMPT = "no_attempt"
+    #: The model declined the task.
+    REFUSED = "refused"
+    #: The conversation did not fit the model's context window.
+    CONTEXT = "context"
+    #: The LLM endpoint failed (its message is in the error).
+    LLM_ERROR = "llm_error"
+    #: Candidates were evaluated but none passed timing before a budget ran out.
+    BUDGET = "budget"
+    #: Candidates were evaluated but none passed timing (the model stopped, or submitted one that failed).
+    NOT_VERIFIED = "not_verified"
+    #: Our evaluation infrastructure kept failing.
+    INFRA = "infra"
+    #: A bug on our side.
+    INTERNAL = "internal"
+    #: The job was cancelled.
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +127,8 @@ class JobSpec:
         budgets: the limits.
         trajectories: independent chats, run concurrently; the best verified attempt wins.
         random_trials: random-input trials the evaluator runs (``HarnessOptions.trials``), for the prompt.
-        context_tokens: summarise the history past this many (estimated) tokens.
+        context_tokens: a context window smaller than the profile's, to keep requests cheaper
+            (``None``: the profile's ``context_window``).
     """
 
     problem: Problem
@@ -113,7 +137,7 @@ class JobSpec:
     budgets: Budgets = field(default_factory=Budgets)
     trajectories: int = 1
     random_trials: int = 3
-    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.target not in ("cuda", "cpu"):
@@ -130,6 +154,9 @@ class Totals:
     tokens_out: int = 0
     cost_usd: float = 0.0
     wall_s: float = 0.0
+    #: Of ``tokens_out``: hidden reasoning. Of ``tokens_in``: served from the prompt cache.
+    tokens_reasoning: int = 0
+    tokens_cached: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
     #: Evaluations actually run (dedup hits excluded, infra retries included).
@@ -168,7 +195,8 @@ class JobResult:
     ``best`` is the fastest ``pass`` verdict of depth ``benchmark`` across trajectories (compile- or
     correctness-only passes and ``suspicious`` verdicts never count), as the verdict dict plus
     ``source``, ``source_sha256``, ``tool`` and ``trajectory``. ``quarantined`` lists the
-    ``suspicious`` ones in the same shape, for the worker to re-time.
+    ``suspicious`` ones in the same shape, for the worker to re-time. A job without a best has a
+    ``failure`` and an ``error`` that says what happened and what to change.
     """
 
     best: dict[str, Any] | None
@@ -177,6 +205,7 @@ class JobResult:
     trajectories: tuple[TrajectoryResult, ...] = ()
     quarantined: tuple[dict[str, Any], ...] = ()
     error: str | None = None
+    failure: Failure | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -185,4 +214,5 @@ class JobResult:
     def to_dict(self) -> dict[str, Any]:
         return {"best": self.best, "reason": self.reason.value, "totals": self.totals.to_dict(),
                 "trajectories": [t.to_dict() for t in self.trajectories],
-                "quarantined": list(self.quarantined), "error": self.error, "succeeded": self.succeeded}
+                "quarantined": list(self.quarantined), "error": self.error,
+                "failure": self.failure.value if self.failure else None, "succeeded": self.succeeded}

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from agent.job import Budgets
     from problems.spec import Problem
 
-__all__ = ["contract_text", "problem_message", "system_prompt"]
+__all__ = ["budget_summary", "contract_text", "problem_message", "system_prompt"]
 
 
 def _tolerance(problem: Problem) -> str:
@@ -99,16 +99,34 @@ def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
 """
 
 
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.3g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds:.3g} s"
+
+
+def budget_summary(budgets: Budgets) -> str:
+    """Every limit of a session, in one line (the system prompt states it; the loop reports what is left)."""
+    parts = [f"{budgets.turns} turns (your messages; one without a tool call still uses a turn)",
+             f"{budgets.tool_calls} tool calls", f"{budgets.max_tokens:,} tokens (prompt + reply, all turns)"]
+    if budgets.max_cost_usd > 0:
+        parts.append(f"${budgets.max_cost_usd:.2f} of LLM cost")
+    parts.append(f"{_duration(budgets.wall_clock_s)} of wall clock (evaluations included)")
+    return ", ".join(parts)
+
+
 def _tools_and_budget(budgets: Budgets) -> str:
     return f"""\
 ## Tools and budget
 - get_gpu_specs(); compile(source); check_correctness(source); benchmark(source); profile(source);
   submit(source). `source` is always the complete Python file. Several calls in one message run in order.
 - An identical source is never evaluated twice: you get the stored verdict back.
-- Budget: {budgets.turns} turns (your messages; one without a tool call still uses a turn) and
-  {budgets.tool_calls} tool calls. When it runs out the session ends and your fastest candidate that
-  passed benchmark counts, submitted or not; submit(source) verifies your final answer and ends the
-  session. Problems on our side are retried and never charged to you.
+- Budget: {budget_summary(budgets)}. Each tool result ends with what is left. When any of it runs out the
+  session ends and your fastest candidate that passed benchmark counts, submitted or not; submit(source)
+  verifies your final answer and ends the session. A malformed call (bad JSON, an unknown tool, a missing
+  source) runs nothing and costs no tool call; problems on our side are retried and never charged to you.
 """
 
 

@@ -25,6 +25,11 @@ class Evaluator(Protocol):
     @property
     def device_specs(self) -> dict[str, Any]: ...
 
+    def cancel(self) -> None:
+        """Stop for good: an evaluation in flight returns an error verdict soon after, later ones at
+        once (the loop calls it when the job must stop: wall clock, cancel, a budget)."""
+        ...
+
 
 @runtime_checkable
 class Recorder(Protocol):
@@ -38,7 +43,16 @@ class Recorder(Protocol):
 
     def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
-                cost_usd: float) -> None: ...
+                cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
+        """One message; an assistant message carries its call's usage (``tokens_reasoning`` is
+        part of ``tokens_out``, ``tokens_cached`` part of ``tokens_in``)."""
+        ...
+
+    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+              tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
+        """Usage of LLM calls that produced no message (abandoned, cut or failed tries): it is
+        paid for all the same, so it counts towards the job's totals."""
+        ...
 
     def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
         """The stored verdict dict of this job's newest attempt with this source and tool, if any

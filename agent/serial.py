@@ -71,6 +71,12 @@ class SerialEvaluator:
     def device_specs(self) -> dict[str, Any]:
         return self._thread.submit(lambda: self.inner.device_specs).result()
 
+    def cancel(self) -> None:
+        """Cancel the inner evaluator (terminal; called from any thread, while an evaluation runs)."""
+        cancel = getattr(self.inner, "cancel", None)
+        if cancel is not None:  # a harness.Referee from before Referee.cancel() runs its evaluation to the end
+            cancel()
+
     def close(self) -> None:
         """Stop the worker thread (the inner evaluator is the caller's to close)."""
         self._thread.shutdown(wait=True)

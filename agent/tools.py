@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from agent.feedback import AttemptNote, dumps_specs, gpu_summary, tool_error, verdict_feedback
+from agent.feedback import AttemptNote, change_summary, dumps_specs, gpu_summary, tool_error, verdict_feedback
 from agent.protocols import Evaluator, Recorder
 from agent.providers.base import ToolCall
 from harness.verdict import ErrorKind, Stage, Status, Verdict
@@ -121,6 +121,10 @@ def is_verified(verdict: dict[str, Any]) -> bool:
             and timing.get("median_ms") is not None)
 
 
+def _rejected(text: str) -> ToolResult:
+    return ToolResult(tool_error(text) + " (not run, not charged)", charged=False)
+
+
 def _answers(stored_tool: ToolName, verdict: dict[str, Any], wanted: ToolName) -> bool:
     if verdict.get("error_kind") == ErrorKind.INFRA.value:
         return False
@@ -135,7 +139,8 @@ class ToolResult:
 
     #: The tool message the model reads.
     text: str
-    #: Whether it counts against the tool-call budget (infra failures do not).
+    #: Whether it counts against the tool-call budget (malformed or unknown calls and infra
+    #: failures do not).
     charged: bool = True
     ends_trajectory: bool = False
     verdict: dict[str, Any] | None = None
@@ -145,13 +150,16 @@ class ToolResult:
 
 @dataclass
 class Ledger:
-    """One trajectory's memory of its attempts: parents, the attempt log, its best."""
+    """One trajectory's memory of its attempts: parents, sources, the attempt log, its best."""
 
     parent_of: dict[str, str | None] = field(default_factory=dict)
     last_sha: str | None = None
     notes: list[AttemptNote] = field(default_factory=list)
     best: dict[str, Any] | None = None
     quarantined: list[dict[str, Any]] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    #: The source of the latest attempt.
+    latest_source: str | None = None
 
     def parent_for(self, sha: str) -> str | None:
         """The source this one was derived from: the previous distinct source when first seen."""
@@ -165,9 +173,13 @@ class Ledger:
         return (self.best.get("timing") or {}).get("median_ms") if self.best else None
 
     def observe(self, tool: str, verdict: dict[str, Any], source: str, trajectory: int) -> None:
-        self.notes.append(AttemptNote.from_verdict(tool, verdict))
-        entry = {**verdict, "source": source, "source_sha256": source_sha256(source), "tool": tool,
-                 "trajectory": trajectory}
+        sha = source_sha256(source)
+        parent = self.parent_of.get(sha)
+        self.sources[sha] = source
+        self.latest_source = source
+        changed = change_summary(source, self.sources.get(parent) if parent else None, parent)
+        self.notes.append(AttemptNote.from_verdict(tool, verdict, source_sha256=sha, changed=changed))
+        entry = {**verdict, "source": source, "source_sha256": sha, "tool": tool, "trajectory": trajectory}
         if is_verified(verdict):
             median = verdict["timing"]["median_ms"]
             if self.best_ms is None or median < self.best_ms:
@@ -186,12 +198,16 @@ class ToolExecutor:
         infra_retries: further tries after an ``infra`` verdict.
         infra_backoff_s: waits before those tries (the last value repeats).
         sleep: how to wait (tests pass a no-op).
+        stopping: whether the job is stopping (then an infra failure is not retried: the
+            evaluation was most likely cut on purpose).
     """
 
     def __init__(self, evaluator: Evaluator, recorder: Recorder, *, infra_retries: int = 2,
                  infra_backoff_s: tuple[float, ...] = (2.0, 10.0),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         self.evaluator = evaluator
+        self.stopping = stopping
         self.recorder = recorder
         self.infra_retries = infra_retries
         self.infra_backoff_s = infra_backoff_s or (0.0,)
@@ -225,14 +241,15 @@ class ToolExecutor:
 
     # -- one call ----------------------------------------------------------------------------
     def execute(self, call: ToolCall, *, trajectory: int, ledger: Ledger) -> ToolResult:
-        """Validate and run one tool call; malformed calls come back as error text for the model."""
+        """Validate and run one tool call; malformed calls come back as error text for the model,
+        uncharged (a call that ran nothing costs no budget)."""
         if call.error:
-            return ToolResult(tool_error(f"{call.name or 'tool call'}: {call.error}"))
+            return _rejected(f"{call.name or 'tool call'}: {call.error}")
         try:
             tool = ToolName(call.name)
         except ValueError:
             known = ", ".join(t.value for t in ToolName)
-            return ToolResult(tool_error(f"unknown tool {call.name!r}; the tools are: {known}"))
+            return _rejected(f"unknown tool {call.name!r}; the tools are: {known}")
         arguments = call.arguments or {}
         if tool is ToolName.GET_GPU_SPECS:
             specs = self.device_specs()
@@ -243,12 +260,11 @@ class ToolExecutor:
         source = arguments.get("source")
         unexpected = sorted(set(arguments) - {"source"})
         if not isinstance(source, str) or not source.strip():
-            return ToolResult(tool_error(f"{tool.value} needs `source`: the complete Python file as a string"))
+            return _rejected(f"{tool.value} needs `source`: the complete Python file as a string")
         if unexpected:
-            return ToolResult(tool_error(f"{tool.value} takes only `source`; unexpected: {', '.join(unexpected)}"))
+            return _rejected(f"{tool.value} takes only `source`; unexpected: {', '.join(unexpected)}")
         if len(source.encode()) > MAX_SOURCE_BYTES:
-            return ToolResult(tool_error(f"the source is {len(source.encode())} bytes; the limit is "
-                                         f"{MAX_SOURCE_BYTES}"))
+            return _rejected(f"the source is {len(source.encode())} bytes; the limit is {MAX_SOURCE_BYTES}")
         return self._run_code_tool(tool, source, trajectory=trajectory, ledger=ledger)
 
     def _stored(self, tool: ToolName, sha: str) -> tuple[ToolName, dict[str, Any]] | None:
@@ -299,7 +315,7 @@ class ToolExecutor:
                 self.evaluations += 1
             self.recorder.attempt(trajectory=trajectory, tool=tool.value, source=source, parent_sha256=parent,
                                   verdict=verdict)
-            if verdict.get("error_kind") != ErrorKind.INFRA.value:
+            if verdict.get("error_kind") != ErrorKind.INFRA.value or self.stopping():
                 return verdict
             if attempt < self.infra_retries:
                 self._sleep(self._backoff(attempt))

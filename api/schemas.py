@@ -195,6 +195,8 @@ class JobPublic(BaseModel):
     best: BestSummary | None
     tokens_in: int
     tokens_out: int
+    tokens_reasoning: int = Field(description="Of tokens_out: the models' hidden reasoning.")
+    tokens_cached: int = Field(description="Of tokens_in: served from the LLM servers' prompt caches.")
     cost_usd: float
     gpu_seconds: float
     created_at: datetime
@@ -230,6 +232,8 @@ class JobPublic(BaseModel):
             ),
             tokens_in=job.tokens_in,
             tokens_out=job.tokens_out,
+            tokens_reasoning=job.tokens_reasoning or 0,
+            tokens_cached=job.tokens_cached or 0,
             cost_usd=job.cost_usd,
             gpu_seconds=job.gpu_seconds,
             created_at=job.created_at,
@@ -325,6 +329,8 @@ class MessagePublic(BaseModel):
     tool_call_id: str | None
     tokens_in: int
     tokens_out: int
+    tokens_reasoning: int | None = Field(description="Of tokens_out: hidden reasoning (null: not reported).")
+    tokens_cached: int | None = Field(description="Of tokens_in: served from the prompt cache (null: not reported).")
     latency_ms: float | None
     cost_usd: float
     created_at: datetime
@@ -341,6 +347,8 @@ class MessagePublic(BaseModel):
             tool_call_id=message.tool_call_id,
             tokens_in=message.tokens_in,
             tokens_out=message.tokens_out,
+            tokens_reasoning=message.tokens_reasoning,
+            tokens_cached=message.tokens_cached,
             latency_ms=message.latency_ms,
             cost_usd=message.cost_usd,
             created_at=message.created_at,

@@ -2,22 +2,60 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["LLMProfile", "Settings", "load_settings"]
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "LLMProfile",
+    "ReasoningHistory",
+    "Settings",
+    "TextToolMode",
+    "load_settings",
+]
 
 _DATA_DIR = Path.home() / ".local" / "share" / "kernelloop"
+
+
+class TextToolMode(StrEnum):
+    """How tool calls travel: the server's function calling, or fenced blocks in the text."""
+
+    #: Function calling; a trajectory switches to text when the server refuses ``tools`` or the
+    #: model answers with code but no call (a server without a tool parser).
+    AUTO = "auto"
+    #: Always text (servers without any tool support).
+    ALWAYS = "always"
+    #: Never text: a reply without a call is only nudged.
+    NEVER = "never"
+
+
+class ReasoningHistory(StrEnum):
+    """What happens to a reasoning model's ``reasoning_content`` in the history sent back."""
+
+    #: Dropped (what most servers expect: their templates drop it anyway, and it costs tokens).
+    DROP = "drop"
+    #: Sent back on the assistant message (servers whose templates interleave reasoning).
+    PASS_BACK = "pass_back"
+
+
+#: A context window small enough to be safe on the servers people run locally (vLLM's and
+#: SGLang's defaults are the model's own, often 32k-128k; llama.cpp's and Ollama's are set by
+#: the operator). Profiles of larger models say so.
+DEFAULT_CONTEXT_WINDOW = 32_768
+#: Output tokens asked for per reply: a whole candidate file plus some reasoning fits.
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
 
 
 class LLMProfile(BaseModel):
     """A server-side LLM endpoint; jobs name a profile, never carry keys.
 
     ``api_key_env`` names the environment variable holding the key, so the key itself never
-    sits in a settings dump or a job row.
+    sits in a settings dump or a job row. docs/deploy.md has a worked profile per server kind.
     """
 
     provider: str = "openai"
@@ -27,10 +65,50 @@ class LLMProfile(BaseModel):
     #: USD per million tokens (input, output), for the cost recorded per message.
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    #: For endpoints without tool calling: tool calls as fenced JSON in the text.
-    text_tool_calls: bool = False
+    #: USD per million cached input tokens (``prompt_tokens_details.cached_tokens``); ``None``:
+    #: the input price. Reasoning tokens are output tokens and cost the output price unless
+    #: ``price_reasoning_per_mtok`` says otherwise.
+    price_cached_in_per_mtok: float | None = None
+    price_reasoning_per_mtok: float | None = None
+    #: The model's context window in tokens (prompt + reply): the history is kept inside it.
+    context_window: int = Field(default=DEFAULT_CONTEXT_WINDOW, ge=1024)
+    #: Output tokens asked for per reply (``None``: no limit is sent, the server's default applies).
+    max_output_tokens: int | None = Field(default=DEFAULT_MAX_OUTPUT_TOKENS, ge=1)
+    #: The request field that carries it: OpenAI's reasoning models take only ``max_completion_tokens``.
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    #: Added to every request body, e.g. ``{"reasoning_effort": "low"}`` or vLLM's
+    #: ``{"chat_template_kwargs": {"enable_thinking": false}}``.
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    #: Request parameters never sent (e.g. ``["temperature"]`` for reasoning models). A 400 that
+    #: names an unsupported parameter also drops it, for the rest of the job.
+    omit_params: tuple[str, ...] = ()
+    #: Stream replies (with an idle timeout between chunks, so long generations finish).
+    stream: bool = True
+    #: Seconds without a chunk before a streamed reply is abandoned (and retried).
+    idle_timeout_s: float = Field(default=60.0, gt=0)
+    #: Seconds for a whole non-streamed reply (and for connecting).
+    timeout_s: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    #: Strip ``<think>...</think>`` blocks from the content kept in the history.
+    strip_think: bool = True
+    reasoning_history: ReasoningHistory = ReasoningHistory.DROP
+    #: Tool calls as fenced JSON in the text: ``auto`` (switch when needed), ``always``, ``never``.
+    text_tool_calls: TextToolMode = TextToolMode.AUTO
+
+    @field_validator("text_tool_calls", mode="before")
+    @classmethod
+    def _text_mode_from_bool(cls, value: object) -> object:
+        # ``true``/``false`` were the values before the auto mode existed.
+        if isinstance(value, bool):
+            return TextToolMode.ALWAYS if value else TextToolMode.AUTO
+        return value
+
+    @model_validator(mode="after")
+    def _output_fits_the_window(self) -> LLMProfile:
+        if self.max_output_tokens is not None and self.max_output_tokens >= self.context_window // 2:
+            raise ValueError(f"max_output_tokens ({self.max_output_tokens}) must be under half the context_window "
+                             f"({self.context_window}): the rest holds the conversation")
+        return self
 
 
 class Settings(BaseSettings):
@@ -95,8 +173,9 @@ class Settings(BaseSettings):
 
     #: JSON in the environment: KERNELLOOP_LLM_PROFILES='{"local": {"base_url": "http://…/v1", …}}'.
     llm_profiles: dict[str, LLMProfile] = Field(default_factory=lambda: {
-        "replay": LLMProfile(provider="replay", model="replay", api_key_env=None),
-        "openai": LLMProfile(),
+        # A script has no context window: its history is never compacted.
+        "replay": LLMProfile(provider="replay", model="replay", api_key_env=None, context_window=1 << 20),
+        "openai": LLMProfile(context_window=128_000),
     })
     default_llm_profile: str = "replay"
 

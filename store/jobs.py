@@ -548,12 +548,16 @@ def add_job_usage(
     tokens_out: int = 0,
     cost_usd: float = 0.0,
     gpu_seconds: float = 0.0,
+    tokens_reasoning: int = 0,
+    tokens_cached: int = 0,
 ) -> None:
     """Add to a job's totals in one atomic ``UPDATE`` (concurrent trajectories add safely).
 
     `store.trajectories.append_message` already adds each message's tokens and cost; call this
-    for what messages do not carry (GPU seconds, usage outside the chat). Like every write to the
-    job row, it holds the row's lock until commit.
+    for what messages do not carry (GPU seconds, LLM calls that produced no message: abandoned or
+    failed tries are paid for too). ``tokens_reasoning`` and ``tokens_cached`` are parts of
+    ``tokens_out`` and ``tokens_in``, not additions to them. Like every write to the job row, it
+    holds the row's lock until commit.
 
     Raises:
         NotFound: no job with that id.
@@ -566,6 +570,8 @@ def add_job_usage(
             tokens_out=Job.tokens_out + tokens_out,
             cost_usd=Job.cost_usd + cost_usd,
             gpu_seconds=Job.gpu_seconds + gpu_seconds,
+            tokens_reasoning=Job.tokens_reasoning + tokens_reasoning,
+            tokens_cached=Job.tokens_cached + tokens_cached,
         )
         .returning(Job.id)
     )

@@ -206,6 +206,9 @@ class Job(Base):
     tokens_out: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
     cost_usd: Mapped[float] = mapped_column(default=0.0, server_default=sa.text("0"))
     gpu_seconds: Mapped[float] = mapped_column(default=0.0, server_default=sa.text("0"))
+    #: Of ``tokens_out``: the models' hidden reasoning; of ``tokens_in``: served from prompt caches.
+    tokens_reasoning: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
+    tokens_cached: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
 
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[datetime | None]
@@ -266,6 +269,10 @@ class Message(Base):
     tokens_out: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
     latency_ms: Mapped[float | None]
     cost_usd: Mapped[float] = mapped_column(default=0.0, server_default=sa.text("0"))
+    #: Of ``tokens_out``, the hidden reasoning; of ``tokens_in``, the part served from the server's
+    #: prompt cache. ``None``: not reported (or stored before these were recorded).
+    tokens_reasoning: Mapped[int | None]
+    tokens_cached: Mapped[int | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

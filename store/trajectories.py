@@ -91,13 +91,16 @@ def append_message(
     tokens_out: int = 0,
     latency_ms: float | None = None,
     cost_usd: float = 0.0,
+    tokens_reasoning: int | None = None,
+    tokens_cached: int | None = None,
     now: datetime | None = None,
 ) -> Message:
     """Store one chat message and count it.
 
     An ``assistant`` message is a turn, and each of its ``tool_calls`` a tool call, on the
     trajectory's counters (what its budgets are checked against); its tokens and cost are added
-    to the job's totals.
+    to the job's totals. ``tokens_reasoning`` (part of ``tokens_out``) and ``tokens_cached`` (part
+    of ``tokens_in``) are ``None`` when the server reported none.
 
     Raises:
         NotFound: no trajectory with that id.
@@ -108,7 +111,8 @@ def append_message(
     # Adding to the job's totals first takes the job row's lock: messages of one job then get
     # their ids, and commit, one after the other, so paging by id never skips a late commit.
     add_job_usage(
-        session=session, job_id=job_id, tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost_usd
+        session=session, job_id=job_id, tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost_usd,
+        tokens_reasoning=tokens_reasoning or 0, tokens_cached=tokens_cached or 0,
     )
     is_turn = role == "assistant"
     seq = bump_counter(
@@ -130,6 +134,8 @@ def append_message(
         tokens_out=tokens_out,
         latency_ms=latency_ms,
         cost_usd=cost_usd,
+        tokens_reasoning=tokens_reasoning,
+        tokens_cached=tokens_cached,
         created_at=now or utcnow(),
     )
     session.add(message)

@@ -9,7 +9,8 @@ Events this module appends to the job's stream (the store already appends ``stat
 
 - ``trajectory``: ``{"index", "trajectory_id", "state", "temperature"?, "strategy"?, "reason"?}``
 - ``message``: ``{"trajectory", "trajectory_id", "message_id", "seq", "role", "tool_calls",
-  "tool_call_id", "tokens_in", "tokens_out", "latency_ms", "cost_usd", "preview"}``; ``tool_calls``
+  "tool_call_id", "tokens_in", "tokens_out", "tokens_reasoning", "tokens_cached", "latency_ms",
+  "cost_usd", "preview"}``; ``tool_calls``
   lists the called functions' names, ``preview`` is the content's first characters (the whole
   message is at ``GET /jobs/{id}/messages``).
 - ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
@@ -31,6 +32,7 @@ from store import (
     LeaseStatus,
     Trajectory,
     TrajectoryState,
+    add_job_usage,
     append_event,
     append_message,
     create_trajectory,
@@ -104,6 +106,7 @@ class StoreRecorder:
         lease: LeaseKeeper,
     ) -> None:
         self._factory = session_factory
+        self.session_factory = session_factory
         self.job_id = job_id
         self.worker_id = worker_id
         self._lease_seconds = lease_seconds
@@ -138,23 +141,37 @@ class StoreRecorder:
         tokens_out: int = 0,
         latency_ms: float | None = None,
         cost_usd: float = 0.0,
+        tokens_reasoning: int = 0,
+        tokens_cached: int = 0,
     ) -> None:
-        """Store one chat message of trajectory number ``trajectory``."""
+        """Store one chat message of trajectory number ``trajectory`` (an assistant message with
+        its call's usage; reasoning and cached tokens are parts of ``tokens_out`` and ``tokens_in``)."""
+        llm = role == "assistant"
         with self._guarded() as session:
             trajectory_id = self._trajectory_id(session, trajectory)
             stored = append_message(
                 session=session, trajectory_id=trajectory_id, role=role, content=content,
                 tool_calls=tool_calls, tool_call_id=tool_call_id, tokens_in=tokens_in, tokens_out=tokens_out,
-                latency_ms=latency_ms, cost_usd=cost_usd,
+                latency_ms=latency_ms, cost_usd=cost_usd, tokens_reasoning=tokens_reasoning if llm else None,
+                tokens_cached=tokens_cached if llm else None,
             )
             payload = {
                 "trajectory": trajectory, "trajectory_id": trajectory_id, "message_id": stored.id,
                 "seq": stored.seq, "role": role, "tool_calls": _tool_names(tool_calls),
                 "tool_call_id": tool_call_id, "tokens_in": tokens_in, "tokens_out": tokens_out,
+                "tokens_reasoning": stored.tokens_reasoning, "tokens_cached": stored.tokens_cached,
                 "latency_ms": latency_ms, "cost_usd": cost_usd,
                 "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
             }
             self._event(session, WorkerEvent.MESSAGE, payload)
+
+    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+              tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
+        """Add the usage of LLM calls that produced no message (abandoned, cut or failed tries) to
+        the job's totals."""
+        with self._guarded() as session:
+            add_job_usage(session=session, job_id=self.job_id, tokens_in=tokens_in, tokens_out=tokens_out,
+                          cost_usd=cost_usd, tokens_reasoning=tokens_reasoning, tokens_cached=tokens_cached)
 
     def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
         """The stored verdict of this job for the same source and tool (infra failures excepted)."""

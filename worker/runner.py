@@ -12,7 +12,9 @@ alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
   `worker.evaluator.RefereeEvaluator` and a `worker.recorder.StoreRecorder`; then the
   candidates the agent reports quarantined (``suspicious``) are re-timed in a fresh process with
   fresh seeds and hardened timing (`retime_options`), so a real large speedup can become the
-  job's best and a patched clock cannot.
+  job's best and a patched clock cannot. The job succeeds only with a verified kernel (a best
+  attempt); otherwise it fails with the agent's account of why (no attempt, refused, context,
+  budget, the LLM endpoint's message).
 
 Cancel and lease loss are noticed by the heartbeat thread and acted on at safe points: between
 evaluations (the recorder's ``cancelled()``), and before the job is finished. A lost job is left
@@ -316,13 +318,21 @@ def _run_agent(
         random_trials=options.trials,
     )
     result = agent.run_job(spec, evaluator=evaluator, recorder=recorder, provider=None)
-    error = getattr(result, "error", None)
-    if error:
-        return RunOutcome.FAILED, str(error)
     quarantined = tuple(getattr(result, "quarantined", ()) or ())[:MAX_RETIMES]
     if quarantined and not recorder.cancelled():
         _retime(quarantined, problem, job, options, recorder, referee_factory)
-    return RunOutcome.SUCCEEDED, ""
+    # Succeeded means a verified kernel: the store's best attempt (a timed pass, or a re-timed one).
+    if _has_best(recorder):
+        return RunOutcome.SUCCEEDED, ""
+    if recorder.cancelled():
+        return RunOutcome.CANCELLED, "cancelled by its owner"
+    reason = getattr(getattr(result, "reason", None), "value", getattr(result, "reason", None))
+    return RunOutcome.FAILED, str(getattr(result, "error", None) or f"no verified kernel (the agent stopped: {reason})")
+
+
+def _has_best(recorder: StoreRecorder) -> bool:
+    with session_scope(recorder.session_factory) as session:
+        return get_job(session=session, job_id=recorder.job_id).best_attempt_id is not None
 
 
 def retime_options(options: HarnessOptions) -> HarnessOptions:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from agent.providers.base import (
     AssistantTurn,
     ContextOverflow,
+    Interrupted,
     LLMProvider,
     ProviderError,
     ToolCall,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AssistantTurn",
     "ContextOverflow",
+    "Interrupted",
     "LLMProvider",
     "ProviderError",
     "ToolCall",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,7 +243,8 @@ class ReplayProvider:
                         error=error)
 
     def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
-                 temperature: float) -> AssistantTurn:
+                 temperature: float, text_tools: bool = False,
+                 should_stop: Callable[[], bool] | None = None) -> AssistantTurn:
         index = self.position(messages)
         if index >= len(self.turns):
             raise ProviderError(f"the replay script has no turn {index + 1} (it has {len(self.turns)})")

@@ -106,12 +106,15 @@ def make_verdict(kind: str, depth: str, *, median_ms: float = 1.0, eager_ms: flo
 class FakeEvaluator:
     """Answers from a table of sources; counts every evaluation (thread-safe).
 
-    An unknown source gets a compile error, like a file that does not build.
+    An unknown source gets a compile error, like a file that does not build. ``delay_s`` makes
+    each evaluation take that long (a wait that `cancel` ends, as the real referee's does).
     """
 
     def __init__(self, candidates: Mapping[str, FakeCandidate], *, specs: Mapping[str, Any] | None = None,
-                 eager_ms: float = 2.0, specs_failures: int = 0) -> None:
+                 eager_ms: float = 2.0, specs_failures: int = 0, delay_s: float = 0.0) -> None:
         self.candidates = dict(candidates)
+        self.delay_s = delay_s
+        self.cancelled = threading.Event()
         self.specs = dict(specs or FAKE_SPECS)
         self.eager_ms = eager_ms
         self.calls: list[tuple[str, str]] = []
@@ -125,10 +128,17 @@ class FakeEvaluator:
             self.calls.append((source, depth_name))
             count = self._seen.get(source, 0)
             self._seen[source] = count + 1
+        if self.cancelled.is_set() or (self.delay_s and self.cancelled.wait(self.delay_s)):
+            return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
+                           message="the evaluation was cancelled", depth=depth_name)
         candidate = self.candidates.get(source, FakeCandidate(kind="compile_error"))
         if count < candidate.infra_first:
             return make_verdict("infra", depth_name)
         return make_verdict(candidate.kind, depth_name, median_ms=candidate.median_ms, eager_ms=self.eager_ms)
+
+    def cancel(self) -> None:
+        """Terminal: the evaluation in flight (and every later one) ends with an infra error."""
+        self.cancelled.set()
 
     @property
     def device_specs(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage"]
+__all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedUsage"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,18 @@ class RecordedMessage:
     tokens_out: int
     latency_ms: float
     cost_usd: float
+    tokens_reasoning: int = 0
+    tokens_cached: int = 0
+
+
+@dataclass(frozen=True)
+class RecordedUsage:
+    trajectory: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    tokens_reasoning: int = 0
+    tokens_cached: int = 0
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class MemoryRecorder:
 
     cancel_when: Callable[[MemoryRecorder], bool] | None = None
     messages: list[RecordedMessage] = field(default_factory=list)
+    #: Usage recorded apart from messages (abandoned or failed LLM calls).
+    usages: list[RecordedUsage] = field(default_factory=list)
     attempts: list[RecordedAttempt] = field(default_factory=list)
     started: dict[int, dict[str, Any]] = field(default_factory=dict)
     finished: dict[int, str] = field(default_factory=dict)
@@ -59,11 +73,18 @@ class MemoryRecorder:
 
     def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
-                cost_usd: float) -> None:
+                cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         with self._lock:
             self.messages.append(RecordedMessage(trajectory, role, content, tool_calls, tool_call_id, tokens_in,
-                                                 tokens_out, latency_ms, cost_usd))
+                                                 tokens_out, latency_ms, cost_usd, tokens_reasoning, tokens_cached))
             self.events.append(("message", trajectory))
+
+    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+              tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
+        with self._lock:
+            self.usages.append(RecordedUsage(trajectory, tokens_in, tokens_out, cost_usd, tokens_reasoning,
+                                             tokens_cached))
+            self.events.append(("usage", trajectory))
 
     def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
         with self._lock:

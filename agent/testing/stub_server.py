@@ -86,9 +86,9 @@ class StubResponse:
         return cls.error(status, "The server had an error while processing your request.")
 
     @classmethod
-    def context_overflow(cls, limit: int = 8192) -> StubResponse:
+    def context_overflow(cls, limit: int = 8192, over: int = 1234) -> StubResponse:
         return cls.error(400, f"This model's maximum context length is {limit} tokens. However, your messages "
-                         f"resulted in {limit + 1234} tokens. Please reduce the length of the messages.",
+                         f"resulted in {limit + over} tokens. Please reduce the length of the messages.",
                          code="context_length_exceeded", type_="invalid_request_error")
 
 

@@ -13,14 +13,17 @@ SEED1 = "level2/conv_tanh_scale_bias_maxpool"
 SEED2 = "level2/conv_bn_scale_train"
 SEED2_EVAL = "level2/conv_bn_scale_eval"
 
+#: A script has no context window; the history is never compacted under it.
+REPLAY_WINDOW = 1 << 20
+
 try:
     from config.settings import LLMProfile
 
-    REPLAY: Any = LLMProfile(provider="replay", model="replay", api_key_env=None)
+    REPLAY: Any = LLMProfile(provider="replay", model="replay", api_key_env=None, context_window=REPLAY_WINDOW)
 except ImportError:  # the GPU box has torch and pytest, not the service's packages
     from types import SimpleNamespace
 
-    REPLAY = SimpleNamespace(provider="replay", model="replay")
+    REPLAY = SimpleNamespace(provider="replay", model="replay", context_window=REPLAY_WINDOW)
 
 
 def no_sleep(_seconds: float) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from agent.feedback import AttemptNote, gpu_summary, summarise_history, verdict_feedback
+from agent.feedback import gpu_summary, verdict_feedback
 from agent.testing import make_verdict
 from agent.testing.fakes import FAKE_SPECS
 from harness.verdict import CompileResult, Stage, Status, Trial, Verdict
@@ -125,33 +123,3 @@ def test_gpu_summary_has_the_ridge_point() -> None:
     cpu = gpu_summary({"target": "cpu", "name": "x86_64", "cores": 2, "peak_flops": {"fp32": 4.9e10},
                        "measured_bandwidth": 1.1e10, "peak_source": "measured"})
     assert "2 cores" in cpu and "ridge point: 4.5 FLOP/byte" in cpu
-
-
-def _history(turns: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "P"}]
-    for i in range(turns):
-        messages.append({"role": "assistant", "content": f"turn {i}",
-                         "tool_calls": [{"id": f"c{i}", "type": "function",
-                                         "function": {"name": "benchmark", "arguments": "{}"}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"result {i}"})
-        if i % 2:
-            messages.append({"role": "user", "content": "nudge"})
-    return messages
-
-
-def test_summary_keeps_system_problem_and_last_turns_with_their_results() -> None:
-    notes = [AttemptNote("compile", "error", "compile", note="compile failed"),
-             AttemptNote("benchmark", "pass", "done", median_ms=0.41, speedup=2.07)]
-    out = summarise_history(_history(6), notes, keep_turns=2, best_source="class ModelNew: ...",
-                            best_line="benchmark: 0.41 ms")
-    assert [m["content"] for m in out[:2]] == ["S", "P"]
-    summary = out[2]["content"]
-    assert summary.startswith("Summary of the earlier part")
-    assert "1. compile: error (stage compile) - compile failed" in summary
-    assert "2. benchmark: pass (stage done), 410.0 us, 2.07x vs eager" in summary
-    assert "```python\nclass ModelNew: ...\n```" in summary
-    tail = out[3:]
-    assert tail[0]["role"] == "assistant" and tail[0]["content"] == "turn 4"
-    call_ids = {c["id"] for m in tail if m["role"] == "assistant" for c in m["tool_calls"]}
-    answered = {m["tool_call_id"] for m in tail if m["role"] == "tool"}
-    assert call_ids == answered == {"c4", "c5"}

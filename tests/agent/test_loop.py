@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -9,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from agent import Budgets, JobSpec, StopReason, run_job
+from agent import Budgets, Failure, JobSpec, StopReason, run_job, source_sha256
 from agent.providers.base import AssistantTurn, ContextOverflow, ProviderError, ToolCall, Usage
 from agent.providers.replay import ReplayProvider, ScriptedCall, ScriptedTurn
 from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
 from problems.spec import Problem
-from tests.agent.support import FakeClock, fake_for, no_sleep, spec_for
+from tests.agent.support import REPLAY, FakeClock, fake_for, no_sleep, spec_for
 
 
 def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, replay1: ReplayProvider,
@@ -215,7 +216,7 @@ class ScriptProvider:
         self.lock = threading.Lock()
 
     def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
-                 temperature: float) -> AssistantTurn:
+                 temperature: float, **_: Any) -> AssistantTurn:
         with self.lock:
             self.seen.append([dict(m) for m in messages])
             step = self.steps.pop(0)
@@ -239,45 +240,69 @@ def test_no_tool_call_refusal_and_truncation_are_nudged(seed1: Problem, recorder
     result = run_job(spec_for(seed1), evaluator=FakeEvaluator({"FAST": FakeCandidate()}), recorder=recorder,
                      provider=provider, sleep=no_sleep)
     users = [m.content or "" for m in recorder.messages if m.role == "user"][1:]
-    assert users[0].startswith("Your message had no tool call") and "(9 turns left)" in users[0]
+    assert users[0].startswith("Your message had no tool call")
+    assert "[budget left: 9 turns, 30 tool calls, 400,000 tokens" in users[0]
     assert users[1].startswith("You declined (I can't help with that.)")
     assert users[2].startswith("Your message was cut off")
     assert result.trajectories[0].reason is StopReason.SUBMITTED and result.trajectories[0].turns == 4
 
 
-def test_context_overflow_summarises_and_retries_once(seed1: Problem, recorder: MemoryRecorder) -> None:
+def _roles_alternate(messages: Sequence[Mapping[str, Any]]) -> bool:
+    roles = [m["role"] for m in messages]
+    return not any(a == b == "user" for a, b in itertools.pairwise(roles))
+
+
+def test_context_overflow_compacts_and_retries_once(seed1: Problem, recorder: MemoryRecorder) -> None:
+    """A server that refuses without saying its window: the messages must shrink by a fifth at least."""
     provider = ScriptProvider([
-        AssistantTurn(content="a", tool_calls=(_call("benchmark", "FAST", "c1"),)),
-        ContextOverflow("maximum context length is 8192 tokens", status=400),
-        AssistantTurn(content="b", tool_calls=(_call("submit", "FAST", "c2"),)),
+        *(AssistantTurn(content="x" * 3000, tool_calls=(_call("compile", f"SRC{i}", f"c{i}"),)) for i in range(5)),
+        AssistantTurn(content="a", tool_calls=(_call("benchmark", "FAST", "c5"),)),
+        ContextOverflow("the request exceeds the available context size, try increasing it", status=400),
+        AssistantTurn(content="b", tool_calls=(_call("submit", "FAST", "c6"),)),
     ])
     result = run_job(spec_for(seed1), evaluator=FakeEvaluator({"FAST": FakeCandidate()}), recorder=recorder,
                      provider=provider, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    retried = provider.seen[2]
-    assert [m["role"] for m in retried][:3] == ["system", "user", "user"]
-    assert retried[2]["content"].startswith("Summary of the earlier part")
-    assert "1. benchmark: pass (stage done), 1.000 ms, 2.00x vs eager" in retried[2]["content"]
-    assert "```python\nFAST\n```" in retried[2]["content"]
-    assert any((m.content or "").startswith("Summary of the earlier part") for m in recorder.messages)
+    refused, retried = provider.seen[6], provider.seen[7]
+    assert len(json.dumps(retried)) < 0.8 * len(json.dumps(refused))
+    # the summary rides on the problem message: never two user messages in a row
+    assert [m["role"] for m in retried] == ["system", "user", "assistant", "tool"] and _roles_alternate(retried)
+    summary = retried[1]["content"]
+    assert summary.startswith(provider.seen[0][1]["content"]) and "## Summary of this session so far" in summary
+    sha = source_sha256("FAST")[:8]
+    assert f"6. benchmark of source {sha}: pass (stage done), 1.000 ms, 2.00x vs eager" in summary
+    assert "```python\nFAST\n```" in summary  # the best source stays verbatim
+    assert retried[2]["tool_calls"][0]["id"] == "c5"  # the latest turn is kept with its result
+    assert any("## Summary of this session so far" in (m.content or "") for m in recorder.messages)
 
 
-def test_context_overflow_twice_fails_the_trajectory(seed1: Problem) -> None:
+def test_context_overflow_twice_fails_the_trajectory_with_the_servers_words(seed1: Problem) -> None:
     provider = ScriptProvider([ContextOverflow("too long"), ContextOverflow("still too long")])
     result = run_job(spec_for(seed1), evaluator=FakeEvaluator({}), recorder=MemoryRecorder(), provider=provider,
                      sleep=no_sleep)
-    assert result.reason is StopReason.CONTEXT_OVERFLOW and result.error == "still too long"
+    assert result.reason is StopReason.CONTEXT_OVERFLOW and result.failure is Failure.CONTEXT
+    assert "the server said: too long" in (result.error or "")
 
 
-def test_long_history_is_summarised_before_it_is_sent(seed1: Problem) -> None:
+def test_long_history_is_compacted_before_it_is_sent_and_never_over_the_window(seed1: Problem) -> None:
     steps: list[AssistantTurn | Exception] = [
-        AssistantTurn(content="x" * 4000, tool_calls=(_call("compile", f"SRC{i}", f"c{i}"),)) for i in range(6)]
+        AssistantTurn(content="x" * 2000, tool_calls=(_call("compile", f"SRC{i}" + "y" * 1500, f"c{i}"),))
+        for i in range(12)]
     provider = ScriptProvider(steps)
-    spec = spec_for(seed1, budgets=Budgets(turns=6), context_tokens=6000)
+    llm = REPLAY.model_copy(update={"max_output_tokens": 1000})
+    spec = spec_for(seed1, budgets=Budgets(turns=12), context_tokens=12_000, llm=llm)
     run_job(spec, evaluator=FakeEvaluator({}), recorder=MemoryRecorder(), provider=provider, sleep=no_sleep)
-    last = provider.seen[-1]
-    assert last[2]["content"].startswith("Summary of the earlier part")
-    assert sum(m["role"] == "assistant" for m in last) == 3  # KEEP_TURNS
+    compacted = [h for h in provider.seen if "## Summary of this session so far" in h[1]["content"]]
+    assert compacted and len(compacted) < len(provider.seen)
+    for history in provider.seen:  # the estimate (3 characters a token, a pessimistic guess) always fits
+        assert len(json.dumps(history)) / 3 + 1000 < 12_000
+        assert _roles_alternate(history)
+    first = compacted[0]  # as the compaction left it
+    assert sum(m["role"] == "assistant" for m in first) >= 2
+    # older sources in kept turns are references; the latest one stays verbatim
+    sources = [json.loads(c["function"]["arguments"])["source"] for m in first if m["role"] == "assistant"
+               for c in m["tool_calls"]]
+    assert sources[-1].startswith("SRC") and all(s.startswith("[source ") for s in sources[:-1])
 
 
 def test_provider_failures_end_the_trajectory_as_values(seed1: Problem) -> None:

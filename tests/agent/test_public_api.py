@@ -7,7 +7,7 @@ import agent
 
 def test_public_names() -> None:
     assert sorted(agent.__all__) == sorted([
-        "DEFAULT_CONTEXT_TOKENS", "TOOL_SCHEMAS", "AssistantTurn", "Budgets", "ContextOverflow", "Evaluator",
+        "TOOL_SCHEMAS", "AssistantTurn", "Budgets", "ContextOverflow", "Evaluator", "Failure", "Interrupted",
         "JobResult", "JobSpec", "LLMProvider", "ProviderError", "Recorder", "SerialEvaluator", "StopReason",
         "ToolCall", "ToolName", "Totals", "TrajectoryResult", "Usage", "is_verified", "make_provider", "run_job",
         "source_sha256", "trajectory_plan",

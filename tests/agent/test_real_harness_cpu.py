@@ -17,7 +17,7 @@ import pytest
 from agent import Budgets, StopReason, run_job
 from agent.providers.openai_chat import OpenAIProvider
 from agent.providers.replay import ReplayProvider
-from agent.testing import MemoryRecorder, StubChatServer, StubResponse
+from agent.testing import Call, MemoryRecorder, OpenAIServer, Reply
 from config.settings import LLMProfile
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.verdict import Verdict
@@ -119,16 +119,17 @@ def test_budget_cut_and_dedup_without_a_second_evaluation(first_job: dict[str, A
 
 def test_openai_provider_through_the_stub_server_with_the_real_harness(referee: Referee, seed1: Problem,
                                                                       replay: ReplayProvider) -> None:
-    script = [
-        StubResponse.tool_calls(("check_correctness", {"source": replay.source("wrong")}), content="First try."),
-        StubResponse.rate_limited(retry_after=0),
-        StubResponse.tool_calls(("benchmark", '{"source": "class ModelNew:')),  # malformed arguments
-        StubResponse.text("Thinking about the conv bias."),  # no tool call
-        StubResponse.tool_calls(("benchmark", {"source": replay.source("fast")})),
-        StubResponse.tool_calls(("submit", {"source": replay.source("fast")})),
-    ]
+    """Streamed, from a scripted OpenAI server (a 429 with Retry-After on the way)."""
     recorder = MemoryRecorder()
-    with StubChatServer(script) as server:
+    with OpenAIServer() as server:
+        server.enqueue(
+            Reply(content="First try.", calls=(Call("check_correctness", {"source": replay.source("wrong")}),)),
+            server.rate_limited(0),
+            Reply(calls=(Call("benchmark", '{"source": "class ModelNew:'),)),  # malformed arguments
+            Reply(content="Thinking about the conv bias."),  # no tool call
+            Reply(calls=(Call("benchmark", {"source": replay.source("fast")}),)),
+            Reply(calls=(Call("submit", {"source": replay.source("fast")}),)),
+        )
         profile = LLMProfile(provider="openai", base_url=server.base_url, model="stub", api_key_env=None)
         provider = OpenAIProvider.from_profile(profile, sleep=no_sleep)
         result = run_job(spec_for(seed1, llm=profile), evaluator=referee, recorder=recorder, provider=provider,

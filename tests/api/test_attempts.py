@@ -92,12 +92,18 @@ def test_messages_are_paged_and_filtered_by_trajectory(
                 tokens_in=100,
                 tokens_out=20,
                 latency_ms=12.5,
+                tokens_reasoning=7,
+                tokens_cached=64,
             )
     page = client.get(f"/jobs/{job_id}/messages?limit=3", headers=alice.headers).json()
     assert [m["content"] for m in page["items"]] == ["t0 system", None, "t1 system"]
     rest = client.get(f"/jobs/{job_id}/messages?after={page['next_cursor']}", headers=alice.headers).json()
     assert [m["role"] for m in rest["items"]] == ["assistant"] and rest["next_cursor"] is None
     assert rest["items"][0]["tool_calls"][0]["function"]["name"] == "compile"
+    # reasoning and cached-prompt tokens apart (null where not reported), and in the job's totals
+    assert (page["items"][1]["tokens_reasoning"], page["items"][1]["tokens_cached"]) == (7, 64)
+    assert (page["items"][0]["tokens_reasoning"], page["items"][0]["tokens_cached"]) == (None, None)
     only_1 = client.get(f"/jobs/{job_id}/messages?trajectory=1", headers=alice.headers).json()
     assert [m["seq"] for m in only_1["items"]] == [1, 2]
-    assert client.get(f"/jobs/{job_id}", headers=alice.headers).json()["tokens_in"] == 200
+    job = client.get(f"/jobs/{job_id}", headers=alice.headers).json()
+    assert (job["tokens_in"], job["tokens_reasoning"], job["tokens_cached"]) == (200, 14, 128)

@@ -149,9 +149,12 @@ def test_an_agent_job_runs_the_agent_with_the_evaluator_and_recorder(
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "compile_then_check")
     _claim(sqlite_factory, job_id)
-    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.SUCCEEDED
+    # The script checks correctness but never times a candidate: no verified kernel, so the job
+    # fails, saying so (a job succeeds only with a best attempt).
+    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
-        assert get_job(session=session, job_id=job_id).state is JobState.SUCCEEDED
+        job = get_job(session=session, job_id=job_id)
+        assert job.state is JobState.FAILED and job.error == "no verified kernel (the agent stopped: submitted)"
         attempts = list_attempts(session=session, job_id=job_id).items
         assert [(a.tool, a.status) for a in attempts] == [("compile", Status.PASS),
                                                           ("check_correctness", Status.PASS)]
