@@ -40,6 +40,7 @@ from store import (
     session_scope,
     set_trajectory_state,
 )
+from worker import metrics
 from worker.lease import LeaseKeeper
 
 __all__ = ["MESSAGE_PREVIEW_CHARS", "StoreRecorder", "WorkerEvent", "trajectory_state_for"]
@@ -155,6 +156,9 @@ class StoreRecorder:
                 "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
             }
             self._event(session, WorkerEvent.MESSAGE, payload)
+        metrics.LLM_TOKENS.labels("in").inc(max(0, tokens_in))
+        metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
+        metrics.LLM_COST.inc(max(0.0, cost_usd))
 
     def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
         """The stored verdict of this job for the same source and tool (infra failures excepted)."""
