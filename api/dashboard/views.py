@@ -241,7 +241,7 @@ class SamplePlot:
 
 #: Above this ratio between the slowest and the fastest sample the plot's axis is logarithmic.
 LOG_SCALE_RATIO = 8.0
-_PLOT_W, _PLOT_H, _PLOT_L, _PLOT_R, _PLOT_T, _PLOT_B = 860, 240, 64, 170, 14, 30
+_PLOT_W, _PLOT_H, _PLOT_L, _PLOT_R, _PLOT_T, _PLOT_B = 860, 240, 56, 230, 14, 30
 
 
 def _ticks(lo: float, hi: float, log_scale: bool) -> list[float]:

@@ -210,19 +210,28 @@ async def logout(request: Request) -> Response:
 def jobs_list(
     browser: BrowserDep,
     session: SessionDep,
-    state: Annotated[JobState | None, Query()] = None,
-    target: Annotated[Target | None, Query()] = None,
-    problem: Annotated[str | None, Query(max_length=128)] = None,
+    state: Annotated[str, Query(max_length=16)] = "",
+    target: Annotated[str, Query(max_length=16)] = "",
+    problem: Annotated[str, Query(max_length=128)] = "",
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> HTMLResponse:
-    """Your jobs (every job for an admin key), newest first; filtered by state, target, problem."""
+    """Your jobs (every job for an admin key), newest first; filtered by state, target, problem.
+
+    The filter form sends every field, an empty one meaning "any".
+    """
     owner = None if browser.key.is_admin else browser.key.id
-    problem = problem or None
-    page = list_jobs(session=session, owner_id=owner, state=state, target=target, problem=problem,
-                     limit=JOBS_PER_PAGE, offset=offset)
+    try:
+        filters = pages.JobFilters(state=JobState(state) if state else None,
+                                   target=Target(target) if target else None, problem=problem or None)
+    except ValueError as exc:
+        page = pages.message_page(heading="Unknown filter", text=f"{exc}; pick one from the list.",
+                                  owner=browser.owner, csrf=browser.csrf)
+        return _html(page, 400)
+    page = list_jobs(session=session, owner_id=owner, state=filters.state, target=filters.target,
+                     problem=filters.problem, limit=JOBS_PER_PAGE, offset=offset)
     body = pages.jobs_page(
         jobs=[JobPublic.from_job(j) for j in page.items], owner=browser.owner, csrf=browser.csrf,
-        filters=pages.JobFilters(state=state, target=target, problem=problem),
+        filters=filters,
         problems=list_job_problems(session=session, owner_id=owner), next_offset=page.next_cursor, total=page.total,
     )
     return _html(body)

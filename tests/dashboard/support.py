@@ -77,6 +77,7 @@ def verdict(
     target: str = "cuda",
     message: str = "",
     stage: Stage | None = None,
+    depth: str = "benchmark",
 ) -> dict[str, Any]:
     """A real ``Verdict.to_dict()`` with the figures a timed evaluation has."""
     correct = status in (Status.PASS, Status.SUSPICIOUS)
@@ -86,7 +87,12 @@ def verdict(
         stage=stage or (Stage.DONE if correct else failed_stage),
         error_kind=None if correct else ErrorKind.CANDIDATE,
         message=message or _FAILURE_MESSAGES.get(status, ""),
-        compile=CompileResult(ok=status is not Status.ERROR, seconds=41.2, kernels=({"kernel": "k", "registers": 40},)),
+        compile=CompileResult(
+            ok=status is not Status.ERROR, seconds=41.2,
+            kernels=() if status is Status.ERROR else (
+                {"kernel": "pool_tanh_scale_bias_kernel<4, 4, int>", "registers": 40, "spill_stores": 0,
+                 "spill_loads": 0},),
+        ),
         trials=tuple(
             Trial(seed_index=i, passed=correct, max_abs_err=1e-6 if correct else 0.31, mean_abs_err=1e-7,
                   mismatch_frac=0.0 if correct else 0.2)
@@ -98,6 +104,7 @@ def verdict(
         flops=4.83e9,
         min_bytes=3.1e8,
         provenance={"device": device, "target": target, "torch": "2.11.0", "cuda": "13.0", "harness": "0.1.0"},
+        depth=depth,
     )
     return v.to_dict()
 
@@ -278,12 +285,15 @@ class Turn:
     feedback: str = ""
 
 
-def agent_session(threads: int = 256) -> list[Turn]:
-    """A realistic trajectory: specs, a compile error, a wrong kernel, a slow one, a profile, a fast one."""
-    slow, broken, wrong = kernel_variant(1024, note="first try"), kernel_variant(128, broken=True), kernel_variant(64)
-    fast = kernel_variant(threads)
-    compile_error = verdict(Status.ERROR, message="compile failed: kernel.cu(74): error: identifier \"TILE\" is "
-                            "undefined")
+def agent_session(threads: int = 256, tag: str = "") -> list[Turn]:
+    """A realistic trajectory: specs, a compile error, a wrong kernel, a slow one, a profile, a fast one
+    (``tag`` makes its sources its own)."""
+    broken = kernel_variant(128, broken=True, note=f"draft{tag}")
+    wrong = kernel_variant(64, note=f"second try{tag}")
+    slow = kernel_variant(1024, note=f"third try{tag}")
+    fast = kernel_variant(threads, note=f"vectorised{tag}")
+    compile_error = verdict(Status.ERROR, depth="compile",
+                            message="compile failed: kernel.cu(74): error: identifier \"TILE\" is undefined")
     compile_error["compile"]["errors"] = (
         "kernel.cu(74): error: identifier \"TILE\" is undefined\n"
         "    const int threads = TILE * 128;\n"
@@ -298,7 +308,7 @@ def agent_session(threads: int = 256) -> list[Turn]:
         Turn("Shapes: 256→254 after the 3×3 conv, 254→63 after the 4×4 pool; memory-bound. A first fused "
              "pool-first epilogue with a large block.", "compile", broken, compile_error),
         Turn("TILE was never defined; fixed. Checking correctness with another block size.", "check_correctness",
-             wrong, verdict(Status.FAIL), parent=broken),
+             wrong, verdict(Status.FAIL, depth="correctness"), parent=broken),
         Turn("Trial 1 is off: the window loop skipped the last column. Fixed and timed.", "benchmark", slow,
              verdict(median_ms=4.0 / 0.82), parent=wrong),
         Turn("Slower than eager. Profiling to see where the time goes.", "profile", slow, untimed, parent=slow),

@@ -89,6 +89,8 @@
   }
   function upsertRow(a) {
     var tbody = document.querySelector("#attempts tbody");
+    var placeholder = tbody.querySelector("tr.empty");
+    if (placeholder) placeholder.remove();
     var existing = document.getElementById("attempt-" + a.n);
     var row = renderRow(a);
     if (existing) { tbody.replaceChild(row, existing); return; }
@@ -125,8 +127,9 @@
     var chart = document.getElementById("chart");
     if (!chart) return;
     while (chart.firstChild) chart.removeChild(chart.firstChild);
-    var W = 860, H = 300, L = 64, R = 130, T = 14, laneH = 20, B = 28 + 2 * laneH;
-    var plotBottom = H - B, laneUntimed = plotBottom + laneH / 2 + 2, laneFailed = plotBottom + 1.5 * laneH + 2;
+    var W = 860, H = 300, L = 64, R = 130, T = 14, laneH = 20, gap = 10, B = 30 + gap + 2 * laneH;
+    var plotBottom = H - B, lanesTop = plotBottom + gap;
+    var laneUntimed = lanesTop + laneH / 2, laneFailed = lanesTop + 1.5 * laneH;
     var list = Array.from(attempts.values()).sort(function (a, b) { return a.n - b.n; });
     var timed = list.filter(function (a) { return markKind(a) === "timed"; });
     var values = timed.map(function (a) { return a.speedup_vs_eager; }).concat([1]);
@@ -137,7 +140,8 @@
     function x(n) { return L + (W - L - R) * (nmax <= 1 ? 0.5 : (n - 1) / (nmax - 1)); }
     function y(v) { return T + (plotBottom - T) * (1 - (Math.log2(v) - ymin) / (ymax - ymin)); }
     chart.appendChild(svg("rect", { x: L, y: T, width: W - L - R, height: plotBottom - T, "class": "plot" }));
-    chart.appendChild(svg("rect", { x: L, y: plotBottom + 2, width: W - L - R, height: 2 * laneH, "class": "lanes" }));
+    chart.appendChild(svg("rect", { x: L, y: lanesTop, width: W - L - R, height: 2 * laneH, "class": "lanes" }));
+    chart.appendChild(svg("line", { x1: L, x2: W - R, y1: lanesTop + laneH, y2: lanesTop + laneH, "class": "grid" }));
     chart.appendChild(svg("text", { x: L - 6, y: laneUntimed + 4, "class": "tick", "text-anchor": "end" }, "untimed"));
     chart.appendChild(svg("text", { x: L - 6, y: laneFailed + 4, "class": "tick", "text-anchor": "end" }, "failed"));
     for (var e = Math.ceil(ymin); e <= Math.floor(ymax); e++) {
@@ -148,9 +152,9 @@
     }
     var step = Math.max(1, Math.ceil(nmax / 12));
     for (var n = 1; n <= nmax; n += step) {
-      chart.appendChild(svg("text", { x: x(n), y: H - 12, "class": "tick", "text-anchor": "middle" }, String(n)));
+      chart.appendChild(svg("text", { x: x(n), y: H - 14, "class": "tick", "text-anchor": "middle" }, String(n)));
     }
-    chart.appendChild(svg("text", { x: L + (W - L - R) / 2, y: H - 1, "class": "axis", "text-anchor": "middle" },
+    chart.appendChild(svg("text", { x: L + (W - L - R) / 2, y: H - 2, "class": "axis", "text-anchor": "middle" },
       "attempt"));
     function hline(value, cls, label) {
       chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y(value), y2: y(value), "class": cls }));
@@ -159,11 +163,16 @@
     hline(1, "line-eager", "eager 1×");
     if (finite(compileLine) && compileLine > 0) hline(compileLine, "line-compile", "torch.compile " + fmtX(compileLine));
     // The best verified speedup so far, across trajectories.
+    // A step line: it rises at the attempt that beat it and stays level until the next one.
     var best = null, path = [];
     timed.forEach(function (a) {
-      if (a.status === "pass" && (best === null || a.speedup_vs_eager > best)) best = a.speedup_vs_eager;
-      if (best !== null) path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+      if (a.status === "pass" && (best === null || a.speedup_vs_eager > best)) {
+        if (best !== null) path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+        best = a.speedup_vs_eager;
+        path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+      }
     });
+    if (best !== null && list.length) path.push(x(list[list.length - 1].n).toFixed(1) + "," + y(best).toFixed(1));
     if (path.length > 1) chart.appendChild(svg("polyline", { points: path.join(" "), "class": "best-line" }));
     // Each trajectory's timed attempts joined in order.
     var series = new Map();
@@ -304,7 +313,7 @@
     if (nearBottom) timelineNode.scrollTop = timelineNode.scrollHeight;
   }
   function timelineMessage(m, at) {
-    var li = el("li", { "class": "tl message role-" + m.role });
+    var li = el("li", { "class": "tl tl-message role-" + m.role });
     var head = el("div", { "class": "tl-head" });
     head.appendChild(el("span", { "class": "tl-time" }, fmtClock(at)));
     var chip = trajectoryChip(m.trajectory);
@@ -327,7 +336,7 @@
     return li;
   }
   function timelineAttempt(a, at) {
-    var li = el("li", { "class": "tl attempt", "data-n": String(a.n) });
+    var li = el("li", { "class": "tl tl-attempt", "data-n": String(a.n) });
     var head = el("div", { "class": "tl-head" });
     head.appendChild(el("span", { "class": "tl-time" }, fmtClock(at)));
     var chip = trajectoryChip(trajectoryIndex(a.trajectory_id));
