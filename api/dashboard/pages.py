@@ -26,7 +26,6 @@ from api.dashboard.views import (
     EventView,
     TimelineEntry,
     TrajectoryView,
-    mark_kind,
 )
 from api.schemas import AttemptPublic, JobPublic
 from store import JobProblem, JobState, Target
@@ -136,7 +135,6 @@ def _environment() -> Environment:
         ms=fmt_ms, speedup=fmt_speedup, pct=fmt_pct, count=fmt_count, usd=fmt_usd, seconds=fmt_seconds,
         err=fmt_err, time=fmt_time, clock=fmt_clock, highlight=highlight,
     )
-    env.globals.update(mark_kind=mark_kind)
     return env
 
 
@@ -241,11 +239,11 @@ def best_label(best: Mapping[str, Any] | None) -> str:
 
 
 def _attempt_json(a: AttemptPublic) -> dict[str, Any]:
-    data = a.model_dump(mode="json", include={
+    """What the page's script needs of an attempt (the table's columns; the chart's mark, series)."""
+    return a.model_dump(mode="json", include={
         "n", "trajectory_id", "tool", "status", "stage", "median_ms", "speedup_vs_eager", "speedup_vs_compile",
         "pct_of_sol", "message",
     })
-    return data
 
 
 def job_page(

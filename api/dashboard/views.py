@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from api.dashboard.highlight import DiffLine, count_changes, diff_lines
@@ -57,8 +58,8 @@ def _finite(value: Any) -> float | None:
 # -- chart marks ---------------------------------------------------------------------------------
 
 
-class MarkKind:
-    """How the chart draws an attempt (mirrored in ``static/dashboard.js``)."""
+class MarkKind(StrEnum):
+    """How the chart draws an attempt (``markKind`` in ``static/dashboard.js`` is the same rule)."""
 
     #: Timed: a point at its speedup.
     TIMED = "timed"
@@ -69,7 +70,7 @@ class MarkKind:
     FAILED = "failed"
 
 
-def mark_kind(status: str, speedup_vs_eager: float | None) -> str:
+def mark_kind(status: str, speedup_vs_eager: float | None) -> MarkKind:
     """The chart mark of an attempt with this status and speedup."""
     speedup = _finite(speedup_vs_eager)
     if speedup is not None and speedup > 0:
@@ -343,10 +344,6 @@ class AttemptView:
     plot: SamplePlot | None = None
     previous_n: int | None = None
     next_n: int | None = None
-
-    @property
-    def timed(self) -> bool:
-        return self.verdict.timing is not None
 
     @property
     def compile_errors(self) -> str:

@@ -1,9 +1,10 @@
 """The dashboard: server-rendered pages for browsers, signed in by a session cookie.
 
-``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages read the
-store like the JSON routes (a key sees its own jobs, an admin all), and the job page updates
-itself from ``/jobs/{id}/events`` and ``/jobs/{id}`` (which accept the cookie too). None of these
-routes is in the OpenAPI schema: they are HTML for people, not an API.
+``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages (the jobs
+list with its filters, a job, an attempt, a problem) read the store like the JSON routes (a key
+sees its own jobs, an admin all), and the job page updates itself from ``/jobs/{id}/events`` and
+``/jobs/{id}`` (which accept the cookie too). None of these routes is in the OpenAPI schema: they
+are HTML for people, not an API.
 """
 
 from __future__ import annotations
