@@ -20,7 +20,7 @@ from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
 from api.errors import install_error_handlers
 from api.metrics import RequestMetrics
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware, ServerTimingMiddleware
-from api.routes import api_router, dashboard, job_problem
+from api.routes import api_router, dashboard, docs, job_problem
 from api.streaming import EventHub, StreamOptions
 from api.submissions import SubmissionWriter
 from config import Settings
@@ -125,11 +125,15 @@ def create_app(
         summary="CUDA kernels written by an LLM, judged by a sandboxed referee.",
         description=_DESCRIPTION,
         lifespan=lifespan,
+        # /docs and /redoc come from api.routes.docs, with their assets served here (no CDN).
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.include_router(api_router)
     app.include_router(job_problem.router)
     app.include_router(dashboard.router)
+    app.include_router(docs.router)
     # Added last = outermost: metrics see every answer, including the body limit's 413s.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -28,7 +28,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -97,6 +98,35 @@ def plan_workers(*, gpus: Sequence[str], workers: int | None = None, target: str
     return [WorkerPlan("cpu") for _ in range(workers or 1)]
 
 
+#: prometheus_client's multi-process directory (read by it when first imported).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextlib.contextmanager
+def shared_metrics_dir() -> Iterator[Path]:
+    """A multi-process metrics directory for this command and the processes it starts.
+
+    ``up`` (its API and workers) and ``serve --workers N`` (its API processes) run several
+    processes whose metrics one scrape must add up (`api.metrics`). A ``PROMETHEUS_MULTIPROC_DIR``
+    already set is used as it is (whoever set it empties it between runs); otherwise a fresh
+    directory is made for this run and removed at its end. Set before prometheus_client is
+    imported here or in a child, which is when it reads the variable.
+    """
+    given = os.environ.get(METRICS_DIR_ENV)
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="kernelloop-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ[METRICS_DIR_ENV] = str(path)
+    values = sys.modules.get("prometheus_client.values")
+    if values is not None:  # imported already (a plugin, a test): metrics made from now on use the files
+        values.ValueClass = values.get_value_class()  # type: ignore[attr-defined]
+    try:
+        yield path
+    finally:
+        if not given:
+            os.environ.pop(METRICS_DIR_ENV, None)
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _worker_children(plans: Sequence[WorkerPlan]) -> Children:
     """``up``'s embedded workers, each told our pid so that it dies with us."""
     specs = []
@@ -117,6 +147,11 @@ def up(
         help="cuda or cpu (default: cuda when a GPU is present)")] = None,
 ) -> None:
     """Run the whole service on this machine: migrations, the API and the workers (SQLite, no Redis)."""
+    with shared_metrics_dir():
+        _up(host, port, workers, target)
+
+
+def _up(host: str | None, port: int | None, workers: int | None, target: str | None) -> None:
     import uvicorn
 
     from api.app import create_app
@@ -205,13 +240,15 @@ def serve(
         raise typer.Exit(1) from None
     argv = (sys.executable, "-m", "cli.service", "api-process", "--host", host, "--port", str(port),
             "--parent-pid", str(os.getpid()), "--access-log" if access_log else "--no-access-log")
-    processes = Children([ChildSpec(f"API process {i + 1}/{workers}", argv) for i in range(workers)])
-    processes.start()
-    try:
-        err.print(f"API on http://{host}:{port} ({workers} processes); Ctrl-C stops them")
-        wait_for_stop_signal()
-    finally:
-        processes.stop()
+    with shared_metrics_dir() as metrics_dir:
+        processes = Children([ChildSpec(f"API process {i + 1}/{workers}", argv) for i in range(workers)])
+        processes.start()
+        try:
+            err.print(f"API on http://{host}:{port} ({workers} processes; metrics of all in {metrics_dir}); "
+                      "Ctrl-C stops them")
+            wait_for_stop_signal()
+        finally:
+            processes.stop()
 
 
 def api_process(

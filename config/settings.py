@@ -162,6 +162,12 @@ class Settings(BaseSettings):
     redispatch_after_s: float | None = Field(default=300.0, gt=0)
     #: Embedded mode: how often an idle worker looks for queued jobs.
     poll_interval_s: float = 0.5
+    #: Distributed mode: a Celery worker serves its metrics (`worker.metrics`) on this port, one
+    #: scrape target per worker (``None``: not served). ``kernelloop up``'s workers need none: the
+    #: API's /metrics carries them.
+    worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: All interfaces by default: the scraper is another container or host.
+    worker_metrics_host: str = "0.0.0.0"
 
     #: Budgets per trajectory and per job, as in the seeds.
     default_turns: int = 10

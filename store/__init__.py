@@ -33,6 +33,7 @@ from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
 from store.events import EventType, JobHead, append_event, events_after, job_heads
 from store.jobs import (
     CancelOutcome,
+    JobProblem,
     JobSpec,
     LeaseStatus,
     ReapedJob,
@@ -47,6 +48,7 @@ from store.jobs import (
     finish_job,
     get_job,
     heartbeat,
+    list_job_problems,
     list_jobs,
     reap_expired_leases,
     redispatch_stale_jobs,
@@ -92,6 +94,7 @@ __all__ = [
     "JobEvent",
     "JobHead",
     "JobKind",
+    "JobProblem",
     "JobSpec",
     "JobState",
     "KeyLimits",
@@ -136,6 +139,7 @@ __all__ = [
     "key_usage",
     "keyset_page",
     "list_attempts",
+    "list_job_problems",
     "list_jobs",
     "list_messages",
     "list_trajectories",

@@ -27,6 +27,7 @@ from store.states import JobKind, JobState, Target, transition
 
 __all__ = [
     "CancelOutcome",
+    "JobProblem",
     "JobSpec",
     "LeaseStatus",
     "ReapedJob",
@@ -41,6 +42,7 @@ __all__ = [
     "finish_job",
     "get_job",
     "heartbeat",
+    "list_job_problems",
     "list_jobs",
     "reap_expired_leases",
     "redispatch_stale_jobs",
@@ -234,16 +236,49 @@ def list_jobs(
     session: Session,
     owner_id: int | None = None,
     state: JobState | None = None,
+    target: Target | None = None,
+    problem: str | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
     offset: int = 0,
 ) -> Page[Job]:
-    """Jobs, newest first; ``owner_id=None`` lists every owner's (for admin keys)."""
+    """Jobs, newest first; ``owner_id=None`` lists every owner's (for admin keys).
+
+    ``problem`` is a bundled id (``level1/softmax``) or a problem's sha256 (posted sources have
+    no id); ``state`` and ``target`` filter likewise.
+    """
     stmt = select(Job).order_by(Job.id.desc())
     if owner_id is not None:
         stmt = stmt.where(Job.owner_id == owner_id)
     if state is not None:
         stmt = stmt.where(Job.state == state)
+    if target is not None:
+        stmt = stmt.where(Job.target == target)
+    if problem is not None:
+        matching = select(StoredProblem.id).where(
+            (StoredProblem.bundled_id == problem) | (StoredProblem.sha256 == problem.lower())
+        )
+        stmt = stmt.where(Job.problem_id.in_(matching))
     return offset_page(session, stmt, limit=limit, offset=offset)
+
+
+@dataclass(frozen=True)
+class JobProblem:
+    """A problem some listed jobs ran: its bundled id (``None`` for a posted source) and sha256."""
+
+    bundled_id: str | None
+    sha256: str
+
+
+def list_job_problems(*, session: Session, owner_id: int | None = None) -> list[JobProblem]:
+    """The distinct problems of an owner's jobs (every owner's for ``None``), bundled ids first."""
+    stmt = select(StoredProblem.bundled_id, StoredProblem.sha256).where(
+        StoredProblem.id.in_(
+            select(Job.problem_id).where(Job.owner_id == owner_id) if owner_id is not None
+            else select(Job.problem_id)
+        )
+    )
+    rows = [JobProblem(bundled_id=b, sha256=s) for b, s in session.execute(stmt)]
+    return sorted(rows, key=lambda p: (p.bundled_id is None, p.bundled_id or "", p.sha256))
 
 
 def claim_next_job(

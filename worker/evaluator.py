@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from worker import metrics
 from worker.devicelock import device_lock
 
 __all__ = ["INFRA_RETRY_DELAYS_S", "RefereeEvaluator", "RefereeLike"]
@@ -127,6 +128,7 @@ class RefereeEvaluator:
         for delay in (*self._delays, None):
             started = time.monotonic()
             verdict = self._once(source, depth)
+            self._observe(verdict, depth, time.monotonic() - started)
             if not _is_infra(verdict):
                 self._count(charged=time.monotonic() - started)
                 return verdict
@@ -151,6 +153,22 @@ class RefereeEvaluator:
     def _on_referee_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         return self._referee_thread.submit(fn, *args).result()
 
+    def _observe(self, verdict: Verdict, depth: Depth, seconds: float) -> None:
+        """The worker's metrics of one evaluation (`worker.metrics`)."""
+        target = self.referee.target.value
+        metrics.EVALUATION_SECONDS.labels(target, depth.value, verdict.status.value).observe(seconds)
+        if _is_infra(verdict):
+            metrics.INFRA_FAILURES.labels(target).inc()
+        elif self.referee.target is Target.CUDA:
+            metrics.GPU_SECONDS.inc(seconds)
+
+    def _built(self, verdict: Verdict) -> Verdict:
+        """``verdict``, its build counted in the metrics if one ran (a cached build takes 0 s)."""
+        built = verdict.compile
+        if built is not None and built.seconds > 0:
+            metrics.COMPILE_SECONDS.labels(self.referee.target.value, str(built.ok).lower()).observe(built.seconds)
+        return verdict
+
     def _count(self, *, infra: int = 0, charged: float = 0.0, waited: float = 0.0) -> None:
         with self._stats:
             self.infra_failures += infra
@@ -160,15 +178,15 @@ class RefereeEvaluator:
     def _once(self, source: str, depth: Depth) -> Verdict:
         try:
             if depth is Depth.COMPILE:
-                return self.referee.evaluate(source, depth)
+                return self._built(self.referee.evaluate(source, depth))
             if self.referee.target is Target.CUDA:
                 # Compile here, with no GPU and no lock; the evaluation below reuses the build.
-                compiled = self.referee.evaluate(source, Depth.COMPILE)
+                compiled = self._built(self.referee.evaluate(source, Depth.COMPILE))
                 if compiled.status is not Status.PASS:
                     return compiled.with_changes(depth=depth.value)
             if depth in _TIMED:
-                return self._on_referee_thread(self._timed, source, depth)
-            return self._on_referee_thread(self.referee.evaluate, source, depth)
+                return self._built(self._on_referee_thread(self._timed, source, depth))
+            return self._built(self._on_referee_thread(self.referee.evaluate, source, depth))
         except (ReferenceFailed, OSError) as exc:
             # The referee reports its own failures as verdicts; these escaped it (the reference
             # died while starting, the disk is full): ours, not the candidate's.

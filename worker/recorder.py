@@ -42,6 +42,7 @@ from store import (
     session_scope,
     set_trajectory_state,
 )
+from worker import metrics
 from worker.lease import LeaseKeeper
 
 __all__ = ["MESSAGE_PREVIEW_CHARS", "StoreRecorder", "WorkerEvent", "trajectory_state_for"]
@@ -164,6 +165,9 @@ class StoreRecorder:
                 "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
             }
             self._event(session, WorkerEvent.MESSAGE, payload)
+        metrics.LLM_TOKENS.labels("in").inc(max(0, tokens_in))
+        metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
+        metrics.LLM_COST.inc(max(0.0, cost_usd))
 
     def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
               tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:

@@ -49,6 +49,7 @@ from store import (
     get_job,
     session_scope,
 )
+from worker import metrics
 from worker.devicelock import current_device_key
 from worker.evaluator import INFRA_RETRY_DELAYS_S, RefereeEvaluator, RefereeLike
 from worker.lease import LeaseKeeper
@@ -119,6 +120,8 @@ class _JobData:
     budgets: dict[str, Any]
     trajectories_count: int
     problem: StoredProblem
+    #: Seconds from the job's creation to this claim (the latest claim, after a re-queue).
+    queue_wait_s: float | None = None
 
 
 def harness_options_for(settings: Settings) -> HarnessOptions:
@@ -186,6 +189,8 @@ def _load(session_factory: sessionmaker[Session], job_id: int, worker_id: str) -
             id=job.id, kind=job.kind, target=Target(job.target.value), candidate_source=job.candidate_source,
             llm_profile=job.llm_profile, llm_model=job.llm_model, budgets=dict(job.budgets or {}),
             trajectories_count=job.trajectories_count, problem=job.problem,
+            queue_wait_s=(job.started_at - job.created_at).total_seconds()
+            if job.started_at is not None and job.created_at is not None else None,
         )
 
 
@@ -225,8 +230,10 @@ def run_job(
     recorder = StoreRecorder(session_factory=session_factory, job_id=job_id, worker_id=worker_id,
                              lease_seconds=settings.lease_seconds, lease=keeper)
     outcome, error, charged_s = RunOutcome.FAILED, "", 0.0
+    if job.queue_wait_s is not None:
+        metrics.QUEUE_WAIT_SECONDS.labels(job.target.value).observe(max(0.0, job.queue_wait_s))
     keeper.beat()  # learn of a cancel that came before the claim's commit
-    with keeper:
+    with keeper, metrics.job_running(job.target.value):
         try:
             outcome, error, charged_s = _run(job, options, keeper, recorder, settings, agent, referee_factory,
                                              retry_delays_s)
@@ -237,7 +244,9 @@ def run_job(
         except Exception as exc:
             log.exception("job %s failed in the worker", job_id)
             outcome, error = RunOutcome.FAILED, f"the worker failed: {type(exc).__name__}: {exc}"
-    return _finish(session_factory, job, worker_id, keeper, outcome, error, charged_s)
+    final = _finish(session_factory, job, worker_id, keeper, outcome, error, charged_s)
+    metrics.JOBS.labels(job.target.value, job.kind.value, final.value).inc()
+    return final
 
 
 def _run(

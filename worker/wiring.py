@@ -3,7 +3,9 @@
 `create_worker_app` is what ``celery -A worker.main worker`` and ``kernelloop worker`` load: the
 app from `worker.celery_app.make_celery`, the tasks of `worker.tasks` bound to this process's
 context, and a bootstep that runs the lease reaper (`worker.reaper`) beside the consumer, so
-jobs of a dead worker are re-queued and re-sent as long as any worker lives.
+jobs of a dead worker are re-queued and re-sent as long as any worker lives; with
+``KERNELLOOP_WORKER_METRICS_PORT`` set, another that serves the worker's metrics there
+(`worker.metrics`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from harness import HarnessOptions
 from store import Target, make_engine, make_session_factory
 from worker.celery_app import make_celery
 from worker.lease import check_lease_settings, new_worker_id
+from worker.metrics import serve_worker_metrics
 from worker.reaper import Dispatch, Reaper
 from worker.runner import AgentAPI
 from worker.tasks import WorkerContext, celery_dispatch, register_tasks
@@ -46,6 +49,18 @@ def _reaper_step(reaper: Reaper) -> type[bootsteps.StartStopStep]:
             reaper.stop()
 
     return LeaseReaperStep
+
+
+def _metrics_step(port: int, host: str) -> type[bootsteps.StartStopStep]:
+    class MetricsExporterStep(bootsteps.StartStopStep):
+        """Serves the worker's metrics (a daemon thread: it ends with the process)."""
+
+        label = "metrics exporter"
+
+        def start(self, parent: Any) -> None:
+            serve_worker_metrics(port, host)
+
+    return MetricsExporterStep
 
 
 def create_worker_app(
@@ -78,4 +93,6 @@ def create_worker_app(
                     interval_s=settings.reaper_interval_s, dispatch=dispatch,
                     redispatch_after_s=settings.redispatch_after_s)
     app.steps["worker"].add(_reaper_step(reaper))
+    if settings.worker_metrics_port is not None:
+        app.steps["worker"].add(_metrics_step(settings.worker_metrics_port, settings.worker_metrics_host))
     return app

@@ -1,9 +1,10 @@
 """The dashboard: server-rendered pages for browsers, signed in by a session cookie.
 
-``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages read the
-store like the JSON routes (a key sees its own jobs, an admin all), and the job page updates
-itself from ``/jobs/{id}/events`` and ``/jobs/{id}`` (which accept the cookie too). None of these
-routes is in the OpenAPI schema: they are HTML for people, not an API.
+``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages (the jobs
+list with its filters, a job, an attempt, a problem) read the store like the JSON routes (a key
+sees its own jobs, an admin all), and the job page updates itself from ``/jobs/{id}/events`` and
+``/jobs/{id}`` (which accept the cookie too). None of these routes is in the OpenAPI schema: they
+are HTML for people, not an API.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from api import services
-from api.dashboard import pages
-from api.dashboard.highlight import highlight
+from api.dashboard import pages, views
+from api.dashboard.highlight import highlight, stylesheet
 from api.dashboard.problem_facts import read_facts
 from api.dashboard.session import (
     CSRF_FIELD,
@@ -41,9 +42,16 @@ from store import (
     Attempt,
     Job,
     JobState,
+    Message,
     NotFound,
+    Target,
+    events_after,
+    get_attempt,
     list_attempts,
+    list_job_problems,
     list_jobs,
+    list_messages,
+    list_trajectories,
     session_scope,
     verify_api_key,
 )
@@ -55,8 +63,15 @@ router = APIRouter(include_in_schema=False)
 STATIC_DIR = Path(__file__).resolve().parent.parent / "dashboard" / "static"
 _STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 _STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in _STATIC_TYPES} if STATIC_DIR.is_dir() else {}
+#: The highlighter's stylesheet, made by Pygments from its style (not a file of ours).
+PYGMENTS_CSS = "pygments.css"
 #: Attempts shown on a job page (newer ones still arrive live); a job past this is unusual.
 MAX_PAGE_ATTEMPTS = 2000
+#: Messages in a job page's timeline (the newest; the rest are at /jobs/{id}/messages).
+MAX_PAGE_MESSAGES = 600
+#: Stored events the page's script replays to say what the worker is doing now (the current
+#: attempt's steps, the last message): enough for a cold start's header build and baselines.
+RECENT_EVENTS = 60
 JOBS_PER_PAGE = 50
 #: Jobs scanned for a problem page's measurements (the newest first).
 PROBLEM_JOBS_SCANNED = 200
@@ -196,16 +211,29 @@ async def logout(request: Request) -> Response:
 def jobs_list(
     browser: BrowserDep,
     session: SessionDep,
-    state: Annotated[JobState | None, Query()] = None,
+    state: Annotated[str, Query(max_length=16)] = "",
+    target: Annotated[str, Query(max_length=16)] = "",
+    problem: Annotated[str, Query(max_length=128)] = "",
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> HTMLResponse:
-    """Your jobs (every job for an admin key), newest first."""
+    """Your jobs (every job for an admin key), newest first; filtered by state, target, problem.
+
+    The filter form sends every field, an empty one meaning "any".
+    """
     owner = None if browser.key.is_admin else browser.key.id
-    page = list_jobs(session=session, owner_id=owner, state=state, limit=JOBS_PER_PAGE, offset=offset)
-    jobs = [JobPublic.from_job(j).model_dump(mode="json") for j in page.items]
+    try:
+        filters = pages.JobFilters(state=JobState(state) if state else None,
+                                   target=Target(target) if target else None, problem=problem or None)
+    except ValueError as exc:
+        page = pages.message_page(heading="Unknown filter", text=f"{exc}; pick one from the list.",
+                                  owner=browser.owner, csrf=browser.csrf)
+        return _html(page, 400)
+    page = list_jobs(session=session, owner_id=owner, state=filters.state, target=filters.target,
+                     problem=filters.problem, limit=JOBS_PER_PAGE, offset=offset)
     body = pages.jobs_page(
-        jobs=jobs, owner=browser.owner, csrf=browser.csrf, state=state.value if state else None,
-        next_offset=page.next_cursor, total=page.total,
+        jobs=[JobPublic.from_job(j) for j in page.items], owner=browser.owner, csrf=browser.csrf,
+        filters=filters,
+        problems=list_job_problems(session=session, owner_id=owner), next_offset=page.next_cursor, total=page.total,
     )
     return _html(body)
 
@@ -239,27 +267,65 @@ def _elapsed_s(job: Job) -> float | None:
     return max(0.0, (end - job.started_at).total_seconds())
 
 
+def _messages(session: Session, job_id: int) -> list[Message]:
+    found: list[Message] = []
+    after = 0
+    while True:
+        page = list_messages(session=session, job_id=job_id, after_id=after, limit=MAX_PAGE_SIZE)
+        found.extend(page.items)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+        found = found[-MAX_PAGE_MESSAGES:]
+    return found[-MAX_PAGE_MESSAGES:]
+
+
 @router.get("/dashboard/jobs/{job_id}")
 def job_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
-    """One job, live: attempts, the speedup chart, the best kernel."""
+    """One job, live: attempts, the speedup chart, the agent's messages, what runs now, the best kernel."""
     try:
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
     except NotFound:
         return _not_found(browser, f"Job {job_id}")
-    # The event id first, then the attempts: an attempt missing from the page has a later event.
+    # The event id first, then the rest: anything missing from the page has a later event.
     last_event_id = job.last_event_id
-    public = JobPublic.from_job(job).model_dump(mode="json")
+    public = JobPublic.from_job(job)
     attempts = _all_attempts(session, job_id)
+    trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
+    recent = events_after(session=session, job_id=job_id, after_id=max(0, last_event_id - RECENT_EVENTS),
+                          limit=RECENT_EVENTS)
     body = pages.job_page(
         job=public,
-        attempts=[AttemptPublic.from_attempt(a).model_dump(mode="json") for a in attempts],
+        attempts=[AttemptPublic.from_attempt(a) for a in attempts],
+        trajectories=trajectories,
+        timeline=views.timeline(_messages(session, job_id), attempts, trajectories),
+        recent_events=views.event_views(e for e in recent if e.id <= last_event_id),
         best_source=job.best_attempt.source if job.best_attempt is not None else None,
         last_event_id=last_event_id,
         compile_line=_compile_line(attempts),
         elapsed_s=_elapsed_s(job),
         owner=browser.owner,
         csrf=browser.csrf,
+        now=datetime.now(UTC),
     )
+    return _html(body)
+
+
+@router.get("/dashboard/jobs/{job_id}/attempts/{n}")
+def attempt_view(
+    job_id: JobId, n: Annotated[int, PathParam(ge=1, le=MAX_ID)], browser: BrowserDep, session: SessionDep
+) -> HTMLResponse:
+    """One attempt: figures, compiler errors, trials, timing samples, provenance, source and diffs."""
+    try:
+        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
+        attempt = get_attempt(session=session, job_id=job_id, n=n)
+    except NotFound:
+        return _not_found(browser, f"Attempt {n} of job {job_id}")
+    parent = session.get(Attempt, attempt.parent_id) if attempt.parent_id is not None else None
+    trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
+    view = views.attempt_view(attempt, parent=parent, best=job.best_attempt, trajectories=trajectories,
+                              attempts_count=job.attempts_count)
+    body = pages.attempt_page(job=JobPublic.from_job(job), attempt=view, owner=browser.owner, csrf=browser.csrf)
     return _html(body)
 
 
@@ -345,7 +411,9 @@ def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) ->
 
 @router.get("/dashboard/static/{name}")
 def static_file(name: Annotated[str, PathParam(max_length=64)]) -> Response:
-    """The dashboard's script and stylesheet (a fixed set of files, nothing else on disk)."""
+    """The dashboard's script and stylesheets (a fixed set of files, nothing else on disk)."""
+    if name == PYGMENTS_CSS:
+        return Response(stylesheet(), media_type=_STATIC_TYPES[".css"], headers={"Cache-Control": "no-cache"})
     path = _STATIC_FILES.get(name)
     if path is None:
         raise HTTPException(404, f"no static file {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from fastapi.testclient import TestClient
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
@@ -88,3 +89,16 @@ def test_metrics_parse_as_prometheus_text(client: TestClient, alice: Key) -> Non
     inf = sample("kernelloop_http_request_duration_seconds", "_bucket", method="POST", route="/jobs", le="+Inf")
     assert count == inf == 2
     assert sample("kernelloop_sse_streams") == 0
+
+
+def test_metrics_speak_openmetrics_to_a_scraper_that_asks(client: TestClient, alice: Key) -> None:
+    client.post("/jobs", json=job_body(), headers=alice.headers)
+    response = client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.text.endswith("# EOF\n")
+    families = {f.name: f for f in openmetrics_families(response.text)}
+    assert families["kernelloop_http_requests"].type == "counter"
+    [created] = [s for s in families["kernelloop_http_requests"].samples
+                 if s.name == "kernelloop_http_requests_total" and s.labels["route"] == "/jobs"]
+    assert created.value == 1 and families["kernelloop_jobs"].type == "gauge"

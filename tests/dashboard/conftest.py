@@ -59,6 +59,8 @@ def browser() -> Iterator[object]:
     options.binary_location = _chromium()
     for arg in (*CHROME_ARGS, f"--user-data-dir={profile}"):
         options.add_argument(arg)
+    # The console (for Content-Security-Policy refusals): `browser.get_log("browser")`.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=DriverService(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
     try:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from store import (
     make_session_factory,
     record_attempt,
     session_scope,
+    source_sha256,
 )
 from store.migrate import upgrade
 
@@ -75,6 +77,7 @@ def verdict(
     target: str = "cuda",
     message: str = "",
     stage: Stage | None = None,
+    depth: str = "benchmark",
 ) -> dict[str, Any]:
     """A real ``Verdict.to_dict()`` with the figures a timed evaluation has."""
     correct = status in (Status.PASS, Status.SUSPICIOUS)
@@ -84,7 +87,12 @@ def verdict(
         stage=stage or (Stage.DONE if correct else failed_stage),
         error_kind=None if correct else ErrorKind.CANDIDATE,
         message=message or _FAILURE_MESSAGES.get(status, ""),
-        compile=CompileResult(ok=status is not Status.ERROR, seconds=41.2, kernels=({"kernel": "k", "registers": 40},)),
+        compile=CompileResult(
+            ok=status is not Status.ERROR, seconds=41.2,
+            kernels=() if status is Status.ERROR else (
+                {"kernel": "pool_tanh_scale_bias_kernel<4, 4, int>", "registers": 40, "spill_stores": 0,
+                 "spill_loads": 0},),
+        ),
         trials=tuple(
             Trial(seed_index=i, passed=correct, max_abs_err=1e-6 if correct else 0.31, mean_abs_err=1e-7,
                   mismatch_frac=0.0 if correct else 0.2)
@@ -96,6 +104,7 @@ def verdict(
         flops=4.83e9,
         min_bytes=3.1e8,
         provenance={"device": device, "target": target, "torch": "2.11.0", "cuda": "13.0", "harness": "0.1.0"},
+        depth=depth,
     )
     return v.to_dict()
 
@@ -215,3 +224,113 @@ def live_service(directory: Path, **settings: Any) -> Iterator[Service]:
         thread.join(timeout=15)
         sock.close()
         factory.kw["bind"].dispose()
+
+
+# -- an agent's session, as the worker records it ------------------------------------------------
+
+SEED1_CUDA = (REPO / "examples" / "seed1_cuda.py").read_text()
+
+
+def kernel_variant(threads: int = 256, *, broken: bool = False, note: str = "") -> str:
+    """seed1_cuda.py with another block size (and optionally a compile error): sources that differ
+    by a few lines, as an agent's successive edits do."""
+    source = SEED1_CUDA.replace("const int threads = 256;", f"const int threads = {threads};")
+    if broken:
+        source = source.replace("const int threads =", "const int threads = TILE *", 1)
+    if note:
+        source = source.replace('CUDA_SOURCE = r"""\n', f'CUDA_SOURCE = r"""\n// {note}\n', 1)
+    return source
+
+
+@contextmanager
+def worker_recorder(factory: sessionmaker[Session], job_id: int) -> Iterator[Any]:
+    """The worker's own `StoreRecorder` for a job claimed by `WORKER_ID` (trajectories, messages,
+    attempts and their events, exactly as a worker writes them)."""
+    from worker.lease import LeaseKeeper
+    from worker.recorder import StoreRecorder
+
+    keeper = LeaseKeeper(session_factory=factory, job_id=job_id, worker_id=WORKER_ID, lease_seconds=3600,
+                         interval_s=60)
+    yield StoreRecorder(session_factory=factory, job_id=job_id, worker_id=WORKER_ID, lease_seconds=3600,
+                        lease=keeper)
+
+
+def stage_event(factory: sessionmaker[Session], job_id: int, stage: str, phase: str, seconds: float = 0.0,
+                *, at: datetime | None = None, **extra: Any) -> None:
+    """A ``stage`` event as the worker appends it for the referee's steps (`harness.progress`):
+    ``{"stage", "phase", "seconds", "at"}``."""
+    from store import append_event
+
+    when = at or datetime.now(UTC)
+    with session_scope(factory) as session:
+        append_event(session=session, job_id=job_id, type="stage",
+                     payload={"stage": stage, "phase": phase, "seconds": seconds, "at": when.isoformat(), **extra})
+
+
+def _call(name: str, source: str | None = None) -> list[dict[str, Any]]:
+    arguments = "{}" if source is None else '{"source": "…"}'
+    return [{"id": f"call_{name}_{time.monotonic_ns()}", "type": "function",
+             "function": {"name": name, "arguments": arguments}}]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One tool call of a scripted session: the assistant's words, the tool, the source, the verdict."""
+
+    text: str
+    tool: str
+    source: str | None = None
+    verdict: dict[str, Any] | None = None
+    parent: str | None = None
+    feedback: str = ""
+
+
+def agent_session(threads: int = 256, tag: str = "") -> list[Turn]:
+    """A realistic trajectory: specs, a compile error, a wrong kernel, a slow one, a profile, a fast one
+    (``tag`` makes its sources its own)."""
+    broken = kernel_variant(128, broken=True, note=f"draft{tag}")
+    wrong = kernel_variant(64, note=f"second try{tag}")
+    slow = kernel_variant(1024, note=f"third try{tag}")
+    fast = kernel_variant(threads, note=f"vectorised{tag}")
+    compile_error = verdict(Status.ERROR, depth="compile",
+                            message="compile failed: kernel.cu(74): error: identifier \"TILE\" is undefined")
+    compile_error["compile"]["errors"] = (
+        "kernel.cu(74): error: identifier \"TILE\" is undefined\n"
+        "    const int threads = TILE * 128;\n"
+        "                        ^\n\n1 error detected in the compilation of \"kernel.cu\"."
+    )
+    untimed = verdict(Status.PASS, median_ms=None)
+    untimed["depth"] = "profile"
+    untimed["profile"] = [{"name": "pool_tanh_scale_bias_kernel<4, 4, int>", "calls": 20, "total_ms": 14.1},
+                          {"name": "cudnn::conv2d_fprop", "calls": 20, "total_ms": 61.0}]
+    return [
+        Turn("Let me look at the GPU first.", "get_gpu_specs", feedback="NVIDIA H200: 132 SMs, 4.8 TB/s"),
+        Turn("Shapes: 256→254 after the 3×3 conv, 254→63 after the 4×4 pool; memory-bound. A first fused "
+             "pool-first epilogue with a large block.", "compile", broken, compile_error),
+        Turn("TILE was never defined; fixed. Checking correctness with another block size.", "check_correctness",
+             wrong, verdict(Status.FAIL, depth="correctness"), parent=broken),
+        Turn("Trial 1 is off: the window loop skipped the last column. Fixed and timed.", "benchmark", slow,
+             verdict(median_ms=4.0 / 0.82), parent=wrong),
+        Turn("Slower than eager. Profiling to see where the time goes.", "profile", slow, untimed, parent=slow),
+        Turn(f"The epilogue kernel is 19 % of the time; {threads} threads per block and vectorised loads.",
+             "benchmark", fast, verdict(median_ms=4.0 / 2.36), parent=slow),
+    ]
+
+
+def record_session(recorder: Any, trajectory: int, turns: Sequence[Turn], *, user_prompt: str) -> None:
+    """Write a scripted trajectory through the recorder: messages, tool results and attempts."""
+    recorder.message(trajectory=trajectory, role="system", content="You write CUDA kernels that replace a "
+                     "PyTorch reference model. Contract: weights, mode, inputs, tolerances …", tokens_in=0)
+    recorder.message(trajectory=trajectory, role="user", content=user_prompt)
+    for turn in turns:
+        calls = _call(turn.tool, turn.source)
+        recorder.message(trajectory=trajectory, role="assistant", content=turn.text, tool_calls=calls,
+                         tokens_in=6_000, tokens_out=900, latency_ms=2_400.0, cost_usd=0.012)
+        if turn.source is not None and turn.verdict is not None:
+            parent = None if turn.parent is None else source_sha256(turn.parent)
+            recorder.attempt(trajectory=trajectory, tool=turn.tool, source=turn.source, parent_sha256=parent,
+                             verdict=turn.verdict)
+            feedback = turn.feedback or f"{turn.verdict['status']}: {turn.verdict['message'] or 'correct'}"
+        else:
+            feedback = turn.feedback
+        recorder.message(trajectory=trajectory, role="tool", content=feedback, tool_call_id=calls[0]["id"])

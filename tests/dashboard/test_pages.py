@@ -1,5 +1,6 @@
-"""The dashboard's pages as HTML (no browser): job page data, the problem pages, the jobs list,
-and the read-only ``GET /jobs/{id}/problem`` route."""
+"""The dashboard's pages as HTML (no browser): job page data, the attempt page, the problem pages,
+the jobs list and its filters, the offline API docs, and the read-only ``GET /jobs/{id}/problem``
+route."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import re
 import httpx
 import pytest
 
-from problems import parse_problem
-from store import JobKind, Target, create_job, session_scope
+from harness import Status
+from problems import load_problem, parse_problem
+from store import JobKind, Target, create_job, session_scope, source_sha256
 from tests.dashboard.support import (
     Service,
     add_attempt,
     create_key,
     create_running_job,
     seed_attempts,
+    stage_event,
     store_problem,
     verdict,
+    worker_recorder,
 )
 from tests.dashboard.test_auth import _login
 
@@ -122,8 +126,93 @@ def test_static_files_are_a_fixed_set(service: Service) -> None:
     js = httpx.get(f"{service.base_url}/dashboard/static/dashboard.js")
     assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
     assert httpx.get(f"{service.base_url}/dashboard/static/dashboard.css").status_code == 200
+    pygments = httpx.get(f"{service.base_url}/dashboard/static/pygments.css")
+    assert pygments.status_code == 200 and ".code .kn {" in pygments.text and "\npre {" not in pygments.text
     for name in ("..%2Fsession.py", "session.py", "%2Fetc%2Fpasswd"):
         assert httpx.get(f"{service.base_url}/dashboard/static/{name}").status_code == 404
     # Not part of the API's schema.
     paths = httpx.get(f"{service.base_url}/openapi.json").json()["paths"]
     assert "/jobs/{job_id}/problem" in paths and not any(p.startswith(("/dashboard", "/login")) for p in paths)
+
+
+def test_job_page_embeds_trajectories_and_the_recent_events_the_now_panel_replays(service: Service) -> None:
+    job_id = create_running_job(service.factory, service.key_id)
+    with worker_recorder(service.factory, job_id) as recorder:
+        recorder.trajectory_started(index=0, temperature=0.3, strategy="tile first")
+        recorder.message(trajectory=0, role="user", content="go")
+    stage_event(service.factory, job_id, "compile", "started", attempt=1)
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        data = _page_data(client.get(f"/dashboard/jobs/{job_id}").text)
+    [trajectory] = data["trajectories"]
+    assert trajectory["index"] == 0 and trajectory["label"] == "trajectory 0 · T=0.3 · tile first"
+    assert [e["type"] for e in data["recent_events"]] == ["state", "state", "trajectory", "message", "stage"]
+    assert data["recent_events"][-1]["data"] == {**data["recent_events"][-1]["data"], "stage": "compile",
+                                                 "phase": "started", "attempt": 1}
+    assert data["last_event_id"] == data["recent_events"][-1]["id"] == 5 and data["server_now"]
+
+
+def test_the_attempt_page_is_its_owners_and_escapes_what_it_shows(service: Service) -> None:
+    job_id = create_running_job(service.factory, service.key_id)
+    first = add_attempt(service.factory, job_id, verdict(Status.FAIL, message="<b>wrong</b>"),
+                        source='x = "</pre><script>alert(1)</script>"\n')
+    with worker_recorder(service.factory, job_id) as recorder:
+        recorder.attempt(trajectory=None, tool="benchmark", source='x = "fixed"\n', parent_sha256=source_sha256(
+            'x = "</pre><script>alert(1)</script>"\n'), verdict=verdict(median_ms=2.0))
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+        page = client.get(f"/dashboard/jobs/{job_id}/attempts/{first}")
+        second = client.get(f"/dashboard/jobs/{job_id}/attempts/{first + 1}").text
+        missing = client.get(f"/dashboard/jobs/{job_id}/attempts/{first + 2}")
+    assert page.status_code == 200
+    assert "<script>alert(1)" not in page.text and "&lt;script&gt;alert" in page.text
+    assert "<b>wrong</b>" not in page.text and "&lt;b&gt;wrong&lt;/b&gt;" in page.text
+    assert 'id="diff-parent"' not in page.text  # attempt 1 has no parent …
+    assert 'id="diff-best"' in page.text  # … but the job has a best, attempt 2
+    # Attempt 2 was edited from attempt 1: its diff says so, line by line.
+    assert 'id="parent-link"' in second and 'id="diff-parent"' in second and 'id="diff-best"' not in second
+    assert '<tr class="del">' in second and '<tr class="add">' in second and "&lt;/pre&gt;" in second
+    assert missing.status_code == 404 and "Attempt 3 of job" in missing.text
+    _, other = create_key(service.factory, "mallory")
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, other)
+        assert client.get(f"/dashboard/jobs/{job_id}/attempts/{first}").status_code == 404
+
+
+def test_jobs_list_filters_by_target_and_problem_and_refuses_unknown_values(service: Service) -> None:
+    cuda = create_running_job(service.factory, service.key_id)
+    cpu = create_running_job(service.factory, service.key_id, target=Target.CPU, problem="level1/softmax")
+    with httpx.Client(base_url=service.base_url) as client:
+        _login(client, service.key)
+
+        def ids(**params: str) -> list[int]:
+            page = client.get("/dashboard", params=params)
+            assert page.status_code == 200, page.text
+            return [int(i) for i in re.findall(r'data-job-id="(\d+)"', page.text)]
+
+        assert ids() == ids(state="", target="", problem="") == [cpu, cuda]
+        assert ids(target="cpu") == [cpu] and ids(target="cuda") == [cuda]
+        assert ids(problem="level1/softmax") == [cpu]
+        sha = load_problem("level1/softmax").sha256
+        assert ids(problem=sha) == [cpu] and ids(problem="level9/none") == []
+        assert ids(state="running", target="cuda", problem="level2/conv_tanh_scale_bias_maxpool") == [cuda]
+        refused = client.get("/dashboard", params={"state": "lost"})
+        assert refused.status_code == 400 and "lost" in refused.text
+
+
+def test_docs_pages_load_everything_from_the_app(service: Service) -> None:
+    for path, assets in (("/docs", ("swagger-ui-bundle.js", "swagger-ui.css")), ("/redoc", ("redoc.standalone.js",))):
+        page = httpx.get(f"{service.base_url}{path}")
+        assert page.status_code == 200 and page.headers["content-security-policy"] == "img-src 'self' data:"
+        urls = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+        assert urls and all(u.startswith("/") for u in urls), urls
+        for name in assets:
+            assert f"/docs/static/{name}" in page.text
+            asset = httpx.get(f"{service.base_url}/docs/static/{name}")
+            assert asset.status_code == 200 and len(asset.content) > 100_000
+            assert asset.headers["content-type"].startswith(("text/javascript", "text/css"))
+    assert httpx.get(f"{service.base_url}/docs/static/favicon.png").headers["content-type"] == "image/png"
+    assert httpx.get(f"{service.base_url}/docs/static/..%2F__init__.py").status_code == 404
+    assert httpx.get(f"{service.base_url}/docs/static/core.py").status_code == 404
+    paths = httpx.get(f"{service.base_url}/openapi.json").json()["paths"]
+    assert not any(p.startswith(("/docs", "/redoc")) for p in paths)

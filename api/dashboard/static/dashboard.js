@@ -1,5 +1,6 @@
-// kernelloop dashboard: the job page's live attempts table, speedup chart and summary.
-// Plain JavaScript, no build step. Data: the page's <script id="job-data"> JSON, then the job's
+// kernelloop dashboard: the job page's live attempts table, speedup chart, agent timeline and
+// "now" panel. Plain JavaScript, no build step, nothing from another site. Data: the page's
+// <script id="job-data"> JSON (with the job's recent events, replayed here), then the job's
 // Server-Sent Events (/jobs/{id}/events, signed in by the session cookie) and /jobs/{id}.
 (function () {
   "use strict";
@@ -10,9 +11,14 @@
   var csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
   var attempts = new Map();
   data.attempts.forEach(function (a) { attempts.set(a.n, a); });
+  var trajectories = new Map();
+  (data.trajectories || []).forEach(function (t) { trajectories.set(t.id, t); });
   var compileLine = data.compile_line;
   var bestN = data.best_n;
   var SVG = "http://www.w3.org/2000/svg";
+  // The server's clock minus ours: elapsed times are measured from the worker's timestamps.
+  var clockSkewMs = data.server_now ? Date.parse(data.server_now) - Date.now() : 0;
+  function serverNow() { return Date.now() + clockSkewMs; }
 
   // -- formatting (as api/dashboard/pages.py) -------------------------------------------------
   function finite(v) { return typeof v === "number" && isFinite(v); }
@@ -28,11 +34,32 @@
     return v.toFixed(0);
   }
   function fmtUsd(v) { return !finite(v) ? "—" : (v >= 0.01 || v === 0) ? "$" + v.toFixed(2) : "$" + v.toFixed(4); }
+  function fmtSeconds(v) {
+    if (!finite(v)) return "—";
+    if (v < 60) return v.toFixed(1) + " s";
+    var total = Math.round(v), m = Math.floor(total / 60), s = total % 60;
+    return m + " min " + (s < 10 ? "0" : "") + s + " s";
+  }
+  function fmtClock(date) {
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    return two(date.getUTCHours()) + ":" + two(date.getUTCMinutes()) + ":" + two(date.getUTCSeconds());
+  }
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     if (text !== undefined) node.textContent = text;
     return node;
+  }
+  function trajectoryIndex(id) {
+    var t = id === null || id === undefined ? null : trajectories.get(id);
+    return t ? t.index : null;
+  }
+
+  // -- chart marks (as api/dashboard/views.py mark_kind) ----------------------------------------
+  function markKind(a) {
+    if (finite(a.speedup_vs_eager) && a.speedup_vs_eager > 0) return "timed";
+    if (a.status === "pass" || a.status === "suspicious") return "untimed";
+    return "failed";
   }
 
   // -- attempts table ---------------------------------------------------------------------------
@@ -40,8 +67,11 @@
   function renderRow(a) {
     var tr = el("tr", { id: "attempt-" + a.n, "data-n": String(a.n) });
     if (a.n === bestN) tr.className = "best";
-    tr.appendChild(td(String(a.n), "num"));
-    tr.appendChild(td(a.trajectory_id === null || a.trajectory_id === undefined ? "—" : String(a.trajectory_id)));
+    var num = td("", "num");
+    num.appendChild(el("a", { href: "/dashboard/jobs/" + jobId + "/attempts/" + a.n }, String(a.n)));
+    tr.appendChild(num);
+    var index = trajectoryIndex(a.trajectory_id);
+    tr.appendChild(td(index === null ? "—" : String(index)));
     tr.appendChild(td(a.tool || ""));
     var status = td("");
     status.appendChild(el("span", { "class": "badge status-" + a.status }, a.status));
@@ -59,6 +89,8 @@
   }
   function upsertRow(a) {
     var tbody = document.querySelector("#attempts tbody");
+    var placeholder = tbody.querySelector("tr.empty");
+    if (placeholder) placeholder.remove();
     var existing = document.getElementById("attempt-" + a.n);
     var row = renderRow(a);
     if (existing) { tbody.replaceChild(row, existing); return; }
@@ -76,28 +108,42 @@
     });
   }
 
-  // -- chart ----------------------------------------------------------------------------------------
+  // -- chart: one series per trajectory; untimed passes and failures in lanes below -----------------
   function svg(tag, attrs, text) {
     var node = document.createElementNS(SVG, tag);
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
     if (text !== undefined) node.textContent = text;
     return node;
   }
+  function seriesKey(a) { var i = trajectoryIndex(a.trajectory_id); return i === null ? "job" : "t" + i; }
+  function seriesClass(key) { return key === "job" ? "series-job" : "series-" + (Number(key.slice(1)) % 8); }
+  function seriesLabel(key) {
+    if (key === "job") return "job (no trajectory)";
+    var index = Number(key.slice(1)), label = "trajectory " + index;
+    trajectories.forEach(function (t) { if (t.index === index) label = t.label; });
+    return label;
+  }
   function drawChart() {
     var chart = document.getElementById("chart");
     if (!chart) return;
     while (chart.firstChild) chart.removeChild(chart.firstChild);
-    var W = 860, H = 280, L = 56, R = 150, T = 16, B = 34;
+    var W = 860, H = 300, L = 64, R = 130, T = 14, laneH = 20, gap = 10, B = 30 + gap + 2 * laneH;
+    var plotBottom = H - B, lanesTop = plotBottom + gap;
+    var laneUntimed = lanesTop + laneH / 2, laneFailed = lanesTop + 1.5 * laneH;
     var list = Array.from(attempts.values()).sort(function (a, b) { return a.n - b.n; });
-    var timed = list.filter(function (a) { return finite(a.speedup_vs_eager) && a.speedup_vs_eager > 0; });
+    var timed = list.filter(function (a) { return markKind(a) === "timed"; });
     var values = timed.map(function (a) { return a.speedup_vs_eager; }).concat([1]);
     if (finite(compileLine) && compileLine > 0) values.push(compileLine);
     var lo = Math.min.apply(null, values), hi = Math.max.apply(null, values);
     var ymin = Math.log2(Math.min(lo / 1.25, 0.5)), ymax = Math.log2(Math.max(hi * 1.25, 2));
     var nmax = Math.max(5, list.length ? list[list.length - 1].n : 0);
     function x(n) { return L + (W - L - R) * (nmax <= 1 ? 0.5 : (n - 1) / (nmax - 1)); }
-    function y(v) { return T + (H - T - B) * (1 - (Math.log2(v) - ymin) / (ymax - ymin)); }
-    chart.appendChild(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, "class": "plot" }));
+    function y(v) { return T + (plotBottom - T) * (1 - (Math.log2(v) - ymin) / (ymax - ymin)); }
+    chart.appendChild(svg("rect", { x: L, y: T, width: W - L - R, height: plotBottom - T, "class": "plot" }));
+    chart.appendChild(svg("rect", { x: L, y: lanesTop, width: W - L - R, height: 2 * laneH, "class": "lanes" }));
+    chart.appendChild(svg("line", { x1: L, x2: W - R, y1: lanesTop + laneH, y2: lanesTop + laneH, "class": "grid" }));
+    chart.appendChild(svg("text", { x: L - 6, y: laneUntimed + 4, "class": "tick", "text-anchor": "end" }, "untimed"));
+    chart.appendChild(svg("text", { x: L - 6, y: laneFailed + 4, "class": "tick", "text-anchor": "end" }, "failed"));
     for (var e = Math.ceil(ymin); e <= Math.floor(ymax); e++) {
       var v = Math.pow(2, e);
       chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), "class": "grid" }));
@@ -106,9 +152,9 @@
     }
     var step = Math.max(1, Math.ceil(nmax / 12));
     for (var n = 1; n <= nmax; n += step) {
-      chart.appendChild(svg("text", { x: x(n), y: H - B + 16, "class": "tick", "text-anchor": "middle" }, String(n)));
+      chart.appendChild(svg("text", { x: x(n), y: H - 14, "class": "tick", "text-anchor": "middle" }, String(n)));
     }
-    chart.appendChild(svg("text", { x: L + (W - L - R) / 2, y: H - 4, "class": "axis", "text-anchor": "middle" },
+    chart.appendChild(svg("text", { x: L + (W - L - R) / 2, y: H - 2, "class": "axis", "text-anchor": "middle" },
       "attempt"));
     function hline(value, cls, label) {
       chart.appendChild(svg("line", { x1: L, x2: W - R, y1: y(value), y2: y(value), "class": cls }));
@@ -116,27 +162,73 @@
     }
     hline(1, "line-eager", "eager 1×");
     if (finite(compileLine) && compileLine > 0) hline(compileLine, "line-compile", "torch.compile " + fmtX(compileLine));
+    // The best verified speedup so far, across trajectories.
+    // A step line: it rises at the attempt that beat it and stays level until the next one.
     var best = null, path = [];
     timed.forEach(function (a) {
-      if (a.status === "pass" && (best === null || a.speedup_vs_eager > best)) best = a.speedup_vs_eager;
-      if (best !== null) path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+      if (a.status === "pass" && (best === null || a.speedup_vs_eager > best)) {
+        if (best !== null) path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+        best = a.speedup_vs_eager;
+        path.push(x(a.n).toFixed(1) + "," + y(best).toFixed(1));
+      }
     });
+    if (best !== null && list.length) path.push(x(list[list.length - 1].n).toFixed(1) + "," + y(best).toFixed(1));
     if (path.length > 1) chart.appendChild(svg("polyline", { points: path.join(" "), "class": "best-line" }));
+    // Each trajectory's timed attempts joined in order.
+    var series = new Map();
     list.forEach(function (a) {
-      var title = "attempt " + a.n + ": " + a.status + (finite(a.speedup_vs_eager) ? ", " + fmtX(a.speedup_vs_eager) +
-        " vs eager, " + fmtX(a.speedup_vs_compile) + " vs torch.compile" : "");
-      var mark;
-      if (finite(a.speedup_vs_eager) && a.speedup_vs_eager > 0) {
-        mark = svg("circle", { cx: x(a.n), cy: y(a.speedup_vs_eager), r: a.n === bestN ? 6 : 4.5,
-          "class": "pt status-" + a.status + (a.n === bestN ? " best" : ""), "data-n": String(a.n) });
+      var key = seriesKey(a);
+      if (!series.has(key)) series.set(key, []);
+      series.get(key).push(a);
+    });
+    series.forEach(function (members, key) {
+      var pts = members.filter(function (a) { return markKind(a) === "timed"; })
+        .map(function (a) { return x(a.n).toFixed(1) + "," + y(a.speedup_vs_eager).toFixed(1); });
+      if (pts.length > 1) {
+        chart.appendChild(svg("polyline", { points: pts.join(" "), "class": "series-line " + seriesClass(key) }));
+      }
+    });
+    list.forEach(function (a) {
+      var kind = markKind(a), key = seriesKey(a), cls = seriesClass(key);
+      var title = "attempt " + a.n + " (" + seriesLabel(key) + ", " + (a.tool || "?") + "): " + a.status +
+        (kind === "timed" ? ", " + fmtX(a.speedup_vs_eager) + " vs eager, " + fmtX(a.speedup_vs_compile) +
+          " vs torch.compile" : kind === "untimed" ? ", passed, not timed" : "");
+      var mark, cx = x(a.n);
+      if (kind === "timed") {
+        mark = svg("circle", { cx: cx, cy: y(a.speedup_vs_eager), r: a.n === bestN ? 6.5 : 4.5,
+          "class": "pt " + cls + " status-" + a.status + (a.n === bestN ? " best" : ""), "data-n": String(a.n) });
+      } else if (kind === "untimed") {
+        mark = svg("path", { d: "M" + cx + "," + (laneUntimed - 5) + "l5,5l-5,5l-5,-5z",
+          "class": "untimed " + cls, "data-n": String(a.n) });
       } else {
-        mark = svg("path", { d: "M" + (x(a.n) - 4) + "," + (H - B - 8) + "l8,8m0,-8l-8,8",
+        mark = svg("path", { d: "M" + (cx - 4) + "," + (laneFailed - 4) + "l8,8m0,-8l-8,8",
           "class": "miss status-" + a.status, "data-n": String(a.n) });
       }
       mark.appendChild(svg("title", {}, title));
-      chart.appendChild(mark);
+      var link = svg("a", { href: "/dashboard/jobs/" + jobId + "/attempts/" + a.n });
+      link.appendChild(mark);
+      chart.appendChild(link);
     });
+    // Legend (HTML, under the chart): the series, then the marks.
+    var legendNode = document.getElementById("chart-legend");
+    if (legendNode) {
+      while (legendNode.firstChild) legendNode.removeChild(legendNode.firstChild);
+      series.forEach(function (members, key) {
+        var item = el("span", { "class": "item", "data-series": key });
+        item.appendChild(el("span", { "class": "swatch dot " + seriesClass(key) }));
+        item.appendChild(document.createTextNode(seriesLabel(key)));
+        legendNode.appendChild(item);
+      });
+      [["swatch diamond", "passed, not timed (compile, check, profile)"], ["swatch cross", "failed"],
+        ["swatch bestline", "best so far"]].forEach(function (entry) {
+        var item = el("span", { "class": "item" });
+        item.appendChild(el("span", { "class": entry[0] }, entry[0] === "swatch cross" ? "×" : ""));
+        item.appendChild(document.createTextNode(entry[1]));
+        legendNode.appendChild(item);
+      });
+    }
     chart.setAttribute("data-points", String(timed.length));
+    chart.setAttribute("data-series", String(series.size));
   }
 
   // -- summary --------------------------------------------------------------------------------------
@@ -148,6 +240,7 @@
     if (state !== "queued" && state !== "running") {
       var cancel = document.getElementById("cancel-job");
       if (cancel) cancel.remove();
+      setNow(null);
     }
   }
   function setBudget(id, used, limit, text) {
@@ -205,6 +298,167 @@
       });
   }
 
+  // -- the agent's timeline -------------------------------------------------------------------------
+  var timelineNode = document.getElementById("timeline");
+  function trajectoryChip(index) {
+    return index === null || index === undefined ? null : el("span", { "class": "traj traj-" + (index % 8) }, "t" + index);
+  }
+  function appendTimeline(item) {
+    if (!timelineNode) return;
+    var empty = timelineNode.querySelector(".empty");
+    if (empty) empty.remove();
+    var nearBottom = timelineNode.scrollHeight - timelineNode.scrollTop - timelineNode.clientHeight < 40;
+    timelineNode.appendChild(item);
+    item.classList.add("fresh");
+    if (nearBottom) timelineNode.scrollTop = timelineNode.scrollHeight;
+  }
+  function timelineMessage(m, at) {
+    var li = el("li", { "class": "tl tl-message role-" + m.role });
+    var head = el("div", { "class": "tl-head" });
+    head.appendChild(el("span", { "class": "tl-time" }, fmtClock(at)));
+    var chip = trajectoryChip(m.trajectory);
+    if (chip) head.appendChild(chip);
+    head.appendChild(el("span", { "class": "role" }, m.role));
+    (m.tool_calls || []).forEach(function (name) { head.appendChild(el("span", { "class": "call" }, "→ " + name)); });
+    var tokens = (m.tokens_in || 0) + (m.tokens_out || 0);
+    if (tokens) {
+      head.appendChild(el("span", { "class": "muted small" },
+        fmtCount(tokens) + " tok" + (finite(m.latency_ms) ? " · " + fmtSeconds(m.latency_ms / 1000) : "")));
+    }
+    li.appendChild(head);
+    if (m.preview) {
+      var details = el("details");
+      details.appendChild(el("summary", {}, m.preview.replace(/\s+/g, " ")));
+      details.appendChild(el("pre", { "class": "msg-body" }, m.preview + (m.preview.length >= 240 ?
+        "\n… (the whole message is at /jobs/" + jobId + "/messages)" : "")));
+      li.appendChild(details);
+    }
+    return li;
+  }
+  function timelineAttempt(a, at) {
+    var li = el("li", { "class": "tl tl-attempt", "data-n": String(a.n) });
+    var head = el("div", { "class": "tl-head" });
+    head.appendChild(el("span", { "class": "tl-time" }, fmtClock(at)));
+    var chip = trajectoryChip(trajectoryIndex(a.trajectory_id));
+    if (chip) head.appendChild(chip);
+    head.appendChild(el("a", { href: "/dashboard/jobs/" + jobId + "/attempts/" + a.n }, "attempt " + a.n));
+    head.appendChild(document.createTextNode(" "));
+    head.appendChild(el("span", { "class": "muted" }, a.tool || ""));
+    head.appendChild(document.createTextNode(" "));
+    head.appendChild(el("span", { "class": "badge status-" + a.status }, a.status));
+    if (finite(a.speedup_vs_eager)) { head.appendChild(document.createTextNode(" ")); head.appendChild(el("b", {}, fmtX(a.speedup_vs_eager))); }
+    li.appendChild(head);
+    return li;
+  }
+
+  // -- what the worker is doing now ---------------------------------------------------------------------
+  // Stage events ({"stage", "phase": "started"|"finished", "seconds", "at"?, "attempt"?, "trajectory"?})
+  // come from the referee; progress, message, trajectory and attempt events say the rest.
+  var STAGES = {
+    header_build: "building the torch headers (precompiled, once per cache)",
+    reference_start: "starting the reference (problem, expected outputs)",
+    baselines: "timing eager PyTorch and torch.compile",
+    compile: "compiling the candidate",
+    load: "loading the candidate",
+    correctness: "checking correctness",
+    timing: "timing the candidate"
+  };
+  var PROGRESS = {
+    started: "the worker started the job",
+    evaluating: "evaluating the candidate",
+    infra_retry: "retrying after an infrastructure error",
+    retime: "re-timing a quarantined kernel with fresh seeds"
+  };
+  var now = { text: null, since: null, steps: [] };
+  var nowTimer = null;
+  function stageLabel(stage) { return STAGES[stage] || String(stage).replace(/_/g, " "); }
+  function whose(d) {
+    var parts = [];
+    if (d.trajectory !== undefined && d.trajectory !== null) parts.push("trajectory " + d.trajectory);
+    if (d.attempt !== undefined && d.attempt !== null) parts.push("attempt " + d.attempt);
+    return parts.length ? " (" + parts.join(", ") + ")" : "";
+  }
+  function renderNow() {
+    var panel = document.getElementById("now");
+    if (!panel) return;
+    if (now.text === null) { panel.classList.add("hidden"); return; }
+    panel.classList.remove("hidden");
+    setText("now-text", now.text);
+    var elapsed = now.since === null ? "" : fmtSeconds(Math.max(0, (serverNow() - now.since) / 1000));
+    setText("now-elapsed", elapsed);
+    var list = document.getElementById("now-steps");
+    while (list.firstChild) list.removeChild(list.firstChild);
+    now.steps.forEach(function (s) {
+      var li = el("li", { "class": "step " + (s.done ? "done" : "running"), "data-stage": s.stage });
+      li.appendChild(el("span", { "class": "name" }, stageLabel(s.stage)));
+      li.appendChild(el("span", { "class": "secs" },
+        s.done ? fmtSeconds(s.seconds) : fmtSeconds(Math.max(0, (serverNow() - s.since) / 1000)) + " …"));
+      list.appendChild(li);
+    });
+  }
+  function setNow(text, since) {
+    now.text = text;
+    now.since = text === null ? null : (since === undefined ? null : since);
+    if (text === null) now.steps = [];
+    renderNow();
+    if (text !== null && !nowTimer) nowTimer = window.setInterval(renderNow, 1000);
+    if (text === null && nowTimer) { window.clearInterval(nowTimer); nowTimer = null; }
+  }
+  function onStage(d, at) {
+    var stage = String(d.stage || "?");
+    if (d.phase === "started") {
+      now.steps = now.steps.filter(function (s) { return s.done || s.stage !== stage; });
+      now.steps.push({ stage: stage, done: false, since: at });
+      setNow(stageLabel(stage) + whose(d), at);
+    } else {
+      var found = false;
+      now.steps.forEach(function (s) {
+        if (s.stage === stage && !s.done) { s.done = true; s.seconds = d.seconds; found = true; }
+      });
+      if (!found) now.steps.push({ stage: stage, done: true, seconds: d.seconds, since: at });
+      setNow(stageLabel(stage) + " done in " + fmtSeconds(d.seconds) + whose(d), null);
+    }
+  }
+  // One stored or live event, in order: `at` is when it was stored (ms since the epoch).
+  function apply(type, d, at, live) {
+    if (type === "stage") { onStage(d, at); return; }
+    if (type === "progress") {
+      setNow((PROGRESS[d.phase] || String(d.phase)) + (d.message ? ": " + d.message : ""), at);
+      return;
+    }
+    if (type === "message") {
+      if (live) appendTimeline(timelineMessage(d, new Date(at)));
+      if (d.role === "assistant") {
+        var calls = d.tool_calls || [];
+        setNow(calls.length ? "running " + calls.join(", ") + whose({ trajectory: d.trajectory }) :
+          "the model answered" + whose({ trajectory: d.trajectory }), at);
+      } else {
+        setNow("waiting for the model" + whose({ trajectory: d.trajectory }), at);
+      }
+      return;
+    }
+    if (type === "trajectory") {
+      if (d.state === "running") setNow("trajectory " + d.index + " started", at);
+      else setNow("trajectory " + d.index + " ended: " + (d.reason || d.state), null);
+      return;
+    }
+    if (type === "attempt") {
+      // The attempt's steps are over: the next ones start a new list.
+      now.steps = [];
+      setNow("attempt " + d.n + " judged: " + d.status + (finite(d.speedup_vs_eager) ? ", " + fmtX(d.speedup_vs_eager) : ""), null);
+      return;
+    }
+    if (type === "state") {
+      if (d.state === "queued") setNow("waiting for a worker", at);
+      else if (d.state === "running") setNow("the worker started the job", at);
+      else setNow(null);
+    }
+  }
+  function eventTime(d, fallback) {
+    var t = d && d.at ? Date.parse(d.at) : NaN;
+    return isFinite(t) ? t : fallback;
+  }
+
   // -- live -------------------------------------------------------------------------------------------
   var live = document.getElementById("live");
   function setLive(on, title) { if (live) { live.classList.toggle("on", on); live.title = title; } }
@@ -215,11 +469,25 @@
     if (a.best) markBest(a.n);
     upsertRow(attempts.get(a.n));
     drawChart();
-    if (!seen) enrich(a.n);
+    if (!seen) { enrich(a.n); appendTimeline(timelineAttempt(a, new Date(serverNow()))); }
     if (a.best) loadBest(a);
+    apply("attempt", a, serverNow(), true);
     refreshJob();
   }
+  function onTrajectory(d) {
+    if (d.trajectory_id !== undefined && !trajectories.has(d.trajectory_id)) {
+      trajectories.set(d.trajectory_id, { id: d.trajectory_id, index: d.index, state: d.state, label: "trajectory " + d.index });
+      drawChart();
+    }
+  }
   drawChart();
+  if (data.state === "queued" || data.state === "running") {
+    setNow(data.state === "queued" ? "waiting for a worker" : "working", null);
+    (data.recent_events || []).forEach(function (e) {
+      if (e.type === "trajectory") onTrajectory(e.data);
+      apply(e.type, e.data, eventTime(e.data, Date.parse(e.at)), false);
+    });
+  }
   var cancel = document.getElementById("cancel-job");
   if (cancel) {
     cancel.addEventListener("click", function () {
@@ -235,8 +503,21 @@
   source.onopen = function () { setLive(true, "live"); };
   source.onerror = function () { setLive(false, "reconnecting…"); };
   source.addEventListener("attempt", onAttempt);
-  source.addEventListener("state", function (event) { setState(JSON.parse(event.data).state); refreshJob(); });
-  source.addEventListener("cancel_requested", function () { refreshJob(); });
+  source.addEventListener("state", function (event) {
+    var d = JSON.parse(event.data);
+    setState(d.state);
+    apply("state", d, serverNow(), true);
+    refreshJob();
+  });
+  ["stage", "progress", "message", "trajectory"].forEach(function (type) {
+    source.addEventListener(type, function (event) {
+      var d = JSON.parse(event.data);
+      if (type === "trajectory") onTrajectory(d);
+      apply(type, d, eventTime(d, serverNow()), true);
+      if (type === "message") refreshJob();
+    });
+  });
+  source.addEventListener("cancel_requested", function () { setNow("cancelling at the next safe point", serverNow()); refreshJob(); });
   source.addEventListener("end", function () { source.close(); setLive(false, "finished"); refreshJob(); });
   // Leaving the page closes the stream (a page kept in the back/forward cache would hold it open);
   // coming back to a cached page reloads it, so it resumes from what is stored.

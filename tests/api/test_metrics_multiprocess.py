@@ -1,0 +1,135 @@
+"""``/metrics`` in multi-process mode, for real: ``kernelloop serve --workers 2`` (two API processes
+on one port), a worker process writing into the same directory, and dead processes.
+
+Whichever API process answers a scrape, it reports the sum over every process: requests counted
+by both API processes, the worker's tokens, and none of the live gauges of a process that died.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+from store.migrate import upgrade
+from tests.worker.test_service import _free_port, _wait_healthy
+
+REPO = Path(__file__).resolve().parents[2]
+REQUESTS = 40
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELLOOP_", "PROMETHEUS_"))}
+    url = f"sqlite:///{tmp_path / 'kernelloop.db'}"
+    upgrade(url)
+    return {**env, "KERNELLOOP_DATA_DIR": str(tmp_path), "KERNELLOOP_DATABASE_URL": url, **extra}
+
+
+@contextmanager
+def _serve(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    port = _free_port()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "cli.service", "serve", "--workers", "2", "--port", str(port), "--no-access-log"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, serve, log_path)
+        yield base, serve, log_path
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=30) == 0, log_path.read_text()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+
+
+def _samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"{base}/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text) for s in family.samples
+    }
+
+
+def _problems_requests(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+    key = ("kernelloop_http_requests_total", (("method", "GET"), ("route", "/problems"), ("status", "200")))
+    return samples.get(key, 0.0)
+
+
+def _per_process_requests(directory: Path) -> dict[int, float]:
+    """``GET /problems`` requests counted in each process's own counter file."""
+    counts = {}
+    for path in directory.glob("counter_*.db"):
+        pid = int(re.fullmatch(r"counter_(\d+)\.db", path.name).group(1))  # type: ignore[union-attr]
+        for metric in MultiProcessCollector.merge([str(path)], accumulate=True):
+            for s in metric.samples:
+                if s.name == "kernelloop_http_requests_total" and s.labels.get("route") == "/problems":
+                    counts[pid] = counts.get(pid, 0.0) + s.value
+    return counts
+
+
+def test_every_api_process_reports_the_sum_of_all_processes(tmp_path: Path) -> None:
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    env = _env(tmp_path, PROMETHEUS_MULTIPROC_DIR=str(directory))
+    with _serve(tmp_path, env) as (base, _, _):
+        for _ in range(REQUESTS):  # a new connection each: the kernel spreads them over the two processes
+            assert httpx.get(f"{base}/problems").status_code == 200
+        # Both processes answered some (each counts only its own in its file) …
+        per_process = _per_process_requests(directory)
+        assert len(per_process) == 2 and all(v > 0 for v in per_process.values()), per_process
+        assert sum(per_process.values()) == REQUESTS
+        # … and a worker on this machine wrote its metrics into the same directory, then died
+        # while it counted a job as running.
+        worker = subprocess.run(
+            [sys.executable, "-c", "from worker import metrics\n"
+             "metrics.LLM_TOKENS.labels('in').inc(1234)\nmetrics.RUNNING.labels('cpu').inc()\n"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )
+        assert worker.returncode == 0, worker.stderr
+        assert list(directory.glob("gauge_livesum_*.db"))
+        for _ in range(6):  # whichever process answers, the same sums
+            samples = _samples(base)
+            assert _problems_requests(samples) == REQUESTS
+            assert samples[("kernelloop_worker_llm_tokens_total", (("direction", "in"),))] == 1234
+            assert samples.get(("kernelloop_worker_jobs_running", (("target", "cpu"),)), 0.0) == 0
+            assert samples[("kernelloop_sse_streams", ())] == 0
+            assert samples[("kernelloop_jobs", (("state", "queued"),))] == 0  # the store's counts too
+        # The dead worker's live gauge file is gone; its counters stay (totals never drop).
+        live_pids = {int(p.name.split("_")[-1][:-3]) for p in directory.glob("gauge_livesum_*.db")}
+        assert worker.returncode == 0 and all(_alive(pid) for pid in live_pids), live_pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_serve_makes_a_metrics_directory_of_its_own_and_removes_it(tmp_path: Path) -> None:
+    with _serve(tmp_path, _env(tmp_path)) as (base, _, log_path):
+        for _ in range(REQUESTS):
+            httpx.get(f"{base}/problems")
+        match = re.search(r"metrics of all in\s+(\S+?)\)", log_path.read_text())
+        assert match, log_path.read_text()
+        directory = Path(match.group(1))
+        assert directory.is_dir() and list(directory.glob("counter_*.db"))
+        assert all(_problems_requests(_samples(base)) == REQUESTS for _ in range(4))
+    assert not directory.exists()
