@@ -9,6 +9,7 @@ evaluations (a worker, the CLI) never imports torch or initialises CUDA.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -37,9 +38,9 @@ from harness.sandbox import (
 )
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
-from problems.spec import Policy, Problem
+from problems.spec import Policy, Problem, parse_problem
 
-__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate"]
+__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate", "warm_headers"]
 
 HARNESS_VERSION = "0.1.0"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
@@ -59,12 +60,35 @@ _HARDENED_MARGIN = 3.0
 _HARDENED_OVERHEAD_SLACK = 1.0
 #: ...plus this many seconds (replies, exports and process scheduling differ a little).
 _HARDENED_FIXED_S = 0.05
-#: The binding flags the playbook prescribes, per target: the trusted warm-up precompiles the torch
-#: header for exactly these (a PCH serves only the flags it was built with).
+#: Binding flags whose torch header the trusted warm-up precompiles, per target (a PCH serves only
+#: the flags it was built with, normalised: ``-O1``/``-O2``/``-O3`` share one, ``""`` and ``-v`` are
+#: nothing). The first is what the playbook prescribes: a Referee builds it before its first compile
+#: if it is missing. All of them are built when a worker starts (`warm_headers`): no flags at all
+#: (KernelBench's ``extra_cflags=[""]``, torch's default ``-O0``), and on CPU ``-O3`` without OpenMP.
 _PCH_FLAG_SETS = {
-    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}],
-    Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}],
+    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}, {"extra_cflags": [], "cuda": True}],
+    Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}, {"extra_cflags": [], "cuda": False},
+                 {"extra_cflags": ["-O3"], "cuda": False}],
 }
+#: A candidate's compile may ask the trusted builder for at most this many builds (extensions).
+_MAX_DELEGATED_BUILDS = 16
+#: A placeholder problem for a Referee that only warms the cache (no reference is ever started).
+_WARMUP_PROBLEM = """\
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.zeros(1)]
+
+
+def get_init_inputs():
+    return []
+"""
 #: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
 _MAX_FILE_BYTES = 4 << 30
 
@@ -171,6 +195,9 @@ class Referee:
         #: Compile results by source hash: the same source again reuses its builds without a stage.
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not self.options.pch
+        #: Whether to start a builder ahead for the next attempt: a compile that needed one (and the
+        #: first) suggests the next will too; a Referee re-evaluating built sources needs none.
+        self._builder_wanted = self.options.trusted_builds
         #: Stages started ahead for the next attempt, by role (`_prestart`).
         self._spares: dict[str, _StartedStage] = {}
         self._spares_lock = threading.Lock()
@@ -237,6 +264,14 @@ class Referee:
         run_dir = self._new_run_dir("attempt")
         if role == "compile":
             spec = self._spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
+        elif role == "builder":
+            # Trusted, but it compiles candidates' text: it sees the published headers and objects
+            # (read-only) and no other build, so no flag or include can reach a candidate's file.
+            shared = tuple(self.options.builds_dir / d for d in ("pch", "objects"))
+            for path in shared:
+                path.mkdir(parents=True, exist_ok=True)
+            spec = self._spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False,
+                              visible_builds=shared)
         else:
             builds = run_dir / "builds"
             builds.mkdir()
@@ -265,7 +300,7 @@ class Referee:
         """
         if not self.options.prestart:
             return
-        for role in ("compile", "candidate"):
+        for role in ("compile", "candidate", *(("builder",) if self._builder_wanted else ())):
             with self._spares_lock:
                 if role in self._spares:
                     continue
@@ -387,9 +422,12 @@ class Referee:
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
         self._warm_pch()
-        result = self._compile_stage({"pch": "use" if self.options.pch else False}, source=source)
+        result = self._compile_stage({"pch": "use" if self.options.pch else False,
+                                      "delegate": self.options.trusted_builds}, source=source)
         if result.ok:
             self._compiled[digest] = result
+        self._builder_wanted = self.options.trusted_builds and any(
+            e.get("via") == "builder" and not e.get("cached") for e in result.extensions)
         return result
 
     def _warm_pch(self) -> None:
@@ -402,28 +440,57 @@ class Referee:
         if self._pch_ready:
             return
         self._pch_ready = True  # once per Referee, whatever happens: a failure only costs speed
-        marker = self.options.builds_dir / "pch" / f"warm-{self.target.value}.json"
-        try:
-            keys = json.loads(marker.read_text())
-            if keys and all((self.options.builds_dir / "pch" / str(k)).is_dir() for k in keys):
-                return
-        except (OSError, ValueError, TypeError):
-            pass
-        result = self._compile_stage({"pch_warmup": _PCH_FLAG_SETS[self.target], "pch": True}, trusted=True)
-        keys = [e["pch"]["key"] for e in result.extensions if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
-        if result.ok and keys:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(keys))
-            tmp.replace(marker)
+        self.warm_headers(_PCH_FLAG_SETS[self.target][:1])
+
+    def warm_headers(self, flag_sets: list[dict[str, Any]] | None = None) -> bool:
+        """Build the precompiled torch headers of ``flag_sets`` (default: every set of the target,
+        `_PCH_FLAG_SETS`) in a stage that runs trusted code only, unless a marker says they are in
+        place. One warm-up per cache and target at a time (a lock): a Referee whose first compile
+        comes while a worker's start-up warm-up runs waits for it instead of building the same.
+
+        Returns:
+            Whether the headers are in place.
+        """
+        if not self.options.pch:
+            return False
+        sets = _PCH_FLAG_SETS[self.target] if flag_sets is None else flag_sets
+        label = "" if flag_sets is not None and len(sets) == 1 else "-all"
+        pch_dir = self.options.builds_dir / "pch"
+        pch_dir.mkdir(parents=True, exist_ok=True)
+        marker = pch_dir / f"warm-{self.target.value}{label}.json"
+
+        def in_place() -> bool:
+            try:
+                keys = json.loads(marker.read_text())
+                return bool(keys) and all((pch_dir / str(k)).is_dir() for k in keys)
+            except (OSError, ValueError, TypeError):
+                return False
+
+        if in_place():
+            return True
+        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
+            if in_place():
+                return True
+            result = self._compile_stage({"pch_warmup": sets, "pch": True}, trusted=True)
+            keys = [e["pch"]["key"] for e in result.extensions
+                    if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
+            if not (result.ok and keys):
+                return False
+            for path in {marker, pch_dir / f"warm-{self.target.value}.json"}:
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(keys if path == marker else keys[:1]))
+                tmp.replace(path)
+            return True
 
     def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
                        trusted: bool = False) -> CompileResult:
         """Run a compile stage: ``source`` is the candidate to import (None: a trusted request).
-        Its run directory is removed unless the compile failed (kept to debug)."""
+        Its run directory is removed unless the compile failed (kept to debug). The builds it
+        delegates (``{"build": ...}`` messages) are built by a builder stage (`_build_for`)."""
         # The cache is read-only to the stage (its import-time code is the candidate's): missing
         # builds go to a private staging directory and are published once the stage has exited;
-        # precompiled headers only from a trusted stage.
+        # precompiled headers only from a trusted stage, objects only from a builder.
         stage = self._take_stage("compile")
         staging = stage.run_dir / "compile" / "builds"
         if source is not None:
@@ -431,22 +498,37 @@ class Referee:
             request = {**request, "candidate_path": str(stage.run_dir / "candidate.py")}
         started = time.perf_counter()
         timeout = self.options.timeouts.compile_s
-        with stage.process as process:
-            try:
-                stage.wait_ready(timeout)
-                reply = process.request(
-                    {**request, "builds_dir": str(self.options.builds_dir), "staging_dir": str(staging),
-                     "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs},
-                    timeout=max(1.0, timeout - (time.perf_counter() - started)),
-                )
-            except ChannelTimeout:
-                return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"compile timed out after {timeout:.0f} s")
-            except ChannelClosed:
-                exec_error = process.sandbox_report.get("exec_error", "")
-                return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"the compile process died ({process.describe_exit()}): {exec_error}\n"
-                                     + process.log_tail(4000))
+        builder: _StartedStage | None = None
+        delegated = 0
+        try:
+            with stage.process as process:
+                try:
+                    stage.wait_ready(timeout)
+                    process.channel.send(
+                        {**request, "builds_dir": str(self.options.builds_dir), "staging_dir": str(staging),
+                         "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs})
+                    while True:
+                        reply = process.recv(timeout=max(1.0, timeout - (time.perf_counter() - started)))
+                        if "build" not in reply or trusted or not request.get("delegate"):
+                            break
+                        delegated += 1
+                        if delegated > _MAX_DELEGATED_BUILDS:
+                            answer = {"ok": False, "log": f"more than {_MAX_DELEGATED_BUILDS} extensions"}
+                        else:
+                            builder = builder or self._take_stage("builder")
+                            answer = self._build_for(builder, reply["build"], started + timeout)
+                        process.channel.send(answer)
+                except ChannelTimeout:
+                    return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                         errors=f"compile timed out after {timeout:.0f} s")
+                except ChannelClosed:
+                    exec_error = process.sandbox_report.get("exec_error", "")
+                    return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                         errors=f"the compile process died ({process.describe_exit()}): "
+                                         f"{exec_error}\n" + process.log_tail(4000))
+        finally:
+            if builder is not None:
+                builder.discard()
         publish_staged(staging, self.options.builds_dir, pch=trusted)
         errors = reply.get("errors", "")
         if not reply.get("ok") and reply.get("message"):
@@ -456,6 +538,30 @@ class Referee:
         return CompileResult(ok=bool(reply.get("ok")), seconds=float(reply.get("seconds", 0.0)),
                              extensions=tuple(reply.get("extensions", ())),
                              kernels=tuple(reply.get("kernels", ())), errors=errors)
+
+    def _build_for(self, builder: _StartedStage, build: Any, deadline: float) -> dict[str, Any]:
+        """Build one extension a candidate's compile stage asked for, in the builder stage (trusted
+        code only), and publish it with the objects it kept; the answer goes back to the stage.
+        A builder that times out or dies fails that build (the candidate's compile)."""
+        if not isinstance(build, dict):
+            return {"ok": False, "log": "malformed build request"}
+        staging = builder.run_dir / "compile" / "builds"
+        try:
+            builder.wait_ready(max(1.0, deadline - time.perf_counter()))
+            answer = builder.process.request(
+                {"op": "build", "builder": True, "request": build, "builds_dir": str(self.options.builds_dir),
+                 "staging_dir": str(staging), "arch_list": self.options.arch_list,
+                 "max_jobs": self.options.max_jobs, "pch": self.options.pch},
+                timeout=max(1.0, deadline - time.perf_counter()))
+        except ChannelTimeout:
+            builder.process.kill()
+            return {"ok": False, "log": "the build timed out"}
+        except ChannelClosed:
+            log = builder.process.log_tail(4000)
+            builder.process.kill()
+            return {"ok": False, "log": f"the build process died ({builder.process.describe_exit()})\n{log}"}
+        publish_staged(staging, self.options.builds_dir, pch=False, objects=True)
+        return answer
 
     def _hardened_timing(self, baselines: Baselines | None) -> dict[str, Any]:
         """The timing request of a hardened re-time: a number of calls the trusted side dictates,
@@ -798,3 +904,13 @@ def evaluate(problem: Problem, candidate_source: str, target: Target | str = Tar
     """
     with Referee(problem, target, (options or HarnessOptions()).replace(prestart=False)) as referee:
         return referee.evaluate(candidate_source)
+
+
+def warm_headers(target: Target | str, options: HarnessOptions | None = None) -> bool:
+    """Precompile the torch headers of every flag set models commonly use for ``target``, in a
+    stage that runs trusted code only (a worker calls this at start-up, so no attempt pays for
+    them). Returns whether they are in place; a failure only costs compile speed."""
+    options = (options or HarnessOptions()).replace(prestart=False)
+    problem = parse_problem(_WARMUP_PROBLEM, problem_id="kernelloop/warm-up")
+    with Referee(problem, target, options) as referee:
+        return referee.warm_headers()
