@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     redispatch_after_s: float | None = Field(default=300.0, gt=0)
     #: Embedded mode: how often an idle worker looks for queued jobs.
     poll_interval_s: float = 0.5
+    #: A starting worker precompiles the torch headers of the binding flags models commonly use,
+    #: in the background (trusted code only), so no attempt pays for one (`harness.warm_headers`).
+    warm_headers: bool = True
 
     #: Budgets per trajectory and per job, as in the seeds.
     default_turns: int = 10

@@ -64,8 +64,8 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
-    "BuildCache", "BuildError", "build_pch", "builder_refusal", "copy_build", "normalise_header_flags", "parse_ptxas",
-    "publish_staged", "trim_compiler_errors",
+    "TRUSTED_DIR", "BuildCache", "BuildError", "build_pch", "builder_refusal", "copy_build", "normalise_header_flags",
+    "parse_ptxas", "publish_staged", "trim_compiler_errors",
 ]
 
 _MARKER = "built.json"
@@ -87,6 +87,9 @@ _PCH_MAX = 8
 _PCH_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 _FIRST_LINE_PCH = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]')
 _CONTEXT_LINES = 3
+#: Builds made by the trusted builder: a key space of their own (``<builds>/trusted/<name>-<key>``),
+#: published only from builders, so no compile stage can plant one.
+TRUSTED_DIR = "trusted"
 #: Per-translation-unit objects: their directory in the builds cache, and each entry's files.
 _OBJECTS_DIR = "objects"
 _OBJECT_FILE = "object.o"
@@ -697,9 +700,9 @@ class BuildCache:
                     unit["first_seconds"] = info.get("seconds")
                 reused.append(unit)
             units.append(unit)
-        if reused:
-            text += f"\nrule {_REUSE_RULE}\n  command = cp $in $out\n"
-            path.write_text(text)
+        if reused:  # ninja wants a rule defined before the first build statement using it
+            head, _, rest = text.partition("\n")
+            path.write_text(f"{head}\n\nrule {_REUSE_RULE}\n  command = cp $in $out\n\n{rest}")
         record["objects"] = units
 
     def _keep_objects(self, directory: Path, record: dict[str, Any], log: str) -> None:
@@ -764,7 +767,10 @@ class BuildCache:
         if not name.isidentifier():
             raise ValueError(f"extension name {name!r} must be a Python identifier")
         key = self.key(name, parts)
-        directory = self.root / f"{name}-{key}"
+        # What the builder builds lives in its own key space; the rest (and the candidate stage's
+        # copies, laid out flat) in the cache's top level.
+        trusted = (request is not None and self.delegate is not None) or self.mode == "builder"
+        directory = (self.root / TRUSTED_DIR if trusted else self.root) / f"{name}-{key}"
         marker = directory / _MARKER
         record: dict[str, Any] = {"name": name, "key": key, "cached": marker.exists(), "seconds": 0.0}
         self.records.append(record)
@@ -844,10 +850,11 @@ class BuildCache:
             log = str(answer.get("log") or "")
             self.logs.append(log)
             raise BuildError(name, log)
-        if answer.get("key") != key or not (self.root / f"{name}-{key}" / _MARKER).is_file():
+        directory = self.root / TRUSTED_DIR / f"{name}-{key}"
+        if answer.get("key") != key or not (directory / _MARKER).is_file():
             raise RuntimeError(f"the trusted build of extension {name!r} was not published")
         record["cached"] = bool(built.get("cached", False))
-        return self._get_built(name, self.root / f"{name}-{key}", record)
+        return self._get_built(name, directory, record)
 
     def _get_built(self, name: str, directory: Path, record: dict[str, Any]) -> ModuleType:
         info = json.loads((directory / _MARKER).read_text())
@@ -884,7 +891,8 @@ _BUILD_DIR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*-[0-9a-f]{24}$")
 _PCH_KEY = re.compile(r"^[0-9a-f]{24}$")
 
 
-def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool = False) -> list[str]:
+def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool = False,
+                   trusted: bool = False) -> list[str]:
     """Move finished builds (and precompiled headers) from a compile stage's staging directory into the cache.
 
     Runs on the trusted side after the stage has exited. A build is published only if its
@@ -901,13 +909,15 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
     if not staging.is_dir():
         return published
     root.mkdir(parents=True, exist_ok=True)
+    builds_root = root / TRUSTED_DIR if trusted else root
+    builds_root.mkdir(exist_ok=True)
     for entry in sorted(staging.iterdir()):
         if entry.is_symlink() or not entry.is_dir() or not _BUILD_DIR_NAME.match(entry.name):
             continue
         if not (entry / _MARKER).is_file() or any(p.is_symlink() for p in entry.rglob("*")):
             continue
-        if _move_new(entry, root / entry.name):
-            published.append(entry.name)
+        if _move_new(entry, builds_root / entry.name):
+            published.append(f"{TRUSTED_DIR}/{entry.name}" if trusted else entry.name)
     staged_pch = staging / _PCH_DIR
     if pch and staged_pch.is_dir() and not staged_pch.is_symlink():
         pch_root = root / _PCH_DIR
@@ -941,8 +951,11 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
 
 def copy_build(root: Path, name: str, key: str, target_root: Path) -> None:
     """Copy what loading extension ``name``'s build ``key`` needs (its marker and library) from the
-    cache ``root`` into ``target_root``, laid out as a cache (a candidate stage's own builds)."""
-    built, copy = root / f"{name}-{key}", target_root / f"{name}-{key}"
+    cache ``root`` (the builder's build if there is one, else the compile stage's) into
+    ``target_root``, laid out as a cache (a candidate stage's own builds)."""
+    built, copy = root / TRUSTED_DIR / f"{name}-{key}", target_root / f"{name}-{key}"
+    if not (built / _MARKER).is_file():  # not the builder's: the compile stage's own build
+        built = root / f"{name}-{key}"
     copy.mkdir(parents=True, exist_ok=True)
     for file in (_MARKER, f"{name}.so"):
         if (built / file).is_file():

@@ -8,6 +8,7 @@ evaluations (a worker, the CLI) never imports torch or initialises CUDA.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.buildcache import copy_build, publish_staged
+from harness.buildcache import TRUSTED_DIR, copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
@@ -417,7 +418,9 @@ class Referee:
         """
         digest = hashlib.sha256(source.encode()).hexdigest()
         known = self._compiled.get(digest)
-        if known is not None and all((self.options.builds_dir / f"{e['name']}-{e['key']}").is_dir()
+        builds = self.options.builds_dir
+        if known is not None and all((builds / f"{e['name']}-{e['key']}").is_dir()
+                                     or (builds / TRUSTED_DIR / f"{e['name']}-{e['key']}").is_dir()
                                      for e in known.extensions):
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
@@ -426,8 +429,9 @@ class Referee:
                                       "delegate": self.options.trusted_builds}, source=source)
         if result.ok:
             self._compiled[digest] = result
-        self._builder_wanted = self.options.trusted_builds and any(
-            e.get("via") == "builder" and not e.get("cached") for e in result.extensions)
+        if result.extensions:  # a candidate without an extension says nothing about the next one
+            self._builder_wanted = self.options.trusted_builds and any(
+                e.get("via") == "builder" and not e.get("cached") for e in result.extensions)
         return result
 
     def _warm_pch(self) -> None:
@@ -444,20 +448,27 @@ class Referee:
 
     def warm_headers(self, flag_sets: list[dict[str, Any]] | None = None) -> bool:
         """Build the precompiled torch headers of ``flag_sets`` (default: every set of the target,
-        `_PCH_FLAG_SETS`) in a stage that runs trusted code only, unless a marker says they are in
-        place. One warm-up per cache and target at a time (a lock): a Referee whose first compile
-        comes while a worker's start-up warm-up runs waits for it instead of building the same.
+        `_PCH_FLAG_SETS`, the prescribed one first and on its own) in a stage that runs trusted
+        code only, unless a marker says they are in place. One warm-up per cache and target at a
+        time (a lock): a Referee whose first compile comes while a worker's start-up warm-up builds
+        the prescribed header waits for it instead of building the same; once that one is in
+        place it no longer waits.
 
         Returns:
             Whether the headers are in place.
         """
         if not self.options.pch:
             return False
-        sets = _PCH_FLAG_SETS[self.target] if flag_sets is None else flag_sets
-        label = "" if flag_sets is not None and len(sets) == 1 else "-all"
+        if flag_sets is None:
+            prescribed = self.warm_headers(_PCH_FLAG_SETS[self.target][:1])
+            return self._warm(_PCH_FLAG_SETS[self.target][1:], f"warm-{self.target.value}-more.json") and prescribed
+        return self._warm(flag_sets, f"warm-{self.target.value}.json")
+
+    def _warm(self, sets: list[dict[str, Any]], marker_name: str) -> bool:
+        """`warm_headers` of ``sets``, recorded in ``builds/pch/<marker_name>`` (their keys)."""
         pch_dir = self.options.builds_dir / "pch"
         pch_dir.mkdir(parents=True, exist_ok=True)
-        marker = pch_dir / f"warm-{self.target.value}{label}.json"
+        marker = pch_dir / marker_name
 
         def in_place() -> bool:
             try:
@@ -466,21 +477,25 @@ class Referee:
             except (OSError, ValueError, TypeError):
                 return False
 
-        if in_place():
+        if not sets or in_place():
             return True
         with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
             if in_place():
                 return True
-            result = self._compile_stage({"pch_warmup": sets, "pch": True}, trusted=True)
-            keys = [e["pch"]["key"] for e in result.extensions
+            # A stage per flag set (each header takes a compile's time limit on a busy host), as
+            # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
+            workers = max(1, min(len(sets), self.options.max_jobs // 2))
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(
+                    lambda flags: self._compile_stage({"pch_warmup": [flags], "pch": True}, trusted=True), sets))
+            keys = [e["pch"]["key"] for result in results for e in result.extensions
                     if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
-            if not (result.ok and keys):
+            if not (all(r.ok for r in results) and len(keys) == len(sets)):
                 return False
-            for path in {marker, pch_dir / f"warm-{self.target.value}.json"}:
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(keys if path == marker else keys[:1]))
-                tmp.replace(path)
+            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(keys))
+            tmp.replace(marker)
             return True
 
     def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
@@ -542,7 +557,8 @@ class Referee:
     def _build_for(self, builder: _StartedStage, build: Any, deadline: float) -> dict[str, Any]:
         """Build one extension a candidate's compile stage asked for, in the builder stage (trusted
         code only), and publish it with the objects it kept; the answer goes back to the stage.
-        A builder that times out or dies fails that build (the candidate's compile)."""
+        A builder that dies fails that build; one that runs out of the compile's time limit raises
+        `ChannelTimeout` (the compile timed out)."""
         if not isinstance(build, dict):
             return {"ok": False, "log": "malformed build request"}
         staging = builder.run_dir / "compile" / "builds"
@@ -555,12 +571,12 @@ class Referee:
                 timeout=max(1.0, deadline - time.perf_counter()))
         except ChannelTimeout:
             builder.process.kill()
-            return {"ok": False, "log": "the build timed out"}
+            raise  # the compile's time limit: reported as before, "compile timed out"
         except ChannelClosed:
             log = builder.process.log_tail(4000)
             builder.process.kill()
             return {"ok": False, "log": f"the build process died ({builder.process.describe_exit()})\n{log}"}
-        publish_staged(staging, self.options.builds_dir, pch=False, objects=True)
+        publish_staged(staging, self.options.builds_dir, pch=False, objects=True, trusted=True)
         return answer
 
     def _hardened_timing(self, baselines: Baselines | None) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from store import Target, make_engine, make_session_factory
 from worker.celery_app import make_celery
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Dispatch, Reaper
-from worker.runner import AgentAPI
+from worker.runner import AgentAPI, harness_options_for
 from worker.tasks import WorkerContext, celery_dispatch, register_tasks
+from worker.warmup import start_header_warmup
 
 __all__ = ["create_worker_app", "target_for_queue"]
 
@@ -46,6 +47,18 @@ def _reaper_step(reaper: Reaper) -> type[bootsteps.StartStopStep]:
             reaper.stop()
 
     return LeaseReaperStep
+
+
+def _warmup_step(options: HarnessOptions, target: Target) -> type[bootsteps.StartStopStep]:
+    class HeaderWarmupStep(bootsteps.StartStopStep):
+        """Precompiles the torch headers in the background when the worker starts."""
+
+        label = "header warm-up"
+
+        def start(self, parent: Any) -> None:
+            start_header_warmup(options, target.value)
+
+    return HeaderWarmupStep
 
 
 def create_worker_app(
@@ -78,4 +91,6 @@ def create_worker_app(
                     interval_s=settings.reaper_interval_s, dispatch=dispatch,
                     redispatch_after_s=settings.redispatch_after_s)
     app.steps["worker"].add(_reaper_step(reaper))
+    if settings.warm_headers and harness_options is None:
+        app.steps["worker"].add(_warmup_step(harness_options_for(settings), target))
     return app

@@ -281,7 +281,7 @@ _BUILD_HASHES: dict[str, str] = {}
 
 
 def build_hashes(cache: Path) -> dict[str, str]:
-    files = sorted((cache / "builds").glob("kl_seed1_cpu-*/*"))
+    files = sorted([*(cache / "builds").glob("kl_seed1_cpu-*/*"), *(cache / "builds").glob("trusted/kl_seed1_cpu-*/*")])
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.suffix in (".so", ".json")}
 
 
