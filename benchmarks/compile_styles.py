@@ -208,6 +208,13 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
     return rows
 
 
+def _builds(cache: Path, pattern: str) -> list[Path]:
+    """The ninja files of the cache's builds matching ``pattern`` (the builder's and the stages'),
+    oldest first."""
+    found = [*(cache / "builds").glob(f"{pattern}/build.ninja"), *(cache / "builds").glob(f"*/{pattern}/build.ninja")]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
 def _nvcc_flags(build_dir: Path) -> list[str]:
     line = next(ln for ln in (build_dir / "build.ninja").read_text().splitlines() if ln.startswith("cuda_cflags ="))
     return shlex.split(line.removeprefix("cuda_cflags ="))
@@ -217,7 +224,7 @@ def what_helps(cache: Path) -> list[dict[str, Any]]:
     """Direct nvcc timings of the single-.cu style with other includes and options (trusted code,
     one at a time), and ccache's hit on the binding against the builder's object copy."""
     rows: list[dict[str, Any]] = []
-    builds = sorted((cache / "builds").glob("kl_single_*/build.ninja"), key=lambda p: p.stat().st_mtime)
+    builds = _builds(cache, "kl_single_*")
     if not builds:
         return [{"variant": "skipped", "note": "no single_cu build to take nvcc's flags from"}]
     flags = [f for f in _nvcc_flags(builds[-1].parent) if not f.startswith("-DTORCH_EXTENSION_NAME")]
@@ -249,8 +256,7 @@ def what_helps(cache: Path) -> list[dict[str, Any]]:
 def _ccache(cache: Path) -> list[dict[str, Any]]:
     """ccache on the playbook binding (cold, then a hit) beside the builder's reuse (a copy)."""
     ccache = shutil.which("ccache")
-    builds = sorted((cache / "builds").glob("kl_seed1_cuda-*/build.ninja"), key=lambda p: p.stat().st_mtime) or \
-        sorted((cache / "builds").glob("kl_seed1_cpu-*/build.ninja"), key=lambda p: p.stat().st_mtime)
+    builds = _builds(cache, "kl_seed1_cuda-*") or _builds(cache, "kl_seed1_cpu-*")
     if ccache is None or not builds:
         return [{"variant": "ccache", "note": "ccache not installed" if ccache is None else "no playbook build"}]
     build = builds[-1].parent

@@ -64,8 +64,8 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
-    "TRUSTED_DIR", "BuildCache", "BuildError", "build_pch", "builder_refusal", "copy_build", "normalise_header_flags",
-    "parse_ptxas", "publish_staged", "trim_compiler_errors",
+    "TRUSTED_DIR", "BuildCache", "BuildError", "build_directory", "build_pch", "builder_refusal", "copy_build",
+    "normalise_header_flags", "parse_ptxas", "publish_staged", "trim_compiler_errors",
 ]
 
 _MARKER = "built.json"
@@ -769,7 +769,8 @@ class BuildCache:
         key = self.key(name, parts)
         # What the builder builds lives in its own key space; the rest (and the candidate stage's
         # copies, laid out flat) in the cache's top level.
-        trusted = (request is not None and self.delegate is not None) or self.mode == "builder"
+        trusted = (request is not None and self.delegate is not None) or self.mode == "builder" or (
+            self.mode == "load" and (self.root / TRUSTED_DIR / f"{name}-{key}" / _MARKER).is_file())
         directory = (self.root / TRUSTED_DIR if trusted else self.root) / f"{name}-{key}"
         marker = directory / _MARKER
         record: dict[str, Any] = {"name": name, "key": key, "cached": marker.exists(), "seconds": 0.0}
@@ -916,6 +917,8 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
             continue
         if not (entry / _MARKER).is_file() or any(p.is_symlink() for p in entry.rglob("*")):
             continue
+        if not trusted and (root / TRUSTED_DIR / entry.name).exists():
+            continue  # the builder built this key: a compile stage's build of it can only be a plant
         if _move_new(entry, builds_root / entry.name):
             published.append(f"{TRUSTED_DIR}/{entry.name}" if trusted else entry.name)
     staged_pch = staging / _PCH_DIR
@@ -949,13 +952,18 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
     return published
 
 
-def copy_build(root: Path, name: str, key: str, target_root: Path) -> None:
+def build_directory(root: Path, name: str, key: str, *, trusted: bool) -> Path:
+    """Where the cache ``root`` keeps extension ``name``'s build ``key``: among the builder's
+    builds (``trusted``) or the compile stages'. Never one for the other: a stage's build of a key
+    could be a candidate's plant, and must not stand in for the builder's."""
+    return (root / TRUSTED_DIR if trusted else root) / f"{name}-{key}"
+
+
+def copy_build(root: Path, name: str, key: str, target_root: Path, *, trusted: bool) -> None:
     """Copy what loading extension ``name``'s build ``key`` needs (its marker and library) from the
-    cache ``root`` (the builder's build if there is one, else the compile stage's) into
+    cache ``root`` (the builder's build if ``trusted``, else the compile stage's) into
     ``target_root``, laid out as a cache (a candidate stage's own builds)."""
-    built, copy = root / TRUSTED_DIR / f"{name}-{key}", target_root / f"{name}-{key}"
-    if not (built / _MARKER).is_file():  # not the builder's: the compile stage's own build
-        built = root / f"{name}-{key}"
+    built, copy = build_directory(root, name, key, trusted=trusted), target_root / f"{name}-{key}"
     copy.mkdir(parents=True, exist_ok=True)
     for file in (_MARKER, f"{name}.so"):
         if (built / file).is_file():

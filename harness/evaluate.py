@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.buildcache import TRUSTED_DIR, copy_build, publish_staged
+from harness.buildcache import build_directory, copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
@@ -418,9 +418,8 @@ class Referee:
         """
         digest = hashlib.sha256(source.encode()).hexdigest()
         known = self._compiled.get(digest)
-        builds = self.options.builds_dir
-        if known is not None and all((builds / f"{e['name']}-{e['key']}").is_dir()
-                                     or (builds / TRUSTED_DIR / f"{e['name']}-{e['key']}").is_dir()
+        if known is not None and all(build_directory(self.options.builds_dir, e["name"], e["key"],
+                                                     trusted=e.get("via") == "builder").is_dir()
                                      for e in known.extensions):
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
@@ -679,7 +678,9 @@ class Referee:
         for e in compiled.extensions:
             name, key = e.get("name"), e.get("key")
             if isinstance(name, str) and isinstance(key, str) and "/" not in name + key and ".." not in name + key:
-                copy_build(self.options.builds_dir, name, key, builds)
+                # The builder's build for what the builder built: a compile stage's build of the same
+                # key (a plant, possibly) never stands in for it.
+                copy_build(self.options.builds_dir, name, key, builds, trusted=e.get("via") == "builder")
         (run_dir / "candidate.py").write_text(source)
         sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
         timing_request = self.options.to_dict()["timing"]

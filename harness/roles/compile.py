@@ -74,7 +74,7 @@ def serve(channel: Channel) -> None:
 #: What a compile reply tells about each extension (the verdict's compile section).
 _EXTENSION_FIELDS = ("name", "key", "cached", "seconds", "pch", "via", "builder_refusal")
 #: What it tells about each translation unit of a trusted build.
-_UNIT_FIELDS = ("source", "reused", "seconds", "torch_headers", "kept", "first_seconds")
+_UNIT_FIELDS = ("source", "key", "reused", "seconds", "torch_headers", "kept", "first_seconds")
 
 
 def _extensions(cache: BuildCache) -> list[dict]:

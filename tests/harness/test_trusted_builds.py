@@ -149,8 +149,8 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         assert unit["source"] == "main.cpp" and not unit["reused"] and unit["kept"] == "stored"
         build = builds / "trusted" / f"{ext['name']}-{ext['key']}"
         assert tag in (build / "main.cpp").read_text()
-        key = next(p.name for p in (builds / "objects").iterdir()
-                   if (p / "object.o").is_file() and (p / "object.o").read_bytes() == (build / "main.o").read_bytes())
+        key = unit["key"]  # the binding's object, as the builder keeps it
+        assert (builds / "objects" / key / "object.o").read_bytes() == (build / "main.o").read_bytes()
         assert json.loads((builds / "objects" / key / "object.json").read_text())["source"] == "main.cpp"
 
         # The same binding text and compile flags, other link flags: the object is reused.
@@ -173,8 +173,10 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         assert (builds / build.name / "kl_trusted_probe.so").read_bytes() == POISON
         rebuilt = referee.evaluate(honest, depth=Depth.COMPILE)
     assert rebuilt.compile is not None and rebuilt.compile.ok, rebuilt.log[-3000:]
-    (unit,) = rebuilt.compile.extensions[0]["units"]
-    assert not unit["reused"]
+    (again_ext,) = rebuilt.compile.extensions
+    assert not again_ext["cached"] and rebuilt.compile.seconds > 0  # built, not the planted build
+    (unit,) = again_ext["units"]
+    assert unit["key"] == key and not unit["reused"] and unit["kept"] == "stored"
     assert (builds / "objects" / key / "object.o").read_bytes() != POISON
     assert not (builds / "pch" / key).exists()
     assert not any(p.read_bytes() == POISON for p in (builds / "objects").glob("*/object.o"))
