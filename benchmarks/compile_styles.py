@@ -196,7 +196,9 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
         with Referee(problem, target, options) as referee:
             # No extension: its end starts the next attempt's stages, as a previous attempt's would.
             referee.evaluate("import torch\n", depth=Depth.COMPILE)
-            attempts = [("cold", nonce, "k0")] + [(f"next {i + 1}", nonce, f"k{i + 1}") for i in range(nexts)]
+            # Fresh kernels too (per run and style): an identical cuda.cu would be reused, not compiled.
+            attempts = [("cold", nonce, f"{nonce}-k0")] + [(f"next {i + 1}", nonce, f"{nonce}-k{i + 1}")
+                                                          for i in range(nexts)]
             for attempt, n, k in attempts:
                 time.sleep(think_s)
                 source = make(n, k)

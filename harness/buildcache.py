@@ -100,6 +100,8 @@ _OBJECT_RECIPE = "1"
 _REUSE_RULE = "kl_reuse_object"
 #: A translation unit that includes torch's headers (or gets them from load_inline's implicit ones).
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:torch/|ATen/|c10/|pybind11/)', re.MULTILINE)
+#: Added where a PCH is offered: g++ then says when it refuses one (never an error, whatever -Werror).
+_PCH_DIAGNOSTICS = ("-Winvalid-pch", "-Wno-error=invalid-pch")
 #: g++ found a PCH and refused it (printed because we add -Winvalid-pch where we offer one).
 _PCH_REFUSED = re.compile(r"extension\.h\.gch: (?:not used because|created and used with)([^\[\n]*)")
 
@@ -572,7 +574,8 @@ class BuildCache:
                         record["pch"].update(status="not_first_include",
                                              reason="the binding's first line of code is not "
                                                     "#include <torch/extension.h>")
-                    kwargs["cflags"] = [f"-I{shlex.quote(str(include))}", *cflags, "-Winvalid-pch"]
+                    # g++ says why it refuses an offered header (a warning, also under -Werror).
+                    kwargs["cflags"] = [f"-I{shlex.quote(str(include))}", *cflags, *_PCH_DIAGNOSTICS]
             result = original(*args, **kwargs)
             if self.mode == "builder":
                 self._reuse_objects(kwargs, record)

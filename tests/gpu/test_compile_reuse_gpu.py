@@ -56,9 +56,9 @@ def test_a_kernel_only_edit_recompiles_only_the_kernels(cache: Path, kernelbench
     with Referee(load_problem("level2/conv_tanh_scale_bias_maxpool"), "cuda", options) as referee:
         referee.evaluate("import torch\n", depth=Depth.COMPILE)  # its end prestarts the next stages
         time.sleep(8)  # the model writing its first candidate
-        cold_s, cold = _compile(referee, _playbook(nonce, "k0", kernelbench_flags=kernelbench_flags))
+        cold_s, cold = _compile(referee, _playbook(nonce, f"{nonce}-k0", kernelbench_flags=kernelbench_flags))
         time.sleep(8)
-        edit_s, edit = _compile(referee, _playbook(nonce, "k1", kernelbench_flags=kernelbench_flags))
+        edit_s, edit = _compile(referee, _playbook(nonce, f"{nonce}-k1", kernelbench_flags=kernelbench_flags))
     assert cold["via"] == "builder" and edit["via"] == "builder"
     assert cold["pch"]["status"] == "used", cold["pch"]  # the header prepared at start-up serves these flags
     units = {u["source"]: u for u in edit["units"]}
