@@ -184,7 +184,7 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     variants = [(name, make, True) for name, make in styles(target).items() if not only or name in only]
-    if before:
+    if before and (not only or "playbook" in only):
         variants.append(("playbook", styles(target)["playbook"], False))
     problem = load_problem(_PROBLEM)
     for name, make, trusted in variants:
@@ -224,7 +224,7 @@ def _nvcc_flags(build_dir: Path) -> list[str]:
 
 def what_helps(cache: Path) -> list[dict[str, Any]]:
     """Direct nvcc timings of the single-.cu style with other includes and options (trusted code,
-    one at a time), and ccache's hit on the binding against the builder's object copy."""
+    one at a time), then (`_ccache`) ccache's hit on the binding against the builder's object copy."""
     rows: list[dict[str, Any]] = []
     builds = _builds(cache, "kl_single_*")
     if not builds:
@@ -251,7 +251,6 @@ def what_helps(cache: Path) -> list[dict[str, Any]]:
                          "ok": done.returncode == 0, "load": _load(), **({} if done.returncode == 0 else
                                                                           {"error": done.stderr[-400:]})})
             print(json.dumps(rows[-1]), flush=True)
-    rows.extend(_ccache(cache))
     return rows
 
 
@@ -265,15 +264,24 @@ def _ccache(cache: Path) -> list[dict[str, Any]]:
     line = next(ln for ln in (build / "build.ninja").read_text().splitlines() if ln.startswith("cflags ="))
     cflags = shlex.split(line.removeprefix("cflags ="))
     rows = []
+    # With our precompiled header (ccache needs sloppiness for it) and without (ccache instead of it).
+    no_pch = [f for f in cflags if "/pch/" not in f and "invalid-pch" not in f]
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "CCACHE_DIR": str(Path(tmp) / "ccache"), "CCACHE_SLOPPINESS": "pch_defines,time_macros"}
-        for what in ("ccache cold (g++ + store)", "ccache hit (hash + fetch)"):
-            t0 = time.perf_counter()
-            done = subprocess.run([ccache, "g++", *cflags, "-c", str(build / "main.cpp"), "-o", str(Path(tmp) / "m.o")],
-                                  capture_output=True, text=True, env=env, check=False)
-            rows.append({"variant": f"binding main.cpp: {what}", "seconds": round(time.perf_counter() - t0, 2),
-                         "ok": done.returncode == 0, "load": _load()})
-            print(json.dumps(rows[-1]), flush=True)
+        for label, flags in (("with the PCH", cflags), ("without the PCH", no_pch)):
+            env = {**os.environ, "CCACHE_DIR": str(Path(tmp) / f"ccache-{len(flags)}"),
+                   "CCACHE_SLOPPINESS": "pch_defines,time_macros,include_file_mtime,include_file_ctime"}
+            for what in ("cold (g++ + store)", "hit"):
+                t0 = time.perf_counter()
+                done = subprocess.run([ccache, "g++", *flags, "-c", str(build / "main.cpp"), "-o",
+                                       str(Path(tmp) / "m.o")], capture_output=True, text=True, env=env, check=False)
+                rows.append({"variant": f"binding main.cpp, ccache {label}: {what}",
+                             "seconds": round(time.perf_counter() - t0, 2), "ok": done.returncode == 0,
+                             "load": _load()})
+                print(json.dumps(rows[-1]), flush=True)
+            stats = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, env=env, check=False)
+            wanted = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss", "could_not_use")
+            hits = [ln for ln in stats.stdout.splitlines() if ln.startswith(wanted)]
+            rows[-1]["stats"] = " ".join(hits)
         t0 = time.perf_counter()
         shutil.copy2(build / "main.o", Path(tmp) / "copy.o")
         rows.append({"variant": "binding main.cpp: builder's object reuse (copy)",
@@ -313,7 +321,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", "What helps (direct compiles, trusted code, one at a time):", "",
                   "| variant | seconds | ok | load |", "| --- | --- | --- | --- |"]
         for r in report["helps"]:
-            lines.append(f"| {r['variant']} | {r.get('seconds', r.get('note', ''))} | {r.get('ok', '')} "
+            stats = f" ({r['stats']})" if r.get("stats") else ""
+            lines.append(f"| {r['variant']} | {r.get('seconds', r.get('note', ''))} | {r.get('ok', '')}{stats} "
                          f"| {r.get('load', '')} |")
     return "\n".join(lines) + "\n"
 
@@ -327,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nexts", type=int, default=2, help="kernel-only edits after each cold attempt")
     parser.add_argument("--only", default="", help="comma-separated styles")
     parser.add_argument("--before", action="store_true", help="also the playbook style with trusted_builds off")
-    parser.add_argument("--helps", action="store_true", help="also direct nvcc variants and ccache")
+    parser.add_argument("--helps", nargs="?", const="all", choices=["all", "nvcc", "ccache"],
+                        help="also direct nvcc variants of the single .cu and/or ccache on the binding")
     parser.add_argument("--limit-s", type=float, default=3000.0, help="start no style after this many seconds")
     args = parser.parse_args(argv)
     import torch
@@ -347,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     report["styles"] = run_styles(args.target, cache, think_s=args.think_s, nexts=args.nexts, only=only,
                                   before=args.before, limit_s=args.limit_s)
     if args.helps and args.target == "cuda":
-        report["helps"] = what_helps(cache)
+        report["helps"] = [*(what_helps(cache) if args.helps in ("all", "nvcc") else []),
+                           *(_ccache(cache) if args.helps in ("all", "ccache") else [])]
     report["load_end"] = _load()
     text = to_markdown(report)
     print(text)

@@ -175,6 +175,11 @@ def normalise_header_flags(flags: Sequence[str]) -> list[str]:
     return kept
 
 
+def _flags_text(normalised: Sequence[str]) -> str:
+    """Normalised binding flags as the model reads them (``-O2`` stands for ``-O1``..``-O3``)."""
+    return " ".join("-O1/-O2/-O3" if f == "-O2" else f for f in normalised) or "none (torch's default -O0)"
+
+
 def builder_refusal(kwargs: dict[str, Any]) -> str | None:
     """Why a ``load_inline`` with these keyword arguments cannot be built by the trusted builder
     (None: it can). Refused builds are compiled in the candidate's stage, as before."""
@@ -594,7 +599,7 @@ class BuildCache:
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 extra = json.loads(marker.read_text()).get("extra")
                 if isinstance(extra, list):
-                    known.append(" ".join(extra) or "(none)")
+                    known.append(_flags_text(extra))
         return sorted(set(known))
 
     def _pch_include(self, cflags: list[str], post_cflags: list[str], record: dict[str, Any]) -> Path | None:
@@ -622,7 +627,7 @@ class BuildCache:
         if not self.pch_build:
             known = self._known_headers()
             record["pch"].update(status="missing", reason=(
-                f"no precompiled torch header for binding flags {' '.join(extra) or '(none)'}"
+                f"no precompiled torch header for binding flags {_flags_text(extra)}"
                 + (f"; prepared: {'; '.join(known)}" if known else "; none prepared yet")))
             return None
         pch_root = (self.staging or self.root) / _PCH_DIR

@@ -923,11 +923,12 @@ def evaluate(problem: Problem, candidate_source: str, target: Target | str = Tar
         return referee.evaluate(candidate_source)
 
 
-def warm_headers(target: Target | str, options: HarnessOptions | None = None) -> bool:
-    """Precompile the torch headers of every flag set models commonly use for ``target``, in a
-    stage that runs trusted code only (a worker calls this at start-up, so no attempt pays for
-    them). Returns whether they are in place; a failure only costs compile speed."""
+def warm_headers(target: Target | str, options: HarnessOptions | None = None, *,
+                 prescribed_only: bool = False) -> bool:
+    """Precompile the torch headers of every flag set models commonly use for ``target`` (or only
+    the playbook's), in a stage that runs trusted code only (a worker calls this at start-up, so no
+    attempt pays for them). Returns whether they are in place; a failure only costs compile speed."""
     options = (options or HarnessOptions()).replace(prestart=False)
     problem = parse_problem(_WARMUP_PROBLEM, problem_id="kernelloop/warm-up")
     with Referee(problem, target, options) as referee:
-        return referee.warm_headers()
+        return referee.warm_headers(_PCH_FLAG_SETS[Target(target)][:1] if prescribed_only else None)
