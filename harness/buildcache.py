@@ -782,6 +782,9 @@ class BuildCache:
         directory = (self.root / TRUSTED_DIR if trusted else self.root) / f"{name}-{key}"
         marker = directory / _MARKER
         record: dict[str, Any] = {"name": name, "key": key, "cached": marker.exists(), "seconds": 0.0}
+        if self.mode == "build" and self.delegate is not None:
+            # Where the build is (or will be): the referee copies it from there for the candidate.
+            record["via"] = "builder" if trusted else "stage"
         self.records.append(record)
         if self.mode == "load" or (marker.exists() and self.mode == "build"):
             if not marker.exists():
@@ -795,7 +798,6 @@ class BuildCache:
         if self.mode == "build" and self.delegate is not None:
             if request is not None:
                 return self._delegated(name, key, request, record)
-            record["via"] = "stage"
             record["builder_refusal"] = refusal or "arguments that are not plain data"
         if self.staging is not None:
             directory = self.staging / f"{name}-{key}"

@@ -153,6 +153,13 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         assert (builds / "objects" / key / "object.o").read_bytes() == (build / "main.o").read_bytes()
         assert json.loads((builds / "objects" / key / "object.json").read_text())["source"] == "main.cpp"
 
+        # Another Referee (another job) finds the builder's build, and says where it is: the
+        # candidate stage gets its copy from there.
+        with Referee(load_problem("level2/conv_tanh_scale_bias_maxpool"), "cpu", options) as other:
+            found = other.evaluate(honest, depth=Depth.COMPILE)
+        assert found.compile is not None and found.compile.ok, found.log[-3000:]
+        assert found.compile.extensions[0]["cached"] and found.compile.extensions[0]["via"] == "builder"
+
         # The same binding text and compile flags, other link flags: the object is reused.
         again = referee.evaluate(relinked, depth=Depth.COMPILE)
         assert again.compile is not None and again.compile.ok, again.log[-3000:]
