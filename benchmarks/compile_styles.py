@@ -184,7 +184,7 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     variants = [(name, make, True) for name, make in styles(target).items() if not only or name in only]
-    if before and (not only or "playbook" in only):
+    if before and (not only or only & {"playbook", "before"}):
         variants.append(("playbook", styles(target)["playbook"], False))
     problem = load_problem(_PROBLEM)
     for name, make, trusted in variants:
@@ -289,12 +289,17 @@ def _ccache(cache: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     lines = [f"# Compile times by candidate style ({report['host']})", "",
              f"Target `{report['target']}`; think time {report['think_s']} s before each attempt; load average "
              f"(1/5/15 min) at the start {report['load_start']}, at the end {report['load_end']}.",
              f"Start-up warm-up of the precompiled headers (`warm_headers`, once per cache, not in any attempt): "
-             f"{report['warmup_s']} s ({'in place' if report['warmup_ok'] else 'FAILED'}).", "",
+             f"{report['warmup_s']} s ({'in place' if report['warmup_ok'] else 'not all in place'}).",
+             *([f"Note: {report['note']}."] if report.get("note") else []), "",
              "| style | attempt | trusted builds | stage wall (s) | inside stage (s) | g++ main.cpp (s) "
              "| nvcc cuda.cu (s) | reused | PCH | status | load |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -303,13 +308,16 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['style']} | skipped ({r.get('note')}) | | | | | | | | | |")
             continue
         lines.append(f"| {r['style']} | {r['attempt']} | {'yes' if r['trusted_builds'] else 'no (before)'} "
-                     f"| {r['wall_s']} | {r.get('stage_s')} | {r.get('main_s', '')} | {r.get('cuda_s', '')} "
-                     f"| {', '.join(r.get('reused') or []) or '-'} | {r.get('pch')} | {r['status']} "
+                     f"| {r['wall_s']} | {_s(r.get('stage_s'))} | {_s(r.get('main_s'))} | {_s(r.get('cuda_s'))} "
+                     f"| {', '.join(r.get('reused') or []) or '-'} | {r.get('pch') or '-'} | {r['status']} "
                      f"| {r.get('load')} |")
     walls = [r["wall_s"] for r in report["styles"] if r.get("trusted_builds") and "wall_s" in r]
     if walls:
-        lines += ["", f"Median stage wall over every attempt above with trusted builds (the mix): "
-                      f"{statistics.median(walls):.2f} s over {len(walls)} compiles."]
+        lines += ["", f"Median stage wall over this table's attempts with trusted builds (not `iterations.py`'s "
+                      f"realistic mix): {statistics.median(walls):.2f} s over {len(walls)} compiles."]
+    errors = sorted({r["errors"].splitlines()[0] for r in report["styles"] if r.get("errors")})
+    if errors:
+        lines.append(f"Errors: {'; '.join(errors)}.")
     for style in {r["style"] for r in report["styles"]}:
         cold = [r["wall_s"] for r in report["styles"] if r["style"] == style and r.get("attempt") == "cold"
                 and r.get("trusted_builds")]
@@ -334,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", help="the harness cache (default: a fresh temporary one)")
     parser.add_argument("--think-s", type=float, default=5.0, help="pause before each attempt (stages come up)")
     parser.add_argument("--nexts", type=int, default=2, help="kernel-only edits after each cold attempt")
-    parser.add_argument("--only", default="", help="comma-separated styles")
+    parser.add_argument("--only", default="", help="comma-separated styles (\"before\": only --before's run)")
     parser.add_argument("--before", action="store_true", help="also the playbook style with trusted_builds off")
     parser.add_argument("--helps", nargs="?", const="all", choices=["all", "nvcc", "ccache"],
                         help="also direct nvcc variants of the single .cu and/or ccache on the binding")

@@ -71,6 +71,9 @@ _PCH_FLAG_SETS = {
     Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}, {"extra_cflags": [], "cuda": False},
                  {"extra_cflags": ["-O3"], "cuda": False}],
 }
+#: A header's warm-up stage gets this many compile time limits: a PCH build alone took 480 s on a
+#: 2-core host under a load of 15 (a minute on the H200 host), and no attempt waits for the extras.
+_WARMUP_TIME_FACTOR = 3
 #: A candidate's compile may ask the trusted builder for at most this many builds (extensions).
 _MAX_DELEGATED_BUILDS = 16
 #: A placeholder problem for a Referee that only warms the cache (no reference is ever started).
@@ -485,9 +488,10 @@ class Referee:
             # A stage per flag set (each header takes a compile's time limit on a busy host), as
             # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
             workers = max(1, min(len(sets), self.options.max_jobs // 2))
+            limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
             with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                results = list(pool.map(
-                    lambda flags: self._compile_stage({"pch_warmup": [flags], "pch": True}, trusted=True), sets))
+                results = list(pool.map(lambda flags: self._compile_stage(
+                    {"pch_warmup": [flags], "pch": True}, trusted=True, timeout=limit), sets))
             keys = [e["pch"]["key"] for result in results for e in result.extensions
                     if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
             if not (all(r.ok for r in results) and len(keys) == len(sets)):
@@ -498,7 +502,7 @@ class Referee:
             return True
 
     def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
-                       trusted: bool = False) -> CompileResult:
+                       trusted: bool = False, timeout: float | None = None) -> CompileResult:
         """Run a compile stage: ``source`` is the candidate to import (None: a trusted request).
         Its run directory is removed unless the compile failed (kept to debug). The builds it
         delegates (``{"build": ...}`` messages) are built by a builder stage (`_build_for`)."""
@@ -511,7 +515,7 @@ class Referee:
             (stage.run_dir / "candidate.py").write_text(source)
             request = {**request, "candidate_path": str(stage.run_dir / "candidate.py")}
         started = time.perf_counter()
-        timeout = self.options.timeouts.compile_s
+        timeout = timeout or self.options.timeouts.compile_s
         builder: _StartedStage | None = None
         delegated = 0
         try:
