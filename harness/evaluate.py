@@ -293,8 +293,9 @@ class Referee:
             spare.discard()
         return self._start_stage(role)
 
-    def _prestart(self) -> None:
-        """Start the next attempt's compile and candidate stages now (``options.prestart``).
+    def _prestart(self, *, builder: bool = True) -> None:
+        """Start the next attempt's compile and candidate stages now (``options.prestart``), and
+        its builder (``builder``) when the last compile needed one.
 
         A stage's interpreter start and torch import take 3-4 s on the H200 host, and the
         candidate stage's CUDA context and vendor handles more: started ahead, they are paid while
@@ -304,7 +305,7 @@ class Referee:
         """
         if not self.options.prestart:
             return
-        for role in ("compile", "candidate", *(("builder",) if self._builder_wanted else ())):
+        for role in ("compile", "candidate", *(("builder",) if builder and self._builder_wanted else ())):
             with self._spares_lock:
                 if role in self._spares:
                     continue
@@ -434,6 +435,11 @@ class Referee:
         if result.extensions:  # a candidate without an extension says nothing about the next one
             self._builder_wanted = self.options.trusted_builds and any(
                 e.get("via") == "builder" and not e.get("cached") for e in result.extensions)
+            if not self._builder_wanted:  # an idle builder would only hold memory until then
+                with self._spares_lock:
+                    idle = self._spares.pop("builder", None)
+                if idle is not None:
+                    idle.discard()
         return result
 
     def _warm_pch(self) -> None:
@@ -639,7 +645,9 @@ class Referee:
         """
         depth = Depth(depth)
         try:
-            self._prestart()  # the candidate stage starts up while this compiles
+            # The candidate stage starts up while this compiles (a builder only if one was started
+            # for this attempt: starting one now would compete with the attempt's own stages).
+            self._prestart(builder=False)
             return self._evaluate(source, depth)
         finally:
             self._prestart()  # the next attempt's stages, while the agent writes it
