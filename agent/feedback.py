@@ -29,6 +29,13 @@ PROFILE_ROWS = 10
 #: Trials listed one by one; the rest are counted.
 MAX_TRIAL_LINES = 8
 
+_CPP_SUFFIXES = (".cpp", ".cc", ".cxx")
+#: The precompiled-header outcomes that mean the binding parsed torch/extension.h itself.
+_PCH_MISSES = ("missing", "rejected", "not_first_include", "full", "failed", "not_gcc")
+_SPLIT_ADVICE = ("kernels and a C launcher in cuda_sources with CUDA headers only and no_implicit_headers=True, the "
+                 "torch binding in cpp_sources (first line #include <torch/extension.h>, extra_cflags=[\"-O1\"]); "
+                 "an edit of the kernels alone then recompiles only cuda.cu")
+
 #: What each integrity flag means, and what to do about it.
 FLAG_MEANING = {
     "tf32_enabled": "the candidate switched TF32 on; leave torch.backends' TF32 switches alone (TF32 is off)",
@@ -112,6 +119,7 @@ def _build_lines(verdict: Mapping[str, Any]) -> list[str]:
     if extensions:
         built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'})" for e in extensions)
         lines.append(f"build: {built}; compile stage {compile_info.get('seconds', 0.0):.1f} s")
+        lines.extend(_compile_cost_lines(extensions))
     kernels = compile_info.get("kernels") or []
     if kernels:
         groups: dict[str, list[Mapping[str, Any]]] = {}
@@ -135,6 +143,47 @@ def _build_lines(verdict: Mapping[str, Any]) -> list[str]:
                 text += f", up to {smem} B static smem"
             lines.append(text)
     return lines
+
+
+def _compile_cost_lines(extensions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What each translation unit of a fresh build cost, and how the next attempt can cost less."""
+    lines: list[str] = []
+    for ext in extensions:
+        units = [u for u in ext.get("units") or () if isinstance(u, Mapping)]
+        if ext.get("cached") or not units:
+            if not ext.get("cached") and ext.get("builder_refusal"):
+                lines.append(f"  {ext.get('name')}: built whole, without reusing unchanged parts, because of "
+                             f"{ext.get('builder_refusal')} (plain load_inline arguments, no paths in flags, allow "
+                             "reuse)")
+            continue
+        steps = [f"{u.get('source')} reused from an earlier build (same text and flags)" if u.get("reused")
+                 else f"{u.get('source')} {float(u.get('seconds') or 0.0):.1f} s" for u in units]
+        lines.append(f"  {ext.get('name')}: " + "; ".join(steps))
+        fresh = [u for u in units if not u.get("reused")]
+        heavy_cu = [u for u in fresh if str(u.get("source", "")).endswith(".cu") and u.get("torch_headers")]
+        binding = [u for u in fresh if str(u.get("source", "")).endswith(_CPP_SUFFIXES)]
+        pch = ext.get("pch") if isinstance(ext.get("pch"), Mapping) else {}
+        if heavy_cu:
+            lines.append(f"  compile cost: cuda.cu includes torch headers (an #include <torch/...>, or load_inline's "
+                         f"implicit ones without no_implicit_headers=True), so nvcc parses them again on every kernel "
+                         f"edit ({float(heavy_cu[0].get('seconds') or 0.0):.0f} s here). Cheaper: {_SPLIT_ADVICE}.")
+        if binding and pch.get("status") in _PCH_MISSES:
+            why = pch.get("reason") or pch["status"]
+            lines.append(f"  compile cost: the binding parsed torch/extension.h itself ({why}); "
+                         "extra_cflags=[\"-O1\"] (or -O2/-O3) and #include <torch/extension.h> as the first line "
+                         "of cpp_sources use a prepared header.")
+        if binding and any(str(u.get("source", "")).endswith(".cu") for u in fresh) and not heavy_cu:
+            lines.append("  next attempt: keep cpp_sources, the extension's name and its flags unchanged when only the "
+                         "kernels change, and the binding is reused (no compile).")
+    return lines
+
+
+def _budget_lines(total_s: float | None, compiles: int | None) -> list[str]:
+    if total_s is None:
+        return []
+    count = f" over {compiles} compile{'s' if compiles != 1 else ''}" if compiles else ""
+    return [f"compile time so far in this session: {total_s:.0f} s{count} (time in the compiler is time not spent "
+            "measuring kernels: reuse unchanged parts)"]
 
 
 def _flag_lines(verdict: Mapping[str, Any]) -> list[str]:
@@ -259,7 +308,8 @@ def _profile_lines(verdict: Mapping[str, Any]) -> list[str]:
 
 
 def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str | None = None,
-                     best_ms: float | None = None) -> str:
+                     best_ms: float | None = None, compile_s_total: float | None = None,
+                     compiles: int | None = None) -> str:
     """The tool message for one code-running call.
 
     Args:
@@ -267,6 +317,8 @@ def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str 
         verdict: the verdict dict.
         reused_from: the tool of the earlier identical attempt whose verdict is served again.
         best_ms: the fastest verified time of this trajectory before this call.
+        compile_s_total: seconds this trajectory's attempts have spent compiling so far (this one
+            included), and ``compiles`` how many compiles that was: the model's compile budget.
     """
     status = str(verdict.get("status", "error"))
     stage = str(verdict.get("stage", "?"))
@@ -279,6 +331,7 @@ def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str 
         lines.append("the extension did not build; first compiler errors:")
         errors = str(compile_info.get("errors") or verdict.get("log") or message)
         lines.append(_clip(errors, MAX_ERROR_CHARS))
+        lines.extend(_budget_lines(compile_s_total, compiles))
         if "main.cpp" in errors or "cuda.cu" in errors:
             lines.append("(load_inline writes cpp_sources to main.cpp and cuda_sources to cuda.cu; with "
                          "no_implicit_headers=True line N is line N of that string, counting the newline "
@@ -286,6 +339,7 @@ def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str 
                          "and 3 to cuda.cu)")
         return "\n".join(lines)
     lines.extend(_build_lines(verdict))
+    lines.extend(_budget_lines(compile_s_total, compiles))
     if status == "error":
         detail = "\n".join(message.splitlines()[1:])
         if detail:

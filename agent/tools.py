@@ -160,6 +160,16 @@ class Ledger:
     sources: dict[str, str] = field(default_factory=dict)
     #: The source of the latest attempt.
     latest_source: str | None = None
+    #: Seconds this trajectory's evaluations spent compiling, and how many compiled anything.
+    compile_s: float = 0.0
+    compiles: int = 0
+
+    def charge_compile(self, verdict: dict[str, Any]) -> None:
+        """Add a fresh evaluation's compile seconds (a stored verdict served again costs none)."""
+        seconds = float((verdict.get("compile") or {}).get("seconds") or 0.0)
+        if seconds > 0:
+            self.compile_s += seconds
+            self.compiles += 1
 
     def parent_for(self, sha: str) -> str | None:
         """The source this one was derived from: the previous distinct source when first seen."""
@@ -290,14 +300,17 @@ class ToolExecutor:
             if stored is not None:
                 stored_tool, verdict = stored
                 ledger.observe(tool.value, verdict, source, trajectory)
-                text = verdict_feedback(tool.value, verdict, reused_from=stored_tool.value, best_ms=best_before)
+                text = verdict_feedback(tool.value, verdict, reused_from=stored_tool.value, best_ms=best_before,
+                                        compile_s_total=ledger.compile_s, compiles=ledger.compiles)
                 return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
             verdict = self._evaluate_with_retries(tool, source, trajectory=trajectory, parent=parent)
         if verdict.get("error_kind") == ErrorKind.INFRA.value:
             return ToolResult(f"{tool.value} could not run because of a problem on our side (not your code); it "
                               "was not charged to your budget. Call it again.", charged=False, infra_failure=True)
         ledger.observe(tool.value, verdict, source, trajectory)
-        text = verdict_feedback(tool.value, verdict, best_ms=best_before)
+        ledger.charge_compile(verdict)
+        text = verdict_feedback(tool.value, verdict, best_ms=best_before, compile_s_total=ledger.compile_s,
+                                compiles=ledger.compiles)
         return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
 
     def _evaluate_with_retries(self, tool: ToolName, source: str, *, trajectory: int,

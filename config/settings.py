@@ -168,6 +168,9 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     #: All interfaces by default: the scraper is another container or host.
     worker_metrics_host: str = "0.0.0.0"
+    #: A starting worker precompiles the torch headers of the binding flags models commonly use,
+    #: in the background (trusted code only), so no attempt pays for one (`harness.warm_headers`).
+    warm_headers: bool = True
 
     #: Budgets per trajectory and per job, as in the seeds.
     default_turns: int = 10

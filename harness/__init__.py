@@ -3,10 +3,10 @@
 Importing this package needs only the standard library; the stage processes it starts import
 torch. Public surface::
 
-    from harness import evaluate, Referee, HarnessOptions, Target, Verdict
+    from harness import evaluate, Referee, HarnessOptions, Target, Verdict, warm_headers
 """
 
-from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate
+from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate, warm_headers
 from harness.options import Depth, HarnessOptions, Target, Timeouts, TimingOptions
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 
@@ -30,4 +30,5 @@ __all__ = [
     "Trial",
     "Verdict",
     "evaluate",
+    "warm_headers",
 ]

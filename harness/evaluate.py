@@ -8,7 +8,9 @@ evaluations (a worker, the CLI) never imports torch or initialises CUDA.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.buildcache import copy_build, publish_staged
+from harness.buildcache import build_directory, copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
@@ -37,9 +39,9 @@ from harness.sandbox import (
 )
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
-from problems.spec import Policy, Problem
+from problems.spec import Policy, Problem, parse_problem
 
-__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate"]
+__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate", "warm_headers"]
 
 HARNESS_VERSION = "0.1.0"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
@@ -59,12 +61,38 @@ _HARDENED_MARGIN = 3.0
 _HARDENED_OVERHEAD_SLACK = 1.0
 #: ...plus this many seconds (replies, exports and process scheduling differ a little).
 _HARDENED_FIXED_S = 0.05
-#: The binding flags the playbook prescribes, per target: the trusted warm-up precompiles the torch
-#: header for exactly these (a PCH serves only the flags it was built with).
+#: Binding flags whose torch header the trusted warm-up precompiles, per target (a PCH serves only
+#: the flags it was built with, normalised: ``-O1``/``-O2``/``-O3`` share one, ``""`` and ``-v`` are
+#: nothing). The first is what the playbook prescribes: a Referee builds it before its first compile
+#: if it is missing. All of them are built when a worker starts (`warm_headers`): no flags at all
+#: (KernelBench's ``extra_cflags=[""]``, torch's default ``-O0``), and on CPU ``-O3`` without OpenMP.
 _PCH_FLAG_SETS = {
-    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}],
-    Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}],
+    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}, {"extra_cflags": [], "cuda": True}],
+    Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}, {"extra_cflags": [], "cuda": False},
+                 {"extra_cflags": ["-O3"], "cuda": False}],
 }
+#: A header's warm-up stage gets this many compile time limits: a PCH build alone took 480 s on a
+#: 2-core host under a load of 15 (a minute on the H200 host), and no attempt waits for the extras.
+_WARMUP_TIME_FACTOR = 3
+#: A candidate's compile may ask the trusted builder for at most this many builds (extensions).
+_MAX_DELEGATED_BUILDS = 16
+#: A placeholder problem for a Referee that only warms the cache (no reference is ever started).
+_WARMUP_PROBLEM = """\
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.zeros(1)]
+
+
+def get_init_inputs():
+    return []
+"""
 #: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
 _MAX_FILE_BYTES = 4 << 30
 
@@ -171,6 +199,9 @@ class Referee:
         #: Compile results by source hash: the same source again reuses its builds without a stage.
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not self.options.pch
+        #: Whether to start a builder ahead for the next attempt: a compile that needed one (and the
+        #: first) suggests the next will too; a Referee re-evaluating built sources needs none.
+        self._builder_wanted = self.options.trusted_builds
         #: Stages started ahead for the next attempt, by role (`_prestart`).
         self._spares: dict[str, _StartedStage] = {}
         self._spares_lock = threading.Lock()
@@ -237,6 +268,14 @@ class Referee:
         run_dir = self._new_run_dir("attempt")
         if role == "compile":
             spec = self._spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
+        elif role == "builder":
+            # Trusted, but it compiles candidates' text: it sees the published headers and objects
+            # (read-only) and no other build, so no flag or include can reach a candidate's file.
+            shared = tuple(self.options.builds_dir / d for d in ("pch", "objects"))
+            for path in shared:
+                path.mkdir(parents=True, exist_ok=True)
+            spec = self._spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False,
+                              visible_builds=shared)
         else:
             builds = run_dir / "builds"
             builds.mkdir()
@@ -254,8 +293,9 @@ class Referee:
             spare.discard()
         return self._start_stage(role)
 
-    def _prestart(self) -> None:
-        """Start the next attempt's compile and candidate stages now (``options.prestart``).
+    def _prestart(self, *, builder: bool = True) -> None:
+        """Start the next attempt's compile and candidate stages now (``options.prestart``), and
+        its builder (``builder``) when the last compile needed one.
 
         A stage's interpreter start and torch import take 3-4 s on the H200 host, and the
         candidate stage's CUDA context and vendor handles more: started ahead, they are paid while
@@ -265,7 +305,7 @@ class Referee:
         """
         if not self.options.prestart:
             return
-        for role in ("compile", "candidate"):
+        for role in ("compile", "candidate", *(("builder",) if builder and self._builder_wanted else ())):
             with self._spares_lock:
                 if role in self._spares:
                     continue
@@ -382,14 +422,24 @@ class Referee:
         """
         digest = hashlib.sha256(source.encode()).hexdigest()
         known = self._compiled.get(digest)
-        if known is not None and all((self.options.builds_dir / f"{e['name']}-{e['key']}").is_dir()
+        if known is not None and all(build_directory(self.options.builds_dir, e["name"], e["key"],
+                                                     trusted=e.get("via") == "builder").is_dir()
                                      for e in known.extensions):
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
         self._warm_pch()
-        result = self._compile_stage({"pch": "use" if self.options.pch else False}, source=source)
+        result = self._compile_stage({"pch": "use" if self.options.pch else False,
+                                      "delegate": self.options.trusted_builds}, source=source)
         if result.ok:
             self._compiled[digest] = result
+        if result.extensions:  # a candidate without an extension says nothing about the next one
+            self._builder_wanted = self.options.trusted_builds and any(
+                e.get("via") == "builder" and not e.get("cached") for e in result.extensions)
+            if not self._builder_wanted:  # an idle builder would only hold memory until then
+                with self._spares_lock:
+                    idle = self._spares.pop("builder", None)
+                if idle is not None:
+                    idle.discard()
         return result
 
     def _warm_pch(self) -> None:
@@ -402,51 +452,107 @@ class Referee:
         if self._pch_ready:
             return
         self._pch_ready = True  # once per Referee, whatever happens: a failure only costs speed
-        marker = self.options.builds_dir / "pch" / f"warm-{self.target.value}.json"
-        try:
-            keys = json.loads(marker.read_text())
-            if keys and all((self.options.builds_dir / "pch" / str(k)).is_dir() for k in keys):
-                return
-        except (OSError, ValueError, TypeError):
-            pass
-        result = self._compile_stage({"pch_warmup": _PCH_FLAG_SETS[self.target], "pch": True}, trusted=True)
-        keys = [e["pch"]["key"] for e in result.extensions if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
-        if result.ok and keys:
-            marker.parent.mkdir(parents=True, exist_ok=True)
+        self.warm_headers(_PCH_FLAG_SETS[self.target][:1])
+
+    def warm_headers(self, flag_sets: list[dict[str, Any]] | None = None) -> bool:
+        """Build the precompiled torch headers of ``flag_sets`` (default: every set of the target,
+        `_PCH_FLAG_SETS`, the prescribed one first and on its own) in a stage that runs trusted
+        code only, unless a marker says they are in place. One warm-up per cache and target at a
+        time (a lock): a Referee whose first compile comes while a worker's start-up warm-up builds
+        the prescribed header waits for it instead of building the same; once that one is in
+        place it no longer waits.
+
+        Returns:
+            Whether the headers are in place.
+        """
+        if not self.options.pch:
+            return False
+        if flag_sets is None:
+            prescribed = self.warm_headers(_PCH_FLAG_SETS[self.target][:1])
+            return self._warm(_PCH_FLAG_SETS[self.target][1:], f"warm-{self.target.value}-more.json") and prescribed
+        return self._warm(flag_sets, f"warm-{self.target.value}.json")
+
+    def _warm(self, sets: list[dict[str, Any]], marker_name: str) -> bool:
+        """`warm_headers` of ``sets``, recorded in ``builds/pch/<marker_name>`` (their keys)."""
+        pch_dir = self.options.builds_dir / "pch"
+        pch_dir.mkdir(parents=True, exist_ok=True)
+        marker = pch_dir / marker_name
+
+        def in_place() -> bool:
+            try:
+                keys = json.loads(marker.read_text())
+                return bool(keys) and all((pch_dir / str(k)).is_dir() for k in keys)
+            except (OSError, ValueError, TypeError):
+                return False
+
+        if not sets or in_place():
+            return True
+        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
+            if in_place():
+                return True
+            # A stage per flag set (each header takes a compile's time limit on a busy host), as
+            # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
+            workers = max(1, min(len(sets), self.options.max_jobs // 2))
+            limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(lambda flags: self._compile_stage(
+                    {"pch_warmup": [flags], "pch": True}, trusted=True, timeout=limit), sets))
+            keys = [e["pch"]["key"] for result in results for e in result.extensions
+                    if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
+            if not (all(r.ok for r in results) and len(keys) == len(sets)):
+                return False
             tmp = marker.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(keys))
             tmp.replace(marker)
+            return True
 
     def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
-                       trusted: bool = False) -> CompileResult:
+                       trusted: bool = False, timeout: float | None = None) -> CompileResult:
         """Run a compile stage: ``source`` is the candidate to import (None: a trusted request).
-        Its run directory is removed unless the compile failed (kept to debug)."""
+        Its run directory is removed unless the compile failed (kept to debug). The builds it
+        delegates (``{"build": ...}`` messages) are built by a builder stage (`_build_for`)."""
         # The cache is read-only to the stage (its import-time code is the candidate's): missing
         # builds go to a private staging directory and are published once the stage has exited;
-        # precompiled headers only from a trusted stage.
+        # precompiled headers only from a trusted stage, objects only from a builder.
         stage = self._take_stage("compile")
         staging = stage.run_dir / "compile" / "builds"
         if source is not None:
             (stage.run_dir / "candidate.py").write_text(source)
             request = {**request, "candidate_path": str(stage.run_dir / "candidate.py")}
         started = time.perf_counter()
-        timeout = self.options.timeouts.compile_s
-        with stage.process as process:
-            try:
-                stage.wait_ready(timeout)
-                reply = process.request(
-                    {**request, "builds_dir": str(self.options.builds_dir), "staging_dir": str(staging),
-                     "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs},
-                    timeout=max(1.0, timeout - (time.perf_counter() - started)),
-                )
-            except ChannelTimeout:
-                return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"compile timed out after {timeout:.0f} s")
-            except ChannelClosed:
-                exec_error = process.sandbox_report.get("exec_error", "")
-                return CompileResult(ok=False, seconds=time.perf_counter() - started,
-                                     errors=f"the compile process died ({process.describe_exit()}): {exec_error}\n"
-                                     + process.log_tail(4000))
+        timeout = timeout or self.options.timeouts.compile_s
+        builder: _StartedStage | None = None
+        delegated = 0
+        try:
+            with stage.process as process:
+                try:
+                    stage.wait_ready(timeout)
+                    process.channel.send(
+                        {**request, "builds_dir": str(self.options.builds_dir), "staging_dir": str(staging),
+                         "arch_list": self.options.arch_list, "max_jobs": self.options.max_jobs})
+                    while True:
+                        reply = process.recv(timeout=max(1.0, timeout - (time.perf_counter() - started)))
+                        if "build" not in reply or trusted or not request.get("delegate"):
+                            break
+                        delegated += 1
+                        if delegated > _MAX_DELEGATED_BUILDS:
+                            answer = {"ok": False, "log": f"more than {_MAX_DELEGATED_BUILDS} extensions"}
+                        else:
+                            builder = builder or self._take_stage("builder")
+                            answer = self._build_for(builder, reply["build"], started + timeout)
+                        process.channel.send(answer)
+                except ChannelTimeout:
+                    return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                         errors=f"compile timed out after {timeout:.0f} s")
+                except ChannelClosed:
+                    exec_error = process.sandbox_report.get("exec_error", "")
+                    return CompileResult(ok=False, seconds=time.perf_counter() - started,
+                                         errors=f"the compile process died ({process.describe_exit()}): "
+                                         f"{exec_error}\n" + process.log_tail(4000))
+        finally:
+            if builder is not None:
+                builder.discard()
         publish_staged(staging, self.options.builds_dir, pch=trusted)
         errors = reply.get("errors", "")
         if not reply.get("ok") and reply.get("message"):
@@ -456,6 +562,31 @@ class Referee:
         return CompileResult(ok=bool(reply.get("ok")), seconds=float(reply.get("seconds", 0.0)),
                              extensions=tuple(reply.get("extensions", ())),
                              kernels=tuple(reply.get("kernels", ())), errors=errors)
+
+    def _build_for(self, builder: _StartedStage, build: Any, deadline: float) -> dict[str, Any]:
+        """Build one extension a candidate's compile stage asked for, in the builder stage (trusted
+        code only), and publish it with the objects it kept; the answer goes back to the stage.
+        A builder that dies fails that build; one that runs out of the compile's time limit raises
+        `ChannelTimeout` (the compile timed out)."""
+        if not isinstance(build, dict):
+            return {"ok": False, "log": "malformed build request"}
+        staging = builder.run_dir / "compile" / "builds"
+        try:
+            builder.wait_ready(max(1.0, deadline - time.perf_counter()))
+            answer = builder.process.request(
+                {"op": "build", "builder": True, "request": build, "builds_dir": str(self.options.builds_dir),
+                 "staging_dir": str(staging), "arch_list": self.options.arch_list,
+                 "max_jobs": self.options.max_jobs, "pch": self.options.pch},
+                timeout=max(1.0, deadline - time.perf_counter()))
+        except ChannelTimeout:
+            builder.process.kill()
+            raise  # the compile's time limit: reported as before, "compile timed out"
+        except ChannelClosed:
+            log = builder.process.log_tail(4000)
+            builder.process.kill()
+            return {"ok": False, "log": f"the build process died ({builder.process.describe_exit()})\n{log}"}
+        publish_staged(staging, self.options.builds_dir, pch=False, objects=True, trusted=True)
+        return answer
 
     def _hardened_timing(self, baselines: Baselines | None) -> dict[str, Any]:
         """The timing request of a hardened re-time: a number of calls the trusted side dictates,
@@ -514,7 +645,9 @@ class Referee:
         """
         depth = Depth(depth)
         try:
-            self._prestart()  # the candidate stage starts up while this compiles
+            # The candidate stage starts up while this compiles (a builder only if one was started
+            # for this attempt: starting one now would compete with the attempt's own stages).
+            self._prestart(builder=False)
             return self._evaluate(source, depth)
         finally:
             self._prestart()  # the next attempt's stages, while the agent writes it
@@ -557,7 +690,9 @@ class Referee:
         for e in compiled.extensions:
             name, key = e.get("name"), e.get("key")
             if isinstance(name, str) and isinstance(key, str) and "/" not in name + key and ".." not in name + key:
-                copy_build(self.options.builds_dir, name, key, builds)
+                # The builder's build for what the builder built: a compile stage's build of the same
+                # key (a plant, possibly) never stands in for it.
+                copy_build(self.options.builds_dir, name, key, builds, trusted=e.get("via") == "builder")
         (run_dir / "candidate.py").write_text(source)
         sets = [t.index for t in self.trials if t.kind == "random"][: max(1, self.options.timing.input_sets)]
         timing_request = self.options.to_dict()["timing"]
@@ -798,3 +933,14 @@ def evaluate(problem: Problem, candidate_source: str, target: Target | str = Tar
     """
     with Referee(problem, target, (options or HarnessOptions()).replace(prestart=False)) as referee:
         return referee.evaluate(candidate_source)
+
+
+def warm_headers(target: Target | str, options: HarnessOptions | None = None, *,
+                 prescribed_only: bool = False) -> bool:
+    """Precompile the torch headers of every flag set models commonly use for ``target`` (or only
+    the playbook's), in a stage that runs trusted code only (a worker calls this at start-up, so no
+    attempt pays for them). Returns whether they are in place; a failure only costs compile speed."""
+    options = (options or HarnessOptions()).replace(prestart=False)
+    problem = parse_problem(_WARMUP_PROBLEM, problem_id="kernelloop/warm-up")
+    with Referee(problem, target, options) as referee:
+        return referee.warm_headers(_PCH_FLAG_SETS[Target(target)][:1] if prescribed_only else None)

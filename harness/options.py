@@ -122,9 +122,15 @@ class HarnessOptions:
             its own clock, and rejects (``clock_disagrees``) a reported median far below what that
             clock allows once the loop's overhead, measured in the reference process with the
             same loop, is taken off (docs/integrity.md).
-        pch: precompile ``<torch/extension.h>`` for the flag sets the playbook prescribes, in a
-            stage that runs no candidate code, and let candidates' C++ bindings use it (roughly
-            halves a cold compile); candidates never publish one (docs/integrity.md).
+        pch: precompile ``<torch/extension.h>`` for the flag set the playbook prescribes (and, at
+            a worker's start-up, `harness.warm_headers`, the other common ones), in a stage that
+            runs no candidate code, and let candidates' C++ bindings use it (roughly halves a cold
+            compile); keyed by normalised flags; candidates never publish one (docs/integrity.md).
+        trusted_builds: a candidate's ``load_inline`` of plain sources and allowlisted flags is
+            built by a separate builder stage that runs no candidate code, which reuses the object
+            of every translation unit built before with the same text and flags (an attempt that
+            changes only its kernels recompiles only ``cuda.cu``) and keeps new ones for later
+            builds; anything else builds in the compile stage as before (docs/integrity.md).
         prestart: start the next attempt's compile and candidate stage processes when an attempt
             ends and when the reference starts (or, if none is waiting, as an attempt begins, so
             the candidate stage starts up while it compiles), so their interpreter
@@ -153,6 +159,7 @@ class HarnessOptions:
     hidden_paths: tuple[Path, ...] = ()
     hardened_timing: bool = False
     pch: bool = True
+    trusted_builds: bool = True
     prestart: bool = True
     reuse_baselines: bool = True
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -28,7 +28,8 @@ from harness import HarnessOptions
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Reaper
-from worker.runner import AgentAPI, RunOutcome, run_job
+from worker.runner import AgentAPI, RunOutcome, harness_options_for, run_job
+from worker.warmup import start_header_warmup
 
 __all__ = ["EmbeddedWorker", "main"]
 
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                             target=Target(args.target or settings.worker_target))
     log.info("embedded worker %s: %s jobs, CUDA_VISIBLE_DEVICES=%s", worker.worker_id, worker.target.value,
              os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    if settings.warm_headers:
+        start_header_warmup(harness_options_for(settings), worker.target.value)
     try:
         worker.serve(max_jobs=args.max_jobs)
     except KeyboardInterrupt:

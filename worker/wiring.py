@@ -21,8 +21,9 @@ from worker.celery_app import make_celery
 from worker.lease import check_lease_settings, new_worker_id
 from worker.metrics import serve_worker_metrics
 from worker.reaper import Dispatch, Reaper
-from worker.runner import AgentAPI
+from worker.runner import AgentAPI, harness_options_for
 from worker.tasks import WorkerContext, celery_dispatch, register_tasks
+from worker.warmup import start_header_warmup
 
 __all__ = ["create_worker_app", "target_for_queue"]
 
@@ -63,6 +64,18 @@ def _metrics_step(port: int, host: str) -> type[bootsteps.StartStopStep]:
     return MetricsExporterStep
 
 
+def _warmup_step(options: HarnessOptions, target: Target) -> type[bootsteps.StartStopStep]:
+    class HeaderWarmupStep(bootsteps.StartStopStep):
+        """Precompiles the torch headers in the background when the worker starts."""
+
+        label = "header warm-up"
+
+        def start(self, parent: Any) -> None:
+            start_header_warmup(options, target.value)
+
+    return HeaderWarmupStep
+
+
 def create_worker_app(
     settings: Settings,
     *,
@@ -95,4 +108,6 @@ def create_worker_app(
     app.steps["worker"].add(_reaper_step(reaper))
     if settings.worker_metrics_port is not None:
         app.steps["worker"].add(_metrics_step(settings.worker_metrics_port, settings.worker_metrics_host))
+    if settings.warm_headers and harness_options is None:
+        app.steps["worker"].add(_warmup_step(harness_options_for(settings), target))
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.feedback import gpu_summary, verdict_feedback
 from agent.testing import make_verdict
 from agent.testing.fakes import FAKE_SPECS
@@ -123,3 +125,46 @@ def test_gpu_summary_has_the_ridge_point() -> None:
     cpu = gpu_summary({"target": "cpu", "name": "x86_64", "cores": 2, "peak_flops": {"fp32": 4.9e10},
                        "measured_bandwidth": 1.1e10, "peak_source": "measured"})
     assert "2 cores" in cpu and "ridge point: 4.5 FLOP/byte" in cpu
+
+
+def _compiled(*extensions: dict[str, Any]) -> dict[str, Any]:
+    return make_verdict("pass", "compile").with_changes(
+        compile=CompileResult(ok=True, seconds=30.0, extensions=tuple(extensions))).to_dict()
+
+
+def test_a_single_cu_with_torch_headers_is_told_what_it_cost_and_how_to_split() -> None:
+    ext = {"name": "ext", "key": "k", "cached": False, "seconds": 60.0, "via": "builder",
+           "pch": {"status": "used"},
+           "units": [{"source": "main.cpp", "reused": True, "seconds": 0.0},
+                     {"source": "cuda.cu", "reused": False, "seconds": 58.2, "torch_headers": True}]}
+    text = verdict_feedback("compile", _compiled(ext), compile_s_total=95.0, compiles=2)
+    assert "main.cpp reused from an earlier build" in text and "cuda.cu 58.2 s" in text
+    assert "cuda.cu includes torch headers" in text and "no_implicit_headers=True" in text
+    assert "compile time so far in this session: 95 s over 2 compiles" in text
+
+
+def test_a_missed_precompiled_header_says_why_and_a_split_build_says_what_to_keep() -> None:
+    ext = {"name": "ext", "key": "k", "cached": False, "seconds": 40.0, "via": "builder",
+           "pch": {"status": "missing", "reason": "no precompiled torch header for binding flags -Os"},
+           "units": [{"source": "main.cpp", "reused": False, "seconds": 35.0, "torch_headers": True},
+                     {"source": "cuda.cu", "reused": False, "seconds": 2.0, "torch_headers": False}]}
+    text = verdict_feedback("compile", _compiled(ext))
+    assert "the binding parsed torch/extension.h itself (no precompiled torch header for binding flags -Os)" in text
+    assert "keep cpp_sources, the extension's name and its flags unchanged" in text
+    assert "cuda.cu includes torch headers" not in text and "compile time so far" not in text
+
+
+def test_a_build_the_builder_refused_says_why_it_reused_nothing() -> None:
+    ext = {"name": "ext", "key": "k", "cached": False, "seconds": 40.0, "via": "stage",
+           "builder_refusal": "flag '-I/opt/include'"}
+    assert "because of flag '-I/opt/include'" in verdict_feedback("compile", _compiled(ext))
+
+
+def test_the_compile_budget_counts_fresh_compiles_only() -> None:
+    from agent.tools import Ledger
+
+    ledger = Ledger()
+    ledger.charge_compile(_compiled({"name": "ext", "key": "k", "cached": False}))
+    ledger.charge_compile(make_verdict("pass", "compile").with_changes(
+        compile=CompileResult(ok=True, seconds=0.0)).to_dict())  # memoised: no compile
+    assert (ledger.compile_s, ledger.compiles) == (30.0, 1)

@@ -281,7 +281,9 @@ _BUILD_HASHES: dict[str, str] = {}
 
 
 def build_hashes(cache: Path) -> dict[str, str]:
-    files = sorted((cache / "builds").glob("kl_seed1_cpu-*/*"))
+    # The trusted builder's builds are in builds/trusted/, the compile stages' at the top level.
+    builds = cache / "builds"
+    files = sorted([*builds.glob("kl_seed1_cpu-*/*"), *builds.glob("trusted/kl_seed1_cpu-*/*")])
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.suffix in (".so", ".json")}
 
 
@@ -625,7 +627,8 @@ CASES: list[Case] = [
         # Plant a fake library under an existing build's key in the compile stage's staging area.
         from torch.utils import cpp_extension as _ce
         _staging = getattr(getattr(_ce.load_inline, "__self__", None), "staging", None)
-        for _existing in _glob.glob(_builds + "/kl_seed1_cpu-*") if _staging is not None else []:
+        _seeds = _glob.glob(_builds + "/kl_seed1_cpu-*") + _glob.glob(_builds + "/trusted/kl_seed1_cpu-*")
+        for _existing in _seeds if _staging is not None else []:
             _fake = _os.path.join(str(_staging), _os.path.basename(_existing))
             _os.makedirs(_fake, exist_ok=True)
             with open(_os.path.join(_fake, "built.json"), "w") as _fh:
