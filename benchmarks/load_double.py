@@ -6,12 +6,12 @@ write through the same code an agent job uses (lease renewal in each transaction
 event ids). One job is one trajectory of three turns, ``STEP_S`` apart:
 
     state queued → state running → progress started → trajectory started → message (system)
-    → message (assistant, a tool call) → attempt (a compile error) → message (tool)
+    → message (assistant, a tool call) → attempt (a timed pass) → message (tool)
     → trajectory finished → state succeeded
 
 ten events in about ``3 * STEP_S``: the shape of a real job's stream, at a pace that keeps 200
-jobs within a minute on two workers. The verdict is a real `harness.Verdict` (a compile-stage
-error, as a candidate that fails to build gets), never evaluated.
+jobs within a minute on two workers. The verdict is a real `harness.Verdict` (a timed pass, so the
+job ends with a verified kernel and succeeds as an agent job does), never evaluated.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import CompileResult, ErrorKind, Stage, Status, Verdict
+from harness import Baselines, CompileResult, Stage, Status, Timing, Trial, Verdict
 
 __all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "Budgets", "JobResult", "JobSpec", "run_job"]
 
@@ -30,12 +30,14 @@ STEP_S = 0.1
 EVENTS_PER_JOB = 10
 CANDIDATE = "class ModelNew:\n    pass\n"
 _VERDICT = Verdict(
-    status=Status.ERROR,
-    stage=Stage.COMPILE,
-    error_kind=ErrorKind.CANDIDATE,
-    message="load double: the candidate does not build",
-    compile=CompileResult(ok=False, seconds=0.0, errors="kernel.cu(1): error: load double"),
-    depth="compile",
+    status=Status.PASS,
+    stage=Stage.DONE,
+    message="load double: a timed pass",
+    compile=CompileResult(ok=True, seconds=0.0),
+    trials=(Trial(seed_index=0, passed=True, max_abs_err=0.0, mean_abs_err=0.0, mismatch_frac=0.0),),
+    timing=Timing(samples_ms=(1.0, 1.0, 1.0)),
+    baselines=Baselines(eager=Timing(samples_ms=(2.0, 2.0, 2.0)), compiled=None),
+    depth="benchmark",
     provenance={"device": "cpu", "harness": "load-double"},
 )
 
@@ -72,11 +74,11 @@ def run_job(spec: JobSpec, *, evaluator: Any, recorder: Any, provider: Any) -> J
     recorder.message(trajectory=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
                      tool_calls=None, tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     time.sleep(STEP_S)
-    call = [{"id": "call_1", "type": "function", "function": {"name": "compile", "arguments": "{}"}}]
-    recorder.message(trajectory=0, role="assistant", content="compile it", tool_calls=call, tool_call_id=None,
+    call = [{"id": "call_1", "type": "function", "function": {"name": "benchmark", "arguments": "{}"}}]
+    recorder.message(trajectory=0, role="assistant", content="time it", tool_calls=call, tool_call_id=None,
                      tokens_in=100, tokens_out=50, latency_ms=STEP_S * 1000, cost_usd=0.0)
     time.sleep(STEP_S)
-    recorder.attempt(trajectory=0, tool="compile", source=CANDIDATE, parent_sha256=None, verdict=_VERDICT)
+    recorder.attempt(trajectory=0, tool="benchmark", source=CANDIDATE, parent_sha256=None, verdict=_VERDICT)
     recorder.message(trajectory=0, role="tool", content=_VERDICT.message, tool_calls=None, tool_call_id="call_1",
                      tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     time.sleep(STEP_S)
