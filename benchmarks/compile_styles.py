@@ -163,7 +163,8 @@ def _row(style: str, attempt: str, wall: float, verdict: Any, trusted: bool) -> 
     if compiled is not None:
         ext = compiled.extensions[0] if compiled.extensions else {}
         units = {u.get("source"): u for u in ext.get("units", [])}
-        row.update(pch=(ext.get("pch") or {}).get("status"), via=ext.get("via"),
+        pch = ext.get("pch") or {}
+        row.update(pch=pch.get("status"), pch_reason=pch.get("reason"), via=ext.get("via"),
                    main_s=units.get("main.cpp", {}).get("seconds"), cuda_s=units.get("cuda.cu", {}).get("seconds"),
                    reused=[s for s, u in units.items() if u.get("reused")])
         if not compiled.ok:
@@ -315,6 +316,9 @@ def to_markdown(report: dict[str, Any]) -> str:
     if walls:
         lines += ["", f"Median stage wall over this table's attempts with trusted builds (not `iterations.py`'s "
                       f"realistic mix): {statistics.median(walls):.2f} s over {len(walls)} compiles."]
+    reasons = sorted({f"{r['style']}: {r['pch_reason']}" for r in report["styles"] if r.get("pch_reason")})
+    if reasons:
+        lines += ["", "Precompiled headers missed or refused:", *(f"- {reason}" for reason in reasons)]
     errors = sorted({r["errors"].splitlines()[0] for r in report["styles"] if r.get("errors")})
     if errors:
         lines.append(f"Errors: {'; '.join(errors)}.")
@@ -333,6 +337,18 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {r['variant']} | {r.get('seconds', r.get('note', ''))} | {r.get('ok', '')}{stats} "
                          f"| {r.get('load', '')} |")
     return "\n".join(lines) + "\n"
+
+
+def _save(report: dict[str, Any], out: str | None) -> str:
+    """Write the report as it stands (markdown, and the JSON beside it); return the markdown."""
+    report["load_end"] = _load()
+    text = to_markdown(report)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,17 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     only = set(filter(None, args.only.split(",")))
     report["styles"] = run_styles(args.target, cache, think_s=args.think_s, nexts=args.nexts, only=only,
                                   before=args.before, limit_s=args.limit_s)
+    _save(report, args.out)  # the styles are kept if the optional part is cut short
     if args.helps and args.target == "cuda":
         report["helps"] = [*(what_helps(cache) if args.helps in ("all", "nvcc") else []),
                            *(_ccache(cache) if args.helps in ("all", "ccache") else [])]
-    report["load_end"] = _load()
-    text = to_markdown(report)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    print(_save(report, args.out))
     return 0
 
 

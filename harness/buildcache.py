@@ -23,9 +23,10 @@ with the same settings; anywhere else it parses the header as before, so a PCH c
 times, never a result. A new PCH is probed once (``-H`` must report it used) before it is used,
 and is published like a build (the compile stage builds it in its staging directory). The PCH key
 uses the flags normalised (`normalise_header_flags`): options that cannot change what the header
-means (empty strings, ``-v``, warnings, debug info, a repeated ``-std``) are dropped and
-``-O1``/``-O2``/``-O3`` share one header (g++ accepts it for any of them: the same macros); g++
-still checks each use (``-Winvalid-pch`` reports a refusal, recorded as ``rejected``).
+means (empty strings, ``-v``, warnings, debug info, a repeated ``-std``) are dropped; each ``-O``
+level keeps a header of its own (g++ 12 accepts an ``-O2`` header at ``-O1``, the g++ 13 of the
+H200 host refuses it); g++ checks each use (``-Winvalid-pch`` reports a refusal, recorded as
+``rejected``).
 
 Trusted builds and object reuse. In ``build`` mode with a ``delegate`` (the referee's compile
 stage), a ``load_inline`` whose arguments are plain data and whose flags are on an allowlist
@@ -138,10 +139,9 @@ def _as_list(value: str | Sequence[str] | None) -> list[str]:
 def normalise_header_flags(flags: Sequence[str]) -> list[str]:
     """The flags a precompiled header is keyed and built with: what cannot change the header's
     meaning dropped (empty strings, ``-v``, ``-w``, warnings, debug info, ``-pipe``), the last
-    ``-std`` kept, and ``-O1``/``-O2``/``-O3``/``-O`` as one ``-O2`` at the end (they define the same
-    macros, and g++ accepts a header built at one of them for the others); ``-O0``, ``-Os``,
-    ``-Og``, ``-Ofast`` keep their own (other macros or math flags). Repeated ``-f``/``-m``/``-D``
-    flags are kept once. g++ still validates every use."""
+    ``-std`` kept, and the last ``-O`` level at the end (``-O`` is ``-O1``, ``-O0`` is no flag at
+    all: torch's default). Levels are not merged: g++ 13 refuses a header built at another level.
+    Repeated ``-f``/``-m``/``-D`` flags are kept once. g++ still validates every use."""
     kept: list[str] = []
     opt: str | None = None
     std: str | None = None
@@ -171,13 +171,13 @@ def normalise_header_flags(flags: Sequence[str]) -> list[str]:
     if std is not None:
         kept.append(std)
     if opt is not None and opt != "-O0":
-        kept.append("-O2" if opt in ("-O", "-O1", "-O2", "-O3") else opt)
+        kept.append("-O1" if opt == "-O" else opt)
     return kept
 
 
 def _flags_text(normalised: Sequence[str]) -> str:
-    """Normalised binding flags as the model reads them (``-O2`` stands for ``-O1``..``-O3``)."""
-    return " ".join("-O1/-O2/-O3" if f == "-O2" else f for f in normalised) or "none (torch's default -O0)"
+    """Normalised binding flags as the model reads them."""
+    return " ".join(normalised) or "none (torch's default -O0)"
 
 
 def builder_refusal(kwargs: dict[str, Any]) -> str | None:

@@ -62,12 +62,14 @@ _HARDENED_OVERHEAD_SLACK = 1.0
 #: ...plus this many seconds (replies, exports and process scheduling differ a little).
 _HARDENED_FIXED_S = 0.05
 #: Binding flags whose torch header the trusted warm-up precompiles, per target (a PCH serves only
-#: the flags it was built with, normalised: ``-O1``/``-O2``/``-O3`` share one, ``""`` and ``-v`` are
-#: nothing). The first is what the playbook prescribes: a Referee builds it before its first compile
-#: if it is missing. All of them are built when a worker starts (`warm_headers`): no flags at all
-#: (KernelBench's ``extra_cflags=[""]``, torch's default ``-O0``), and on CPU ``-O3`` without OpenMP.
+#: the flags it was built with, normalised: ``""`` and ``-v`` are nothing, each ``-O`` level its own).
+#: The first is what the playbook prescribes: a Referee builds it before its first compile if it is
+#: missing. All of them are built when a worker starts (`warm_headers`): no flags at all
+#: (KernelBench's ``extra_cflags=[""]``, torch's default ``-O0``), ``-O3`` (what models often
+#: write), and on CPU ``-O3`` without OpenMP.
 _PCH_FLAG_SETS = {
-    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}, {"extra_cflags": [], "cuda": True}],
+    Target.CUDA: [{"extra_cflags": ["-O1"], "cuda": True}, {"extra_cflags": [], "cuda": True},
+                  {"extra_cflags": ["-O3"], "cuda": True}],
     Target.CPU: [{"extra_cflags": ["-O3", "-fopenmp"], "cuda": False}, {"extra_cflags": [], "cuda": False},
                  {"extra_cflags": ["-O3"], "cuda": False}],
 }

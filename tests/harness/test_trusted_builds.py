@@ -22,10 +22,11 @@ POISON = b"\x7fELF poisoned object planted by a candidate"
 
 @pytest.mark.parametrize(("flags", "expected"), [
     (["", "-v"], []),  # KernelBench's extra_cflags=[""] and verbose builds: no flags at all
-    (["-O3", "-fopenmp"], ["-fopenmp", "-O2"]),
-    (["-O1"], ["-O2"]),
+    (["-O3", "-fopenmp"], ["-fopenmp", "-O3"]),
+    (["-O1"], ["-O1"]),
+    (["-O"], ["-O1"]),
     (["-O2", "-Wall", "-Wextra", "-g", "-w"], ["-O2"]),
-    (["-std=c++17", "-O3", "-std=c++17"], ["-std=c++17", "-O2"]),
+    (["-std=c++17", "-O3", "-std=c++17"], ["-std=c++17", "-O3"]),
     (["-O3", "-O0"], []),  # the last -O wins: g++'s default
     (["-Os"], ["-Os"]),
     (["-DNDEBUG", "-fopenmp", "-fopenmp"], ["-DNDEBUG", "-fopenmp"]),
