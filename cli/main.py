@@ -18,6 +18,22 @@ from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_p
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
                   no_args_is_help=True, add_completion=False)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cli.versions import local_versions, version_line
+
+        sys.stdout.write(version_line(local_versions()) + "\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="print the versions of kernelloop, torch and CUDA, and exit")] = False,
+) -> None:
+    """kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them."""
 problems_app = typer.Typer(help="List and check reference problems.", no_args_is_help=True)
 app.add_typer(problems_app, name="problems")
 
@@ -199,6 +215,10 @@ def _register_service_commands() -> None:
     app.command("optimize")(optimize.optimize)
     app.command("submit")(client.submit)
     app.command("watch")(client.watch)
+    app.command("jobs")(client.jobs)
+    app.command("cancel")(client.cancel)
+    app.command("messages")(client.messages)
+    app.command("logs")(client.logs)
     app.command("replay")(client.replay)
     app.command("bench")(client.bench)
     app.command("up")(service.up)
