@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -76,6 +75,7 @@ def create(
     cost_cap: Annotated[
         float | None, typer.Option("--cost-cap", min=0.0, help="USD of LLM cost over all its jobs (default: none)")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the key and its limits as one JSON object")] = False,
 ) -> None:
     """Create a key and print it (once: only its hash is kept)."""
     with _session() as session:
@@ -89,10 +89,11 @@ def create(
             cost_cap_usd=cost_cap,
         )
         key_id = issued.key.id
+        row = _row(issued.key)
     _err.print(
         f"created key {key_id} ({name}{', admin' if admin else ''}); store it now, it is not shown again:"
     )
-    sys.stdout.write(issued.plaintext + "\n")
+    sys.stdout.write((json.dumps({**row, "key": issued.plaintext}) if as_json else issued.plaintext) + "\n")
 
 
 @keys_app.command("list")
@@ -110,17 +111,25 @@ def list_keys(
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
         return
-    table = Table(title=f"{len(rows)} API keys")
-    for column in ("id", "name", "owner", "prefix", "admin", "concurrent", "per day", "cost cap", "created", "revoked"):
-        table.add_column(column)
+    header = ["ID", "NAME", "OWNER", "PREFIX", "ADMIN", "JOBS AT ONCE", "JOBS PER DAY", "COST CAP", "CREATED"]
+    lines = [header + (["REVOKED"] if revoked else [])]
     for r in rows:
-        cap = "—" if r["cost_cap_usd"] is None else f"${r['cost_cap_usd']}"
-        table.add_row(
-            str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "",
-            str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]), cap, str(r["created_at"])[:19],
-            str(r["revoked_at"] or "")[:19],
-        )
-    _out.print(table)
+        cells = [str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "no",
+                 str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]),
+                 "none" if r["cost_cap_usd"] is None else f"${r['cost_cap_usd']:g}",
+                 str(r["created_at"])[:16].replace("T", " ")]
+        if revoked:
+            cells.append(str(r["revoked_at"] or "")[:16].replace("T", " ") or "no")
+        lines.append(cells)
+    sys.stdout.write(plain_columns(lines))
+    if not rows:
+        _err.print("no keys yet: `kernelloop keys create --name NAME` makes one")
+
+
+def plain_columns(rows: list[list[str]]) -> str:
+    """Rows as space-aligned columns, nothing cut (a narrow terminal wraps the lines, as ``ps`` does)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows)
 
 
 @keys_app.command("revoke")

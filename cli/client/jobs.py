@@ -238,6 +238,27 @@ def describe_event(event_type: str, data: Any) -> str:
     return f"{event_type}" + (f": {words}" if words else "")
 
 
+def follow_json(client: ApiClient, job_id: int) -> str:
+    """``watch --json``: each event as a JSON line until the job ends, then the job itself
+    (``{"type": "job", "data": …}``); returns its final state. Reconnects like `follow_job`."""
+    after, failures = 0, 0
+    while True:
+        try:
+            for event in client.events(job_id, after=after):
+                failures = 0
+                if event.type == "end":
+                    job = client.get_job(job_id)
+                    print_json({"id": None, "type": "job", "data": job})
+                    return str(job["state"])
+                after = event.id if event.id is not None else after
+                print_json({"id": event.id, "type": event.type, "data": event.data})
+        except ApiError as exc:
+            failures += 1
+            if exc.status is not None or failures > 5:
+                raise
+        time.sleep(1.0)
+
+
 def logs(
     job: Annotated[int, typer.Argument(help="the job id", min=1)],
     api: ApiOpt = None,
