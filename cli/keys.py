@@ -7,10 +7,14 @@ create --name ci)``), everything else to stderr; only its SHA-256 is stored.
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,12 +22,21 @@ from rich.console import Console
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from config import load_settings
-from store import ApiKey, NotFound, create_api_key, make_engine, make_session_factory, revoke_api_key, session_scope
+from config import Settings, load_settings
+from store import (
+    ApiKey,
+    NotFound,
+    create_api_key,
+    make_engine,
+    make_session_factory,
+    revoke_api_key,
+    session_scope,
+    verify_api_key,
+)
 from store.migrate import upgrade
 from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 
-__all__ = ["keys_app"]
+__all__ = ["LocalKey", "ensure_local_key", "keys_app"]
 
 keys_app = typer.Typer(help="Manage API keys (the plaintext is shown once, at creation).", no_args_is_help=True)
 
@@ -32,8 +45,8 @@ _out = Console()
 
 
 @contextmanager
-def _session() -> Iterator[Session]:
-    settings = load_settings()
+def _session(settings: Settings | None = None) -> Iterator[Session]:
+    settings = settings or load_settings()
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
@@ -44,6 +57,43 @@ def _session() -> Iterator[Session]:
             yield session
     finally:
         engine.dispose()
+
+
+#: The name of the local user's key (in `Settings.local_key_path`, inside the data directory:
+#: private to the service, hidden from every sandbox).
+LOCAL_KEY_NAME = "local"
+
+
+@dataclass(frozen=True)
+class LocalKey:
+    """The key of whoever runs ``up`` and ``optimize`` on this machine: the owner of optimize's
+    jobs, the key the CLI sends to a local API when given none, the one to sign in to the dashboard."""
+
+    key_id: int
+    plaintext: str
+    path: Path
+    created: bool
+
+
+def ensure_local_key(settings: Settings) -> LocalKey:
+    """The local key of this data directory's service: the one in `LOCAL_KEY_FILE` while it is
+    live, else a new one (written there, readable by this user only)."""
+    path = settings.local_key_path
+    saved = path.read_text().strip() if path.is_file() else ""
+    with _session(settings) as session:
+        key = verify_api_key(session=session, plaintext=saved) if saved else None
+        if key is not None:
+            return LocalKey(key_id=key.id, plaintext=saved, path=path, created=False)
+        owner = getpass.getuser()
+        issued = create_api_key(session=session, name=LOCAL_KEY_NAME, owner=owner, is_admin=False,
+                                max_concurrent_jobs=DEFAULT_MAX_CONCURRENT_JOBS,
+                                max_jobs_per_day=DEFAULT_MAX_JOBS_PER_DAY, cost_cap_usd=None)
+        key_id = issued.key.id
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(issued.plaintext + "\n")
+    scratch.chmod(0o600)
+    os.replace(scratch, path)
+    return LocalKey(key_id=key_id, plaintext=issued.plaintext, path=path, created=True)
 
 
 def _row(key: ApiKey) -> dict[str, object]:

@@ -205,6 +205,12 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.data_dir / 'kernelloop.db'}"
 
     @property
+    def local_key_path(self) -> Path:
+        """The local user's API key (`cli.keys.ensure_local_key`): the owner of ``optimize``'s jobs,
+        sent by the CLI to a local API when it is given no key."""
+        return self.data_dir / "local-api-key"
+
+    @property
     def resolved_cache_dir(self) -> Path:
         return self.cache_dir or default_cache_dir()
 

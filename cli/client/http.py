@@ -8,6 +8,7 @@ imported when a client is made, so ``kernelloop eval`` needs none of this.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tomllib
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.markup import escape
@@ -57,8 +59,11 @@ def resolve_config(
     api_key: str | None,
     environ: Mapping[str, str] | None = None,
     config_path: Path | None = None,
+    local_key_path: Path | None = None,
 ) -> ClientConfig:
-    """Flags, then the environment, then the config file, then the defaults.
+    """Flags, then the environment, then the config file, then the defaults; with no key from
+    those and an API on this machine (loopback address), the local key ``kernelloop up`` keeps in
+    ``local_key_path`` (when this user can read it).
 
     Raises:
         ValueError: the config file exists but is not valid TOML.
@@ -84,7 +89,17 @@ def resolve_config(
     url = pick("api_url", api_url, ENV_API_URL, DEFAULT_API_URL)
     assert url is not None
     key = pick("api_key", api_key, ENV_API_KEY, None)
+    if key is None and local_key_path is not None and _is_loopback(url):
+        with contextlib.suppress(OSError):
+            key = local_key_path.read_text().strip() or None
+            if key:
+                origin["api_key"] = str(local_key_path)
     return ClientConfig(api_url=url.rstrip("/"), api_key=key, origin=origin)
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
@@ -296,14 +311,16 @@ KeyOpt = Annotated[str | None, typer.Option("--key", help=f"API key (or ${ENV_AP
 
 def open_client(api: str | None, key: str | None) -> ApiClient:
     try:
-        config = resolve_config(api_url=api, api_key=key)
+        from config import load_settings
+
+        config = resolve_config(api_url=api, api_key=key, local_key_path=load_settings().local_key_path)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(ExitCode.USAGE) from None
     if not config.api_key:
         err.print(
             f"[yellow]warning:[/yellow] no API key: pass --key, set ${ENV_API_KEY}, or put api_key in "
-            f"{default_config_path()}"
+            f"{default_config_path()} (a local `kernelloop up` keeps one for you)"
         )
     return ApiClient(config)
 

@@ -93,10 +93,11 @@ def jobs(
         return
     filters = ", ".join(f"{k} {v}" for k, v in (("state", state), ("problem", problem),
                                                  ("target", target.value if target else None)) if v)
+    if not found:
+        err.print("no jobs" + (f" match ({filters})" if filters else " yet: `kernelloop submit PROBLEM` queues one"))
+        return
     shown = f"{len(found)} of {total}" if total is not None and total > len(found) else str(len(found))
     out.print(jobs_table(found, title=f"{shown} jobs" + (f" ({filters})" if filters else "")))
-    if not found:
-        err.print("no jobs" + (" match" if filters else " yet: `kernelloop submit PROBLEM` queues one"))
 
 
 def cancel(
