@@ -217,6 +217,15 @@ def _print_messages(client: ApiClient, job: int, *, trajectory: int | None, full
 # -- logs: the job's events -----------------------------------------------------------------------
 
 
+def _words(text: str, limit: int) -> str:
+    """The first line of ``text``, at most ``limit`` characters, cut between words."""
+    line = text.strip().split("\n", 1)[0]
+    if len(line) <= limit and line == text.strip():
+        return line
+    cut = line[:limit]
+    return (cut.rsplit(" ", 1)[0] if " " in cut and len(line) > limit else cut).rstrip(" ,.;:") + " …"
+
+
 def describe_event(event_type: str, data: Any) -> str:
     """One event in words (the SSE payloads of `api.streaming`)."""
     d = data if isinstance(data, dict) else {"value": data}
@@ -229,8 +238,10 @@ def describe_event(event_type: str, data: Any) -> str:
         return (f"attempt {d.get('n')}: {d.get('tool')} → {d.get('status')} at {d.get('stage')}"
                 + (f" ({', '.join(figures)})" if figures else "") + (" — best so far" if d.get("best") else ""))
     if event_type == "message":
-        tools = ", ".join(d.get("tools") or [])
-        return f"{d.get('role')} message" + (f" calling {tools}" if tools else "")
+        tools = ", ".join(d.get("tool_calls") or d.get("tools") or [])
+        preview = _words(str(d.get("preview") or ""), 80)
+        return (f"{d.get('role')} message" + (f" calling {tools}" if tools else "")
+                + (f": {preview}" if preview else ""))
     if event_type == "cancel_requested":
         return "cancel requested"
     if event_type == "trajectory":
