@@ -41,6 +41,8 @@ NOT_SUBMITTED = "not submitted"
 REFUSED = "refused"
 #: Without a Retry-After, a 429 while none of the bench's own jobs runs is retried after this many polls.
 QUOTA_RETRY_POLLS = 5
+#: Polls in a row that may fail to reach the API (it restarts) before the bench stops (resumable).
+MAX_UNREACHABLE_POLLS = 30
 #: Provenance fields of a verdict worth a report (DESIGN §3, "Provenance").
 PROVENANCE_FIELDS = ("device", "driver", "torch", "cuda", "cudnn", "python", "harness")
 
@@ -227,6 +229,7 @@ def run_suite(
     hold_until: float = 0.0  # no submission before this (a 429 said the key is full)
     held_for_ours = False  # … or until one of our jobs ends
     stopped: str | None = None  # a quota that will not free up during this run
+    unreachable = 0  # polls in a row that could not reach the API
     while True:
         while waiting and stopped is None and not held_for_ours and time.monotonic() >= hold_until:
             item = waiting[0]
@@ -261,7 +264,16 @@ def run_suite(
         live = [r for r in state.runs if r.job_id is not None and not r.ended]
         for run in live:
             assert run.job_id is not None
-            run.job = client.get_job(run.job_id)
+            try:
+                run.job = client.get_job(run.job_id)
+                unreachable = 0
+            except ApiError as exc:
+                # A restarting API is waited for; a refusal (401, 404) is not.
+                unreachable += 1
+                if exc.status is not None or unreachable > MAX_UNREACHABLE_POLLS:
+                    raise
+                on_change(f"{exc.detail}; trying again")
+                break
             if run.ended:
                 run.provenance = _verdict_provenance(client, run.job)
                 held_for_ours = False

@@ -10,6 +10,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
 from cli.keys import ensure_local_key
 from config import Settings
 from store import make_engine, make_session_factory, revoke_api_key, session_scope
@@ -57,3 +61,26 @@ def test_up_says_where_the_dashboard_is_and_logs_no_requests(embedded: Embedded,
     listed = run(["jobs", "--json"], env, tmp_path, program=KERNELLOOP)
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout) == {"items": [], "total": 0} and "no API key" not in listed.stderr
+
+
+def test_optimize_jobs_belong_to_the_local_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """So the dashboard of `kernelloop up` shows them to the local user (a job without an owner is
+    every normal key's 404). The job body is not run here: only who owns the job is looked at."""
+    import worker.runner
+    from cli.main import app
+    from store import Job
+
+    monkeypatch.setattr(worker.runner, "run_job", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    result = CliRunner().invoke(app, ["optimize", "level1/softmax", "--target", "cpu", "--data-dir", str(data)],
+                                env={"COLUMNS": "200", "KERNELLOOP_DATA_DIR": str(data)})
+    assert "dashboard: run `kernelloop up`, open http://127.0.0.1:8000/dashboard/jobs/1" in result.output
+    assert f"`cat {data / 'local-api-key'}`" in result.output
+    settings = Settings(_env_file=None, data_dir=data)  # type: ignore[call-arg]
+    local = ensure_local_key(settings)
+    assert not local.created
+    engine = make_engine(settings.resolved_database_url)
+    with session_scope(make_session_factory(engine)) as session:
+        assert [j.owner_id for j in session.scalars(select(Job))] == [local.key_id]
+    engine.dispose()
