@@ -22,8 +22,10 @@ Plain Typer command functions, registered by `cli.main`::
 
 Exit codes (`ExitCode`): ``watch`` and a following ``submit`` exit by the job's final state
 (succeeded 0, failed 1, cancelled 3); ``replay`` by the local verdict (pass 0, fail or suspicious
-1, error 2); ``bench`` 0 once every job ended, 1 on ``--timeout``; misuse, an unreachable API or
-an API error 2. httpx is imported when a command runs, so ``kernelloop eval`` needs none of this.
+1, error 2); ``bench`` 0 once every job ended, 1 on ``--timeout`` or a spent daily quota or cost
+cap, 130 when interrupted (Ctrl-C, SIGTERM: it says how to ``--resume``); ``jobs``, ``messages``
+and ``logs`` 0; ``cancel`` 0, 1 for a job already ended; misuse, an unreachable API or an API error
+2. httpx is imported when a command runs, so ``kernelloop eval`` needs none of this.
 """
 
 from __future__ import annotations
