@@ -6,8 +6,10 @@ queued, stores attempts with real verdicts and finishes them, one at a time."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,8 +17,8 @@ import pytest
 from sqlalchemy import func, select
 
 from store import Job, JobState, Target, claim_next_job, create_api_key, session_scope
-from tests.cli_client.conftest import api_env, start
-from tests.dashboard.support import WORKER_ID, Service, add_attempt, finish, verdict
+from tests.cli_client.conftest import api_env, run, start
+from tests.dashboard.support import REPO, WORKER_ID, Service, add_attempt, finish, verdict
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -156,3 +158,37 @@ def test_an_interrupted_bench_resumes_without_submitting_twice(service: Service,
     assert final["target"] == "cpu" and final["provenance"]["target"] == "cpu"
     assert final["provenance"]["device"] == DEVICE and final["provenance"]["measured_jobs"] == 5
     assert final["created_at"] == partial["created_at"]
+
+
+def test_bench_through_a_real_worker_with_a_two_job_key(tmp_path: Path) -> None:
+    """The same bench against the API and a real embedded worker process (`python -m
+    benchmarks.load_worker embedded`: the worker `kernelloop up` starts, with the agent replaced by
+    the load double, a short scripted job whose attempt is a timed pass; no LLM, no compile)."""
+    from tests.cli_client.conftest import _pythonpath
+    from tests.dashboard.support import live_service
+
+    with live_service(tmp_path / "service", default_target="cpu") as service:
+        data = tmp_path / "service"
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST")}
+        env.update(PYTHONPATH=_pythonpath(), HOME=str(tmp_path / "worker-home"), KERNELLOOP_DATA_DIR=str(data),
+                   KERNELLOOP_DATABASE_URL=f"sqlite:///{data / 'kernelloop.db'}",
+                   KERNELLOOP_CACHE_DIR=str(tmp_path / "cache"), KERNELLOOP_POLL_INTERVAL_S="0.1",
+                   KERNELLOOP_WARM_HEADERS="false")
+        worker = subprocess.Popen([sys.executable, "-m", "benchmarks.load_worker", "embedded"], cwd=REPO, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            client_env = api_env(service.base_url, _two_job_key(service), tmp_path)
+            done = run(["bench", str(_suite(tmp_path)), "--out", str(tmp_path / "report"), "--poll", "0.2",
+                        "--json"], client_env, tmp_path, timeout=180)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["finished"] and [p["state"] for p in report["problems"]] == ["succeeded"] * 5
+        assert report["summary"]["fast_p"]["1"] == 1.0  # the double's kernel: 1 ms against 2 ms eager
+        assert report["provenance"]["target"] == "cpu" and report["provenance"]["device"] == "cpu"
+        assert report["provenance"]["harness"] == "load-double"
+        assert "wait for a free slot" in done.stderr
+        assert len(_jobs(service)) == 5
