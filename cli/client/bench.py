@@ -256,7 +256,7 @@ def bench(
     out_dir = out_dir or (_resume_path(resume).parent if resume is not None else Path("."))
     interrupted = False
     with open_client(api, key) as client:
-        header = {"suite": str(suite), "api_url": client.config.api_url, "target": extra.get("target"),
+        header = {"suite": str(suite.resolve()), "api_url": client.config.api_url, "target": extra.get("target"),
                   "llm_profile": extra.get("llm_profile"), "trajectories": extra.get("trajectories"),
                   "client": local_versions()}
         state = BenchState(path=out_dir / "bench.json", header=header, runs=[ProblemRun(e.name) for e in entries])
