@@ -135,13 +135,16 @@ class BenchState:
                interrupted: bool = False) -> dict[str, Any]:
         """The report's JSON: the header, the provenance, the summary, one entry per problem."""
         by_name = {r["problem"]: r for r in results}
+        provenance = bench_provenance(self.runs, client=self.header.get("client"))
         return {
             **self.header,
+            # The target asked for, else the one the server chose for the jobs.
+            "target": self.header.get("target") or provenance["target"],
             "created_at": self.created_at,
             "updated_at": datetime.now(UTC).isoformat(),
             "finished": all(r.ended for r in self.runs),
             "interrupted": interrupted,
-            "provenance": bench_provenance(self.runs, client=self.header.get("client")),
+            "provenance": provenance,
             "summary": dict(summary) if summary is not None else None,
             "problems": [{**by_name.get(r.name, {}), **r.to_dict()} for r in self.runs],
         }

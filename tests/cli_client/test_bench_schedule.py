@@ -103,7 +103,7 @@ def test_five_problems_through_a_two_job_key_complete_with_provenance(service: S
     assert all(p["state"] == "succeeded" and p["correct"] for p in report["problems"])
     assert report["summary"]["fast_p"]["1.5"] == pytest.approx(3 / 5)
     provenance = report["provenance"]
-    assert provenance["target"] == "cuda"  # what the server chose, not "(server default target)"
+    assert provenance["target"] == report["target"] == "cuda"  # what the server chose, not "(server default target)"
     assert provenance["device"] == DEVICE and provenance["torch"] == "2.11.0" and provenance["cuda"] == "13.0"
     assert provenance["harness"] == "0.1.0" and provenance["measured_jobs"] == 5
     assert provenance["client"]["kernelloop"] == "0.1.0" and provenance["client"]["torch"]
