@@ -93,12 +93,15 @@ class ApiError(Exception):
     status_code = 400
     code = "bad_request"
 
-    def __init__(self, detail: str, *, code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, detail: str, *, code: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
         if code is not None:
             self.code = code
         self.headers = headers
+        #: More fields of the body, for clients to branch on (e.g. a 429's ``quota``).
+        self.extra = extra or {}
 
 
 class Unauthorized(ApiError):
@@ -155,7 +158,7 @@ def _validation_message(error: dict[str, Any]) -> str:
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return _json(exc.status_code, exc.detail, exc.code, exc.headers)
+    return _json(exc.status_code, exc.detail, exc.code, exc.headers, **exc.extra)
 
 
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:

@@ -64,12 +64,21 @@ class FieldError(BaseModel):
     message: str
 
 
+class QuotaPublic(BaseModel):
+    """Which quota of the key a 429 hit, its limit and what is used of it."""
+
+    name: Literal["max_concurrent_jobs", "max_jobs_per_day", "cost_cap_usd"]
+    limit: float
+    used: float
+
+
 class ErrorPublic(BaseModel):
     """Every 4xx/5xx body: what went wrong, in words, and a stable code to branch on."""
 
     detail: str = Field(description="What went wrong and what to do about it.")
     code: str = Field(description="A stable machine-readable code, e.g. `invalid_problem`, `quota_exceeded`.")
     errors: list[FieldError] | None = Field(default=None, description="Per-field messages (request validation only).")
+    quota: QuotaPublic | None = Field(default=None, description="The spent quota (429 only).")
 
 
 # -- input -----------------------------------------------------------------------------------------

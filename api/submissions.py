@@ -129,18 +129,21 @@ def _quota_refusal(item: PendingSubmission, limits: KeyLimits, usage: KeyUsage, 
     if item.charge_cost and limits.cost_cap_usd is not None and limits.cost_cap_usd - usage.cost_usd <= 0:
         return QuotaExceeded(
             f"this key's jobs have cost ${usage.cost_usd:.2f} of its ${limits.cost_cap_usd:.2f} cap; "
-            "ask an admin to raise the cap (evaluations, which use no LLM, still run)"
+            "ask an admin to raise the cap (evaluations, which use no LLM, still run)",
+            extra={"quota": {"name": "cost_cap_usd", "limit": limits.cost_cap_usd, "used": usage.cost_usd}},
         )
     active, recent = usage.active_jobs + taken, usage.jobs_since + taken
     if active >= limits.max_concurrent_jobs:
         return QuotaExceeded(
             f"this key has {active} jobs queued or running, its limit is {limits.max_concurrent_jobs}; "
-            "wait for one to finish or cancel one (POST /jobs/{id}/cancel)"
+            "wait for one to finish or cancel one (POST /jobs/{id}/cancel)",
+            extra={"quota": {"name": "max_concurrent_jobs", "limit": limits.max_concurrent_jobs, "used": active}},
         )
     if recent >= limits.max_jobs_per_day:
         return QuotaExceeded(
             f"this key created {recent} jobs in the last 24 hours, its limit is {limits.max_jobs_per_day}; "
-            "try again later or ask an admin for a higher limit"
+            "try again later or ask an admin for a higher limit",
+            extra={"quota": {"name": "max_jobs_per_day", "limit": limits.max_jobs_per_day, "used": recent}},
         )
     return None
 

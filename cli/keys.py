@@ -7,24 +7,36 @@ create --name ci)``), everything else to stderr; only its SHA-256 is stored.
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from config import load_settings
-from store import ApiKey, NotFound, create_api_key, make_engine, make_session_factory, revoke_api_key, session_scope
+from config import Settings, load_settings
+from store import (
+    ApiKey,
+    NotFound,
+    create_api_key,
+    make_engine,
+    make_session_factory,
+    revoke_api_key,
+    session_scope,
+    verify_api_key,
+)
 from store.migrate import upgrade
 from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 
-__all__ = ["keys_app"]
+__all__ = ["LocalKey", "ensure_local_key", "keys_app"]
 
 keys_app = typer.Typer(help="Manage API keys (the plaintext is shown once, at creation).", no_args_is_help=True)
 
@@ -33,8 +45,8 @@ _out = Console()
 
 
 @contextmanager
-def _session() -> Iterator[Session]:
-    settings = load_settings()
+def _session(settings: Settings | None = None) -> Iterator[Session]:
+    settings = settings or load_settings()
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
@@ -45,6 +57,43 @@ def _session() -> Iterator[Session]:
             yield session
     finally:
         engine.dispose()
+
+
+#: The name of the local user's key (in `Settings.local_key_path`, inside the data directory:
+#: private to the service, hidden from every sandbox).
+LOCAL_KEY_NAME = "local"
+
+
+@dataclass(frozen=True)
+class LocalKey:
+    """The key of whoever runs ``up`` and ``optimize`` on this machine: the owner of optimize's
+    jobs, the key the CLI sends to a local API when given none, the one to sign in to the dashboard."""
+
+    key_id: int
+    plaintext: str
+    path: Path
+    created: bool
+
+
+def ensure_local_key(settings: Settings) -> LocalKey:
+    """The local key of this data directory's service: the one in `LOCAL_KEY_FILE` while it is
+    live, else a new one (written there, readable by this user only)."""
+    path = settings.local_key_path
+    saved = path.read_text().strip() if path.is_file() else ""
+    with _session(settings) as session:
+        key = verify_api_key(session=session, plaintext=saved) if saved else None
+        if key is not None:
+            return LocalKey(key_id=key.id, plaintext=saved, path=path, created=False)
+        owner = getpass.getuser()
+        issued = create_api_key(session=session, name=LOCAL_KEY_NAME, owner=owner, is_admin=False,
+                                max_concurrent_jobs=DEFAULT_MAX_CONCURRENT_JOBS,
+                                max_jobs_per_day=DEFAULT_MAX_JOBS_PER_DAY, cost_cap_usd=None)
+        key_id = issued.key.id
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    scratch.write_text(issued.plaintext + "\n")
+    scratch.chmod(0o600)
+    os.replace(scratch, path)
+    return LocalKey(key_id=key_id, plaintext=issued.plaintext, path=path, created=True)
 
 
 def _row(key: ApiKey) -> dict[str, object]:
@@ -76,6 +125,7 @@ def create(
     cost_cap: Annotated[
         float | None, typer.Option("--cost-cap", min=0.0, help="USD of LLM cost over all its jobs (default: none)")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="the key and its limits as one JSON object")] = False,
 ) -> None:
     """Create a key and print it (once: only its hash is kept)."""
     with _session() as session:
@@ -89,10 +139,11 @@ def create(
             cost_cap_usd=cost_cap,
         )
         key_id = issued.key.id
+        row = _row(issued.key)
     _err.print(
         f"created key {key_id} ({name}{', admin' if admin else ''}); store it now, it is not shown again:"
     )
-    sys.stdout.write(issued.plaintext + "\n")
+    sys.stdout.write((json.dumps({**row, "key": issued.plaintext}) if as_json else issued.plaintext) + "\n")
 
 
 @keys_app.command("list")
@@ -110,17 +161,25 @@ def list_keys(
         for row in rows:
             sys.stdout.write(json.dumps(row) + "\n")
         return
-    table = Table(title=f"{len(rows)} API keys")
-    for column in ("id", "name", "owner", "prefix", "admin", "concurrent", "per day", "cost cap", "created", "revoked"):
-        table.add_column(column)
+    header = ["ID", "NAME", "OWNER", "PREFIX", "ADMIN", "JOBS AT ONCE", "JOBS PER DAY", "COST CAP", "CREATED"]
+    lines = [header + (["REVOKED"] if revoked else [])]
     for r in rows:
-        cap = "—" if r["cost_cap_usd"] is None else f"${r['cost_cap_usd']}"
-        table.add_row(
-            str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "",
-            str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]), cap, str(r["created_at"])[:19],
-            str(r["revoked_at"] or "")[:19],
-        )
-    _out.print(table)
+        cells = [str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "no",
+                 str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]),
+                 "none" if r["cost_cap_usd"] is None else f"${r['cost_cap_usd']:g}",
+                 str(r["created_at"])[:16].replace("T", " ")]
+        if revoked:
+            cells.append(str(r["revoked_at"] or "")[:16].replace("T", " ") or "no")
+        lines.append(cells)
+    sys.stdout.write(plain_columns(lines))
+    if not rows:
+        _err.print("no keys yet: `kernelloop keys create --name NAME` makes one")
+
+
+def plain_columns(rows: list[list[str]]) -> str:
+    """Rows as space-aligned columns, nothing cut (a narrow terminal wraps the lines, as ``ps`` does)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows)
 
 
 @keys_app.command("revoke")

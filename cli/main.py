@@ -18,6 +18,22 @@ from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_p
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
                   no_args_is_help=True, add_completion=False)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from cli.versions import local_versions, version_line
+
+        sys.stdout.write(version_line(local_versions()) + "\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="print the versions of kernelloop, torch and CUDA, and exit")] = False,
+) -> None:
+    """kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them."""
 problems_app = typer.Typer(help="List and check reference problems.", no_args_is_help=True)
 app.add_typer(problems_app, name="problems")
 
@@ -46,16 +62,23 @@ def _load_problem_or_exit(ref: str) -> Problem:
 TargetOpt = Annotated[
     Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda if a GPU is present)")
 ]
-CacheOpt = Annotated[
-    Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default ~/.cache/kernelloop)")
-]
+#: Help of every ``--cache-dir``: the machine's one cache, which the service's workers use too.
+CACHE_DIR_HELP = ("builds, baselines and scratch (default: the machine's cache, shared with the service: "
+                  "$KERNELLOOP_CACHE_DIR, else $XDG_CACHE_HOME/kernelloop, else ~/.cache/kernelloop)")
+CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help=CACHE_DIR_HELP)]
+
+
+def machine_cache_dir(cache_dir: Path | None = None) -> Path:
+    """``--cache-dir``, else the cache the service's settings resolve (the same for both)."""
+    if cache_dir is not None:
+        return cache_dir
+    from config import load_settings
+
+    return load_settings().resolved_cache_dir
 
 
 def _options(cache_dir: Path | None, **changes: object) -> HarnessOptions:
-    options = HarnessOptions()
-    if cache_dir is not None:
-        options = options.replace(cache_dir=cache_dir)
-    return options.replace(**changes)
+    return HarnessOptions(cache_dir=machine_cache_dir(cache_dir)).replace(**changes)
 
 
 def _fmt(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
@@ -199,6 +222,10 @@ def _register_service_commands() -> None:
     app.command("optimize")(optimize.optimize)
     app.command("submit")(client.submit)
     app.command("watch")(client.watch)
+    app.command("jobs")(client.jobs)
+    app.command("cancel")(client.cancel)
+    app.command("messages")(client.messages)
+    app.command("logs")(client.logs)
     app.command("replay")(client.replay)
     app.command("bench")(client.bench)
     app.command("up")(service.up)

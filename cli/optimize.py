@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from config import Settings
 from harness import Target
 from problems import ProblemFormatError, UnknownProblemError, load_problem
 
@@ -50,6 +51,13 @@ def _describe(event_type: str, payload: dict) -> str | None:
     return None
 
 
+def dashboard_hint(settings: Settings, job_id: int) -> str:
+    """Where to see an optimize job in a browser: `kernelloop up` on the same data directory
+    serves it to the local key that owns it."""
+    return (f"dashboard: run `kernelloop up`, open http://{settings.api_host}:{settings.api_port}/dashboard/jobs/"
+            f"{job_id} and sign in with your local key (`cat {settings.local_key_path}`)")
+
+
 def optimize(
     problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
     llm: Annotated[str, typer.Option(help="an LLM profile (replay, openai, …), optionally PROFILE:MODEL")] = "replay",
@@ -61,6 +69,7 @@ def optimize(
     data_dir: Annotated[Path | None, typer.Option(help="the embedded database and caches")] = None,
 ) -> None:
     """Let an LLM optimise a problem on this machine (embedded store, no Redis), with live progress."""
+    from cli.keys import ensure_local_key
     from cli.main import default_target
     from config import load_settings
     from store import (
@@ -92,6 +101,8 @@ def optimize(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
     upgrade(url)
+    # Owned by the local key, so the job shows on the dashboard of `kernelloop up` for this user.
+    local_key = ensure_local_key(settings)
     factory = make_session_factory(make_engine(url))
     target = target or default_target()
     budgets = {k: v for k, v in {"turns": turns, "tool_calls": tool_calls}.items() if v is not None}
@@ -101,13 +112,14 @@ def optimize(
                                        bundled_id=spec.id if spec.level is not None else None)
         job = create_job(session=session, problem_id=stored.id, target=StoreTarget(target.value),
                          kind=JobKind.AGENT, llm_profile=profile, llm_model=model, budgets=budgets,
-                         trajectories_count=trajectories)
+                         trajectories_count=trajectories, owner_id=local_key.key_id)
         job_id = job.id
     worker_id = f"optimize-{socket.gethostname()}-{os.getpid()}"
     with session_scope(factory) as session:
         claim_job(session=session, job_id=job_id, worker_id=worker_id, lease_seconds=settings.lease_seconds)
     console.print(f"job {job_id}: {spec.id} on {target.value} with {llm} "
                   f"({trajectories} trajectory{'s' if trajectories > 1 else ''}); database {url}")
+    console.print(dashboard_hint(settings, job_id), highlight=False)
 
     failure: list[BaseException] = []
 

@@ -32,13 +32,17 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from cli.processes import Children, ChildSpec, check_port_free, die_with_parent, reuse_port_socket, wait_for_stop_signal
 from config import Settings, load_settings
+from config.logs import uvicorn_log_config
+
+if TYPE_CHECKING:
+    from cli.keys import LocalKey
 
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
 
@@ -145,16 +149,19 @@ def up(
         "--workers", "-w", min=1, help="worker processes (default: one per GPU, or one CPU worker)")] = None,
     target: Annotated[str | None, typer.Option(
         help="cuda or cpu (default: cuda when a GPU is present)")] = None,
+    access_log: Annotated[bool, typer.Option(help="log every HTTP request (off: polling clients drown the log)")]
+    = False,
 ) -> None:
     """Run the whole service on this machine: migrations, the API and the workers (SQLite, no Redis)."""
     with shared_metrics_dir():
-        _up(host, port, workers, target)
+        _up(host, port, workers, target, access_log)
 
 
-def _up(host: str | None, port: int | None, workers: int | None, target: str | None) -> None:
+def _up(host: str | None, port: int | None, workers: int | None, target: str | None, access_log: bool) -> None:
     import uvicorn
 
     from api.app import create_app
+    from cli.keys import ensure_local_key
     from store.migrate import upgrade
 
     settings = load_settings()
@@ -175,11 +182,13 @@ def _up(host: str | None, port: int | None, workers: int | None, target: str | N
     _prepare_data_dir(settings)
     err.print(f"migrating {_display_url(settings)} …")
     upgrade(settings.resolved_database_url)
+    local_key = ensure_local_key(settings)
     pool = _worker_children(plans)
     pool.start()
     try:
-        err.print(f"API on http://{settings.api_host}:{settings.api_port} (docs at /docs); Ctrl-C stops everything")
-        uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port, log_level="info")
+        err.print(_banner(settings, plans, local_key, access_log=access_log), highlight=False, soft_wrap=True)
+        uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+                    log_config=uvicorn_log_config(access_log=access_log), access_log=access_log)
     finally:
         pool.stop()
         err.print("stopped")
@@ -231,7 +240,8 @@ def serve(
 
         from api.app import create_app
 
-        uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log, **_UVICORN_OPTIONS)
+        uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log,
+                    log_config=uvicorn_log_config(access_log=access_log), **_UVICORN_OPTIONS)
         return
     try:
         check_port_free(host, port)
@@ -265,7 +275,8 @@ def api_process(
     die_with_parent(parent_pid)
     # Settings from the environment, as the supervisor's: an app cannot be handed to another process.
     app = create_app(load_settings())
-    config = uvicorn.Config(app, host=host, port=port, access_log=access_log, **_UVICORN_OPTIONS)
+    config = uvicorn.Config(app, host=host, port=port, access_log=access_log,
+                            log_config=uvicorn_log_config(access_log=access_log), **_UVICORN_OPTIONS)
     uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
 
 
@@ -292,6 +303,21 @@ service_commands.command("embedded-worker", hidden=True)(embedded_worker)
 def _prepare_data_dir(settings: Settings) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.resolved_cache_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _banner(settings: Settings, plans: Sequence[WorkerPlan], local_key: LocalKey, *, access_log: bool) -> str:
+    """What ``up`` tells its user: where the dashboard is, how to sign in, how to stop it."""
+    host = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::") else settings.api_host
+    url = f"http://{host}:{settings.api_port}"
+    workers = ", ".join(p.label for p in plans)
+    return "\n".join([
+        f"[bold]kernelloop is up[/] at {url} · workers: {workers} · cache: {settings.resolved_cache_dir}",
+        f"  dashboard  {url}/dashboard  — sign in with your local key: cat {local_key.path}",
+        f"  API docs   {url}/docs",
+        "  your key   the CLI on this machine sends it by itself (`kernelloop submit level1/softmax`, "
+        "`kernelloop jobs`); more keys: `kernelloop keys create --name NAME`",
+        "  Ctrl-C stops the API and the workers" + ("" if access_log else "; --access-log logs every request"),
+    ])
 
 
 def _display_url(settings: Settings) -> str:

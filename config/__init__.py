@@ -4,6 +4,6 @@ The harness does not use this (it takes a frozen `harness.HarnessOptions`); the 
 and the CLI's service commands build everything they need from a `Settings`.
 """
 
-from config.settings import LLMProfile, Settings, load_settings
+from config.settings import LLMProfile, Settings, default_data_dir, load_settings
 
-__all__ = ["LLMProfile", "Settings", "load_settings"]
+__all__ = ["LLMProfile", "Settings", "default_data_dir", "load_settings"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from harness.options import default_cache_dir
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -16,10 +20,16 @@ __all__ = [
     "ReasoningHistory",
     "Settings",
     "TextToolMode",
+    "default_data_dir",
     "load_settings",
 ]
 
-_DATA_DIR = Path.home() / ".local" / "share" / "kernelloop"
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/kernelloop``, else ``~/.local/share/kernelloop`` (``KERNELLOOP_DATA_DIR`` wins)."""
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or os.path.expanduser("~")) / ".local" / "share"
+    return base / "kernelloop"
 
 
 class TextToolMode(StrEnum):
@@ -117,12 +127,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KERNELLOOP_", env_nested_delimiter="__", env_file=".env",
                                       extra="ignore")
 
-    data_dir: Path = _DATA_DIR
+    #: The database (embedded mode), the dashboard's secret and the local key (`cli.keys`).
+    data_dir: Path = Field(default_factory=default_data_dir)
     #: Defaults to SQLite in ``data_dir`` (the embedded mode).
     database_url: str | None = None
     #: ``None`` runs the embedded mode: the database is the queue, no Redis needed.
     broker_url: str | None = None
-    #: Where the harness keeps builds, baselines and scratch (``harness.HarnessOptions.cache_dir``).
+    #: Where the harness keeps builds, baselines and scratch (``harness.HarnessOptions.cache_dir``);
+    #: ``None``: the machine's one cache, shared with the CLI (`harness.options.default_cache_dir`).
     cache_dir: Path | None = None
 
     api_host: str = "127.0.0.1"
@@ -193,8 +205,14 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.data_dir / 'kernelloop.db'}"
 
     @property
+    def local_key_path(self) -> Path:
+        """The local user's API key (`cli.keys.ensure_local_key`): the owner of ``optimize``'s jobs,
+        sent by the CLI to a local API when it is given no key."""
+        return self.data_dir / "local-api-key"
+
+    @property
     def resolved_cache_dir(self) -> Path:
-        return self.cache_dir or (self.data_dir / "cache")
+        return self.cache_dir or default_cache_dir()
 
     @property
     def embedded(self) -> bool:

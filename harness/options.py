@@ -7,12 +7,22 @@ service's settings object; the service builds a `HarnessOptions` from its own se
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_CACHE_DIR", "Depth", "HarnessOptions", "Target", "Timeouts", "TimingOptions", "default_tolerance"]
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "Depth",
+    "HarnessOptions",
+    "Target",
+    "Timeouts",
+    "TimingOptions",
+    "default_cache_dir",
+    "default_tolerance",
+]
 
 
 class Target(StrEnum):
@@ -33,14 +43,22 @@ class Depth(StrEnum):
     PROFILE = "profile"
 
 
-def _default_cache_dir() -> Path:
-    root = os.environ.get("KERNELLOOP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kernelloop"
-    )
-    return Path(root)
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The one build, baseline and scratch cache of this machine, shared by the service's workers
+    and the CLI (``eval``, ``replay``, ``problems check``, ``optimize``): ``$KERNELLOOP_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/kernelloop``, else ``~/.cache/kernelloop``. `config.Settings` resolves
+    its ``cache_dir`` through this too."""
+    env = os.environ if environ is None else environ
+    if env.get("KERNELLOOP_CACHE_DIR"):
+        return Path(env["KERNELLOOP_CACHE_DIR"]).expanduser()
+    # XDG: a relative value is invalid and ignored.
+    xdg = env.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or os.path.expanduser("~")) / ".cache"
+    return base / "kernelloop"
 
 
-DEFAULT_CACHE_DIR = _default_cache_dir()
+#: `default_cache_dir` as the environment was when the harness was imported.
+DEFAULT_CACHE_DIR = default_cache_dir()
 
 #: Per-dtype tolerance (atol = rtol) of DESIGN §2; a problem may override both.
 _TOLERANCE_BY_DTYPE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
@@ -142,7 +160,7 @@ class HarnessOptions:
             (a replay re-measures what a job measured).
     """
 
-    cache_dir: Path = field(default_factory=lambda: DEFAULT_CACHE_DIR)
+    cache_dir: Path = field(default_factory=default_cache_dir)
     trials: int = 3
     secret_seed: int | None = None
     compile_baseline: bool = True

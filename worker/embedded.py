@@ -24,6 +24,7 @@ from types import FrameType
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings, load_settings
+from config.logs import LOG_FORMAT
 from harness import HarnessOptions
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = load_settings()
     engine = make_engine(settings.resolved_database_url)
     worker = EmbeddedWorker(settings=settings, session_factory=make_session_factory(engine),

@@ -10,7 +10,7 @@ from api import services
 from api.deps import MAX_ID, CurrentKey, JobId, SessionDep, SessionFactoryDep, SettingsDep, SubmissionWriterDep
 from api.errors import error_responses
 from api.schemas import CancelPublic, JobCreate, JobPublic, Page
-from store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, CancelOutcome, JobState, list_jobs
+from store import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, CancelOutcome, JobState, Target, list_jobs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -35,12 +35,17 @@ def read_jobs(
     key: CurrentKey,
     session: SessionDep,
     state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+    target: Annotated[Target | None, Query(description="Only jobs on this target.")] = None,
+    problem: Annotated[
+        str | None, Query(max_length=128, description="Only jobs of this bundled id, or of a posted source's sha256.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     offset: Annotated[int, Query(ge=0, le=MAX_ID, description="`next_cursor` of the previous page.")] = 0,
 ) -> Page[JobPublic]:
     """List your jobs (every job for an admin key), newest first."""
     owner = None if key.is_admin else key.id
-    page = list_jobs(session=session, owner_id=owner, state=state, limit=limit, offset=offset)
+    page = list_jobs(session=session, owner_id=owner, state=state, target=target, problem=problem, limit=limit,
+                     offset=offset)
     return Page(items=[JobPublic.from_job(j) for j in page.items], next_cursor=page.next_cursor, total=page.total)
 
 

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from cli.client.http import ApiClient, ApiError, ApiOpt, KeyOpt, api_failure, open_client
-from cli.client.output import ExitCode, err, finite, fmt_usd, fmt_x, out
+from cli.client.benchrun import (
+    NOT_SUBMITTED,
+    BenchInterrupted,
+    BenchState,
+    ProblemRun,
+    Submission,
+    interrupt_on_sigterm,
+    run_suite,
+)
+from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
+from cli.client.output import ExitCode, JsonOpt, err, finite, fmt_usd, fmt_x, out, print_json
 from harness import Target
 from problems import ProblemFormatError, bundled_ids, read_problem_file
 
@@ -23,7 +31,6 @@ from problems import ProblemFormatError, bundled_ids, read_problem_file
 BENCH_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 #: ``bench`` polls its jobs this often by default.
 BENCH_POLL_S = 2.0
-_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ class BenchResult:
     """One problem's outcome in a bench run."""
 
     problem: str
-    job_id: int
+    #: ``None``: never submitted (quota, interruption) or refused.
+    job_id: int | None
     state: str
     correct: bool
     speedup_vs_eager: float | None
@@ -93,6 +101,14 @@ class BenchResult:
             tokens=int(job.get("tokens_in") or 0) + int(job.get("tokens_out") or 0),
             cost_usd=float(job.get("cost_usd") or 0.0),
         )
+
+    @classmethod
+    def from_run(cls, run: ProblemRun) -> BenchResult:
+        """A problem of a bench as it stands; one without a job counts as not correct."""
+        if run.job is None:
+            return cls(problem=run.name, job_id=None, state=run.state, correct=False, speedup_vs_eager=None,
+                       speedup_vs_compile=None, median_ms=None, tokens=0, cost_usd=0.0)
+        return cls.from_job(run.name, run.job)
 
 
 def _geomean(values: Sequence[float]) -> float | None:
@@ -171,7 +187,7 @@ def bench_markdown(results: Sequence[BenchResult], summary: BenchSummary, *, tit
     ]
     for r in results:
         lines.append(
-            f"| {r.problem} | {r.job_id} | {r.state} | {'yes' if r.correct else 'no'} | "
+            f"| {r.problem} | {r.job_id or '—'} | {r.state} | {'yes' if r.correct else 'no'} | "
             f"{num(r.median_ms, '')} | {num(r.speedup_vs_eager)} | {num(r.speedup_vs_compile)} | {r.tokens:,} | "
             f"${r.cost_usd:.2f} |"
         )
@@ -184,38 +200,47 @@ def bench_markdown(results: Sequence[BenchResult], summary: BenchSummary, *, tit
     return "\n".join(lines)
 
 
-def _wait_for_jobs(
-    client: ApiClient, job_ids: Sequence[int], *, poll_s: float, timeout_s: float | None,
-    on_update: Callable[[dict[int, dict[str, Any]]], None],
-) -> tuple[dict[int, dict[str, Any]], bool]:
-    """Poll until every job ended (or the timeout); returns the jobs and whether all ended."""
-    jobs: dict[int, dict[str, Any]] = {}
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        for job_id in job_ids:
-            if jobs.get(job_id, {}).get("state") not in _TERMINAL_STATES:
-                jobs[job_id] = client.get_job(job_id)
-        on_update(jobs)
-        if all(j["state"] in _TERMINAL_STATES for j in jobs.values()):
-            return jobs, True
-        if deadline is not None and time.monotonic() >= deadline:
-            return jobs, False
-        time.sleep(poll_s)
+def _resume_path(resume: Path) -> Path:
+    return resume / "bench.json" if resume.is_dir() else resume
 
 
 def bench(
-    suite: Annotated[Path, typer.Argument(help="a file of problem ids or paths (one a line), or a directory")],
+    suite: Annotated[Path | None, typer.Argument(
+        help="a file of problem ids or paths (one a line), or a directory (with --resume: the report's suite)")] = None,
     api: ApiOpt = None,
     key: KeyOpt = None,
     target: Annotated[Target | None, typer.Option(
         "--target", "-t", help="cuda or cpu (default: the service's; `kernelloop up` uses its workers')")] = None,
     llm: Annotated[str | None, typer.Option("--llm", help="a server-side LLM profile")] = None,
     trajectories: Annotated[int | None, typer.Option(min=1, help="chats per problem")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="where bench.md and bench.json go")] = Path("."),
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="where bench.md and bench.json go (default: the current directory, or the resumed report's)")]
+    = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="an earlier bench.json (or its directory): re-attach its running jobs, submit the rest")]
+    = None,
     poll: Annotated[float, typer.Option(min=0.05, help="seconds between polls of the jobs")] = BENCH_POLL_S,
     timeout: Annotated[float | None, typer.Option(min=1, help="give up waiting after this many seconds")] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """One job per problem of a suite, then a KernelBench-style table (fast_p, geomean speedups) as Markdown + JSON."""
+    """One job per problem of a suite, within the key's quota, then a KernelBench-style table (fast_p, geomean
+    speedups) as Markdown + JSON; Ctrl-C writes a partial report that --resume continues."""
+    from cli.versions import local_versions
+
+    previous: BenchState | None = None
+    if resume is not None:
+        try:
+            previous = BenchState.load(_resume_path(resume))
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(ExitCode.USAGE) from None
+        suite = suite or Path(str(previous.header.get("suite")))
+        target = target or (Target(previous.header["target"]) if previous.header.get("target") else None)
+        llm = llm or previous.header.get("llm_profile")
+        trajectories = trajectories or previous.header.get("trajectories")
+    if suite is None:
+        err.print("[red]error:[/red] name a suite (a file of problem ids, or a directory), or --resume a report")
+        raise typer.Exit(ExitCode.USAGE)
     try:
         entries = read_suite(suite)
     except (OSError, ValueError, ProblemFormatError) as exc:
@@ -228,58 +253,85 @@ def bench(
         extra["llm_profile"] = llm
     if trajectories is not None:
         extra["trajectories"] = trajectories
+    out_dir = out_dir or (_resume_path(resume).parent if resume is not None else Path("."))
+    interrupted = False
     with open_client(api, key) as client:
+        header = {"suite": str(suite.resolve()), "api_url": client.config.api_url, "target": extra.get("target"),
+                  "llm_profile": extra.get("llm_profile"), "trajectories": extra.get("trajectories"),
+                  "client": local_versions()}
+        state = BenchState(path=out_dir / "bench.json", header=header, runs=[ProblemRun(e.name) for e in entries])
+        if previous is not None:
+            state.runs = [previous.run(e.name) or ProblemRun(e.name) for e in entries]
+            state.created_at = previous.created_at or state.created_at
+            resumed = [r for r in state.runs if r.job_id is not None]
+            err.print(f"resuming {previous.path}: {sum(r.ended for r in resumed)} problems done, "
+                      f"{sum(not r.ended for r in resumed)} jobs to re-attach, "
+                      f"{sum(r.job_id is None and r.refused is None for r in state.runs)} to submit")
+        submissions = [Submission(e.name, {**e.fields, **extra}) for e in entries]
         try:
-            submitted: list[tuple[SuiteEntry, int]] = []
-            for entry in entries:
-                job = client.submit_job({**entry.fields, **extra})
-                submitted.append((entry, int(job["id"])))
-                err.print(f"job {job['id']} {job['state']}: {entry.name}", highlight=False)
-            with err.status("waiting for the jobs…") as status:
+            with interrupt_on_sigterm(), err.status("running the suite…") as status:
 
-                def show(jobs: dict[int, dict[str, Any]]) -> None:
-                    done = sum(j["state"] in _TERMINAL_STATES for j in jobs.values())
-                    status.update(f"{done}/{len(jobs)} jobs finished…")
+                def show(line: str) -> None:
+                    done = sum(r.ended for r in state.runs)
+                    err.print(escape(line), highlight=False)
+                    status.update(f"{done}/{len(state.runs)} problems finished…")
 
-                jobs, finished = _wait_for_jobs(
-                    client, [j for _, j in submitted], poll_s=poll, timeout_s=timeout, on_update=show
-                )
+                finished = run_suite(client, state, submissions, poll_s=poll, timeout_s=timeout, on_change=show)
+        except (KeyboardInterrupt, BenchInterrupted):
+            finished, interrupted = False, True
         except ApiError as exc:
+            state.save()
+            err.print(f"the report so far is in {state.path}; `kernelloop bench --resume {state.path}` continues",
+                      highlight=False, soft_wrap=True)
             raise api_failure(exc) from None
-    results = [BenchResult.from_job(entry.name, jobs[job_id]) for entry, job_id in submitted]
+    results = [BenchResult.from_run(r) for r in state.runs]
     summary = summarize(results)
-    title = f"kernelloop bench: {suite.name} ({extra.get('target', 'server default target')})"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    state.save(summary=summary.to_dict(), results=[asdict(r) for r in results], interrupted=interrupted)
+    report = json.loads(state.path.read_text())
+    where = report["provenance"].get("device") or report["provenance"].get("target") or "no verdict yet"
+    title = f"kernelloop bench: {suite.name} ({report['provenance'].get('target') or 'no job ran'}, {where})"
     markdown = bench_markdown(results, summary, title=title)
-    (out_dir / "bench.md").write_text(markdown)
-    report = {
-        "suite": str(suite),
-        "api_url": client.config.api_url,
-        "target": extra.get("target"),
-        "llm_profile": extra.get("llm_profile"),
-        "finished": finished,
-        "created_at": datetime.now(UTC).isoformat(),
-        "summary": summary.to_dict(),
-        "problems": [asdict(r) for r in results],
-    }
-    (out_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = Table(title=title)
-    for col in ("problem", "job", "state", "correct", "vs eager", "vs compile", "tokens", "cost"):
-        table.add_column(col)
-    for r in results:
-        table.add_row(
-            r.problem, str(r.job_id), r.state, "yes" if r.correct else "no", fmt_x(r.speedup_vs_eager),
-            fmt_x(r.speedup_vs_compile), f"{r.tokens:,}", fmt_usd(r.cost_usd),
+    (out_dir / "bench.md").write_text(markdown + provenance_markdown(report["provenance"]))
+    if as_json:
+        print_json(report)
+    else:
+        table = Table(title=title)
+        for col in ("problem", "job", "state", "correct", "vs eager", "vs compile", "tokens", "cost"):
+            table.add_column(col)
+        for r in results:
+            table.add_row(
+                r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no", fmt_x(r.speedup_vs_eager),
+                fmt_x(r.speedup_vs_compile), f"{r.tokens:,}", fmt_usd(r.cost_usd),
+            )
+        out.print(table)
+        out.print(
+            "  ".join(f"fast_{p:g} = {v:.2f}" for p, v in summary.fast_p.items())
+            + f"  geomean {fmt_x(summary.geomean_speedup_vs_eager)} vs eager, "
+            f"{fmt_x(summary.geomean_speedup_vs_compile)} vs torch.compile",
+            highlight=False,
         )
-    out.print(table)
-    out.print(
-        "  ".join(f"fast_{p:g} = {v:.2f}" for p, v in summary.fast_p.items())
-        + f"  geomean {fmt_x(summary.geomean_speedup_vs_eager)} vs eager, "
-        f"{fmt_x(summary.geomean_speedup_vs_compile)} vs torch.compile",
-        highlight=False,
-    )
-    err.print(f"wrote {out_dir / 'bench.md'} and {out_dir / 'bench.json'}")
+    err.print(f"wrote {out_dir / 'bench.md'} and {state.path}")
     if not finished:
-        err.print("[yellow]warning:[/yellow] timed out before every job ended; unfinished jobs count as not correct")
-        raise typer.Exit(ExitCode.FAILED)
+        running = [r for r in state.runs if r.job_id is not None and not r.ended]
+        unsent = [r for r in state.runs if r.state == NOT_SUBMITTED]
+        why = "interrupted" if interrupted else "stopped before every problem ended"
+        err.print(f"[yellow]{why}:[/yellow] {len(running)} jobs still running (they go on; `kernelloop cancel ID` "
+                  f"stops one), {len(unsent)} problems not submitted; unfinished ones count as not correct. "
+                  "Continue with:", highlight=False)
+        err.print(f"  kernelloop bench --resume {state.path}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.INTERRUPTED if interrupted else ExitCode.FAILED)
 
+
+def provenance_markdown(provenance: Mapping[str, Any]) -> str:
+    """Where the figures come from, under the tables."""
+    client = provenance.get("client") or {}
+
+    def value(v: Any) -> str:
+        return "—" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    rows = [("target", provenance.get("target")), ("device", provenance.get("device")),
+            ("driver", provenance.get("driver")), ("torch (service)", provenance.get("torch")),
+            ("CUDA (service)", provenance.get("cuda")), ("cuDNN", provenance.get("cudnn")),
+            ("harness", provenance.get("harness")), ("kernelloop (client)", client.get("kernelloop")),
+            ("torch (client)", client.get("torch"))]
+    return "\n".join(["## Provenance", "", "| | |", "|---|---|", *(f"| {k} | {value(v)} |" for k, v in rows), ""])

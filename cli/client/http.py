@@ -8,6 +8,7 @@ imported when a client is made, so ``kernelloop eval`` needs none of this.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tomllib
@@ -15,8 +16,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
+from rich.markup import escape
 
 from cli.client.output import ExitCode, err
 
@@ -56,8 +59,11 @@ def resolve_config(
     api_key: str | None,
     environ: Mapping[str, str] | None = None,
     config_path: Path | None = None,
+    local_key_path: Path | None = None,
 ) -> ClientConfig:
-    """Flags, then the environment, then the config file, then the defaults.
+    """Flags, then the environment, then the config file, then the defaults; with no key from
+    those and an API on this machine (loopback address), the local key ``kernelloop up`` keeps in
+    ``local_key_path`` (when this user can read it).
 
     Raises:
         ValueError: the config file exists but is not valid TOML.
@@ -83,7 +89,17 @@ def resolve_config(
     url = pick("api_url", api_url, ENV_API_URL, DEFAULT_API_URL)
     assert url is not None
     key = pick("api_key", api_key, ENV_API_KEY, None)
+    if key is None and local_key_path is not None and _is_loopback(url):
+        with contextlib.suppress(OSError):
+            key = local_key_path.read_text().strip() or None
+            if key:
+                origin["api_key"] = str(local_key_path)
     return ClientConfig(api_url=url.rstrip("/"), api_key=key, origin=origin)
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
@@ -101,11 +117,36 @@ def _httpx() -> Any:
 class ApiError(Exception):
     """The API answered with an error (``detail`` says what to fix), or could not be reached."""
 
-    def __init__(self, detail: str, *, status: int | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        quota: Mapping[str, Any] | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         self.detail = detail
         self.status = status
         self.code = code
+        #: A 429's spent quota: ``{"name": "max_concurrent_jobs", "limit": 2, "used": 2}``.
+        self.quota = dict(quota) if quota else None
+        #: A ``Retry-After`` header's seconds.
+        self.retry_after_s = retry_after_s
         super().__init__(f"{detail} (HTTP {status}, {code})" if status else detail)
+
+    @property
+    def quota_name(self) -> str | None:
+        """Which quota a 429 hit (servers before the ``quota`` field: read from the words)."""
+        if self.status != 429:
+            return None
+        if self.quota and self.quota.get("name"):
+            return str(self.quota["name"])
+        if "queued or running" in self.detail:
+            return "max_concurrent_jobs"
+        if "in the last 24 hours" in self.detail:
+            return "max_jobs_per_day"
+        return "cost_cap_usd" if "cap" in self.detail else None
 
 
 @dataclass(frozen=True)
@@ -183,12 +224,16 @@ class ApiClient:
 
     def _answer(self, response: httpx.Response) -> Any:
         if response.status_code >= 400:
+            quota = None
             try:
                 body = response.json()
                 detail, code = str(body.get("detail")), body.get("code")
-            except ValueError:
+                quota = body.get("quota") if isinstance(body.get("quota"), dict) else None
+            except (ValueError, AttributeError):
                 detail, code = response.text[:300] or response.reason_phrase, None
-            raise ApiError(detail, status=response.status_code, code=code)
+            retry_after = response.headers.get("Retry-After", "")
+            raise ApiError(detail, status=response.status_code, code=code, quota=quota,
+                           retry_after_s=float(retry_after) if retry_after.isdigit() else None)
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
@@ -214,9 +259,36 @@ class ApiClient:
     def job_problem(self, job_id: int) -> dict[str, Any]:
         return dict(self._request("GET", f"/jobs/{job_id}/problem"))
 
-    def events(self, job_id: int, *, after: int = 0) -> Iterator[SseEvent]:
-        """The job's events after ``after`` until the server closes the stream."""
-        timeout = self._httpx.Timeout(HTTP_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
+    def list_jobs(
+        self, *, state: str | None = None, target: str | None = None, problem: str | None = None,
+        limit: int = 50, offset: int = 0,
+    ) -> dict[str, Any]:
+        """One page of the key's jobs, newest first: ``{"items", "next_cursor", "total"}``."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        params.update({k: v for k, v in (("state", state), ("target", target), ("problem", problem)) if v})
+        return dict(self._request("GET", "/jobs", params=params))
+
+    def cancel_job(self, job_id: int) -> dict[str, Any]:
+        """``{"outcome": "cancelled"|"requested"|"already_finished", "job": {...}}``."""
+        return dict(self._request("POST", f"/jobs/{job_id}/cancel"))
+
+    def attempt(self, job_id: int, n: int) -> dict[str, Any]:
+        """One attempt with its source and whole verdict."""
+        return dict(self._request("GET", f"/jobs/{job_id}/attempts/{n}"))
+
+    def messages(
+        self, job_id: int, *, after: int = 0, trajectory: int | None = None, limit: int = 200
+    ) -> dict[str, Any]:
+        """One page of the job's LLM messages after message id ``after``."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if trajectory is not None:
+            params["trajectory"] = trajectory
+        return dict(self._request("GET", f"/jobs/{job_id}/messages", params=params))
+
+    def events(self, job_id: int, *, after: int = 0, idle_s: float | None = None) -> Iterator[SseEvent]:
+        """The job's events after ``after`` until the server closes the stream (with ``idle_s``:
+        or until nothing arrives for that long, i.e. the stored events have all been read)."""
+        timeout = self._httpx.Timeout(HTTP_TIMEOUT_S, read=idle_s or STREAM_READ_TIMEOUT_S)
         headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
         try:
             with self._http.stream("GET", f"/jobs/{job_id}/events", headers=headers, timeout=timeout) as response:
@@ -224,6 +296,9 @@ class ApiClient:
                     response.read()
                     self._answer(response)
                 yield from parse_sse(response.iter_lines())
+        except self._httpx.ReadTimeout:
+            if idle_s is None:
+                raise ApiError(f"the event stream of job {job_id} went silent") from None
         except self._httpx.TransportError as exc:
             raise ApiError(f"the event stream of job {job_id} broke: {exc}") from None
 
@@ -236,18 +311,72 @@ KeyOpt = Annotated[str | None, typer.Option("--key", help=f"API key (or ${ENV_AP
 
 def open_client(api: str | None, key: str | None) -> ApiClient:
     try:
-        config = resolve_config(api_url=api, api_key=key)
+        from config import load_settings
+
+        config = resolve_config(api_url=api, api_key=key, local_key_path=load_settings().local_key_path)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(ExitCode.USAGE) from None
     if not config.api_key:
         err.print(
             f"[yellow]warning:[/yellow] no API key: pass --key, set ${ENV_API_KEY}, or put api_key in "
-            f"{default_config_path()}"
+            f"{default_config_path()} (a local `kernelloop up` keeps one for you)"
         )
     return ApiClient(config)
 
 
+#: The API's words for its request fields, and what a user of the CLI types instead.
+_FIELD_WORDS = (
+    ("listed by GET /problems", "listed by `kernelloop problems list`"),
+    ("(or send the file's text as problem_source)", "(or give the path of a problem file)"),
+    ("problem_id (a bundled id, see GET /problems)", "a bundled problem id (`kernelloop problems list`)"),
+    ("problem_source:", "the problem file:"),
+    ("problem_source", "the problem file"),
+    ("candidate_source:", "the candidate file:"),
+    ("candidate_source", "the candidate file"),
+    ("budgets.turns", "--turns"),
+    ("budgets.tool_calls", "--tool-calls"),
+    ("budgets.max_tokens", "--max-tokens"),
+    ("budgets.max_cost_usd", "--max-cost"),
+    ("budgets.wall_clock_s", "--wall-clock"),
+    ("budgets.target_speedup", "--target-speedup"),
+    ("trajectories:", "--trajectories:"),
+    ("X-API-Key header", "API key"),
+    ("X-API-Key", "API key"),
+)
+
+
+def in_user_terms(exc: ApiError) -> str:
+    """What an API error means for someone at the command line, and what to type about it."""
+    detail = exc.detail
+    quota = exc.quota or {}
+    used, limit = quota.get("used"), quota.get("limit")
+    if exc.quota_name == "max_concurrent_jobs":
+        counts = f"{int(used)} jobs queued or running, and may have {int(limit)} at once" if quota else (
+            "as many jobs queued or running as it may have")
+        return (f"this key has {counts}: wait for one to end, or cancel one with `kernelloop cancel JOB_ID` "
+                "(list them: `kernelloop jobs --state running`)")
+    if exc.quota_name == "max_jobs_per_day":
+        counts = (f"{int(used)} jobs in the last 24 hours, its limit is {int(limit)}" if quota
+                  else "its jobs for the day")
+        return (f"this key created {counts}: try again later, or ask the service's admin for a higher limit "
+                "(`kernelloop keys create --max-per-day N` makes a key with one)")
+    if exc.code == "missing_api_key":
+        return (f"the API needs a key: pass --key, set ${ENV_API_KEY}, or put api_key in {default_config_path()}; "
+                "the service's admin makes one with `kernelloop keys create --name NAME` "
+                "(`kernelloop up` keeps one for you: see its banner)")
+    if exc.code == "invalid_api_key":
+        return ("the API key is unknown or revoked: ask the service's admin for a new one "
+                "(`kernelloop keys create --name NAME` on the service's machine)")
+    if exc.code == "unknown_llm_profile":
+        detail = detail.replace("llm_profile ", "--llm ", 1)
+    for api_words, cli_words in _FIELD_WORDS:
+        detail = detail.replace(api_words, cli_words)
+    if exc.status == 404 and detail.startswith("job ") and detail.endswith(" not found"):
+        detail += " (or it is another key's): `kernelloop jobs` lists yours"
+    return detail
+
+
 def api_failure(exc: ApiError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {exc.detail}" + (f" [dim](HTTP {exc.status}, {exc.code})[/]" if exc.status else ""))
+    err.print(f"[red]error:[/red] {escape(in_user_terms(exc))}", highlight=False)
     return typer.Exit(ExitCode.USAGE)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Mapping
 from enum import IntEnum
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.text import Text
 
@@ -19,6 +22,18 @@ class ExitCode(IntEnum):
     FAILED = 1
     USAGE = 2
     CANCELLED = 3
+    #: Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+    INTERRUPTED = 130
+
+
+#: ``--json`` of every command that prints data: machine-readable JSON on stdout, notes on stderr.
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout instead of tables (messages go to stderr)")]
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout, on one line (``jq`` reads it)."""
+    sys.stdout.write(json.dumps(value, default=str) + "\n")
+    sys.stdout.flush()
 
 
 JOB_EXIT_CODES = {"succeeded": ExitCode.OK, "failed": ExitCode.FAILED, "cancelled": ExitCode.CANCELLED}

@@ -104,9 +104,11 @@ def replay_options(
     *, trials: int, cache_dir: Path | None, arch_list: str | None, reuse_baselines: bool
 ) -> HarnessOptions:
     """The harness options of a replay: eager and torch.compile re-measured unless ``reuse_baselines``."""
-    options = HarnessOptions(trials=trials, reuse_baselines=reuse_baselines)
-    if cache_dir is not None:
-        options = options.replace(cache_dir=cache_dir)
+    from config import load_settings
+
+    # The machine's one cache, the service's too: a replay reuses the builds of the jobs run here.
+    options = HarnessOptions(trials=trials, reuse_baselines=reuse_baselines,
+                             cache_dir=cache_dir or load_settings().resolved_cache_dir)
     if arch_list:
         options = options.replace(arch_list=arch_list)
     return options
@@ -160,7 +162,8 @@ def replay(
     trials: Annotated[int, typer.Option(min=1, help="random-input correctness trials")] = 3,
     arch: Annotated[str | None, typer.Option(help="TORCH_CUDA_ARCH_LIST (default: the local GPU's)")] = None,
     cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default ~/.cache/kernelloop)")
+        Path | None, typer.Option("--cache-dir", help="builds, baselines and scratch (default: the machine's cache, "
+                                  "shared with the service; see `kernelloop eval --help`)")
     ] = None,
     reuse_baselines: Annotated[bool, typer.Option(
         "--reuse-baselines", help="take eager and torch.compile timings from the cache when it has them "

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
-from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out, problem_name
+from cli.client.jobs import follow_json
+from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out, print_json, problem_name
 from cli.client.watch import follow_job
 from harness import Target
 from problems import bundled_ids
@@ -41,6 +42,9 @@ def submit(
     wall_clock: Annotated[float | None, typer.Option(min=1, help="wall-clock budget, seconds")] = None,
     target_speedup: Annotated[float | None, typer.Option(help="stop once a verified attempt is this fast")] = None,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="watch the job until it ends")] = True,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="the new job as JSON on stdout's first line, then (following) `watch --json`'s lines")]
+    = False,
 ) -> None:
     """Queue an agent job; print its id (alone on stdout's first line), then watch it unless --no-follow."""
     budgets = {
@@ -57,7 +61,10 @@ def submit(
     with open_client(api, key) as client:
         try:
             job = client.submit_job(body)
-            out.print(str(job["id"]), highlight=False)
+            if as_json:
+                print_json(job)
+            else:
+                out.print(str(job["id"]), highlight=False)
             err.print(
                 f"job {job['id']} {job['state']}: {problem_name(job)} on {job['target']} "
                 f"(LLM {job.get('llm_profile')}); dashboard: {client.config.api_url}/dashboard/jobs/{job['id']}",
@@ -65,7 +72,7 @@ def submit(
             )
             if not follow:
                 return
-            state = follow_job(client, int(job["id"]), console=out)
+            state = follow_json(client, int(job["id"])) if as_json else follow_job(client, int(job["id"]), console=out)
         except ApiError as exc:
             raise api_failure(exc) from None
     raise typer.Exit(JOB_EXIT_CODES.get(state, ExitCode.FAILED))

@@ -178,11 +178,15 @@ def watch(
     job: Annotated[int, typer.Argument(help="the job id", min=1)],
     api: ApiOpt = None,
     key: KeyOpt = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="each event as a JSON line, then the final job as {\"type\": \"job\"}")] = False,
 ) -> None:
     """Follow a job live (attempts, speedups, % of SOL, tokens, cost, budgets); exit by its final state."""
+    from cli.client.jobs import follow_json
+
     with open_client(api, key) as client:
         try:
-            state = follow_job(client, job, console=out)
+            state = follow_json(client, job) if as_json else follow_job(client, job, console=out)
         except ApiError as exc:
             raise api_failure(exc) from None
     raise typer.Exit(JOB_EXIT_CODES.get(state, ExitCode.FAILED))

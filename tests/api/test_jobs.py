@@ -256,6 +256,8 @@ def test_concurrency_quota(client: TestClient, keys: Keys, dispatcher: Recording
     assert response.status_code == 429
     assert response.json()["code"] == "quota_exceeded"
     assert "1 jobs queued or running, its limit is 1" in response.json()["detail"]
+    # Which quota, for clients that schedule around it (`kernelloop bench`).
+    assert response.json()["quota"] == {"name": "max_concurrent_jobs", "limit": 1, "used": 1}
     assert client.post("/evaluations", json={**job_body(), "candidate_source": "class ModelNew: pass"},
                        headers=key.headers).status_code == 429
     assert client.post(f"/jobs/{first['id']}/cancel", headers=key.headers).status_code == 200
@@ -353,6 +355,27 @@ def test_daily_quota(client: TestClient, keys: Keys) -> None:
     response = client.post("/jobs", json=job_body(), headers=key.headers)
     assert response.status_code == 429
     assert "2 jobs in the last 24 hours, its limit is 2" in response.json()["detail"]
+    assert response.json()["quota"] == {"name": "max_jobs_per_day", "limit": 2, "used": 2}
+
+
+def test_listing_filters_by_state_target_and_problem(client: TestClient, keys: Keys) -> None:
+    key = keys.create("lister")
+    softmax_cpu = post_job(client, key)
+    gelu_cpu = post_job(client, key, problem_id="level1/gelu_tanh")
+    softmax_cuda = post_job(client, key, target="cuda")
+    client.post(f"/jobs/{gelu_cpu['id']}/cancel", headers=key.headers)
+
+    def ids(**params: str) -> list[int]:
+        response = client.get("/jobs", params=params, headers=key.headers)
+        assert response.status_code == 200, response.text
+        return [j["id"] for j in response.json()["items"]]
+
+    assert ids(target="cpu") == [gelu_cpu["id"], softmax_cpu["id"]]
+    assert ids(problem="level1/softmax") == [softmax_cuda["id"], softmax_cpu["id"]]
+    assert ids(problem="level1/softmax", target="cuda") == [softmax_cuda["id"]]
+    assert ids(state="cancelled", target="cpu") == [gelu_cpu["id"]]
+    assert ids(problem="level1/nothing") == []
+    assert client.get("/jobs", params={"target": "tpu"}, headers=key.headers).status_code == 422
 
 
 def test_cost_cap(client: TestClient, keys: Keys, factory: sessionmaker[Session]) -> None:
