@@ -21,7 +21,8 @@ from typing import Any
 from agent.providers.base import AssistantTurn, ProviderError, ToolCall, Usage, estimate_tokens, parse_arguments
 from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
 
-__all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "replay_script", "scripted_problems"]
+__all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "has_script", "no_script_message",
+           "replay_script", "scripted_problems"]
 
 _ID = re.compile(r"^replay-(\d+)-\d+$")
 
@@ -30,8 +31,19 @@ class NoReplayScript(LookupError):
     """There is no replay script for this problem and target."""
 
     def __init__(self, problem_id: str, target: str) -> None:
-        known = ", ".join(f"{p} ({t})" for p, t in sorted(SCRIPTS))
-        super().__init__(f"no replay script for {problem_id!r} on {target!r}; scripts exist for: {known}")
+        self.problem_id, self.target = problem_id, target
+        super().__init__(no_script_message(problem_id, target))
+
+
+def no_script_message(problem_id: str, target: str) -> str:
+    """Why the replay LLM cannot run ``problem_id`` on ``target``, naming the problems it can."""
+    targets: dict[str, list[str]] = {}
+    for known, on in sorted(SCRIPTS):
+        targets.setdefault(known, []).append(on)
+    both = [p for p, on in targets.items() if len(on) > 1]
+    one = [f"{p} ({on[0]} only)" for p, on in targets.items() if len(on) == 1]
+    return (f"the replay LLM has no script for {problem_id} on {target}; it has scripts for "
+            f"{', '.join([*both, *one])} (on cpu and cuda); use another --llm for other problems")
 
 
 @dataclass(frozen=True)
@@ -245,6 +257,11 @@ SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
 def scripted_problems() -> tuple[tuple[str, str], ...]:
     """The (problem id, target) pairs with a replay script."""
     return tuple(sorted(SCRIPTS))
+
+
+def has_script(problem_id: str, target: str) -> bool:
+    """Whether the replay LLM can run this problem on this target (a name lookup, nothing run)."""
+    return (problem_id, target) in SCRIPTS
 
 
 def replay_script(problem_id: str, target: str, *,
