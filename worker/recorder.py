@@ -14,7 +14,7 @@ Events this module appends to the job's stream (the store already appends ``stat
   lists the called functions' names, ``preview`` is the content's first characters (the whole
   message is at ``GET /jobs/{id}/messages``).
 - ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
-- ``stage``: ``{"stage", "phase": "started"|"finished", "seconds"}`` (the referee's stages,
+- ``stage``: ``{"stage", "phase": "started"|"finished", "seconds", "at"}`` (the referee's stages,
   `harness.progress`: header build, reference start, baselines, compile, load, correctness,
   timing; one started and one finished per stage that runs, none for a cached one).
 """
@@ -44,6 +44,7 @@ from store import (
     record_attempt,
     session_scope,
     set_trajectory_state,
+    utcnow,
 )
 from worker import metrics
 from worker.lease import LeaseKeeper
@@ -231,7 +232,8 @@ class StoreRecorder:
     def stage(self, event: StageEvent) -> None:
         """Append a ``stage`` event (a `harness.Referee`'s ``on_stage`` listener)."""
         with self._guarded() as session:
-            self._event(session, WorkerEvent.STAGE, event.to_dict())
+            # "at": when it happened, so a view that catches up later still shows the right elapsed time.
+            self._event(session, WorkerEvent.STAGE, {**event.to_dict(), "at": utcnow().isoformat()})
 
     # -- internals -------------------------------------------------------------------------
     @contextmanager
