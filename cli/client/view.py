@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -263,8 +263,9 @@ class JobView:
             )
         return table
 
-    def now_lines(self) -> list[Text]:
-        """What the worker is doing now, and the slow steps done so far (a cold cache's)."""
+    def now_lines(self, width: int = 120) -> list[Text]:
+        """What the worker is doing now, and the slow steps done so far (a cold cache's); the agent's
+        last words cut at a word to fit ``width``."""
         lines = [Text.assemble(("  ✓ ", "green"), STAGE_LABELS.get(s.stage, s.stage), f"  {_seconds(s.seconds)}")
                  for s in self.steps]
         if self.running is not None:
@@ -274,14 +275,15 @@ class JobView:
         elif self.job.get("state") in ("queued", "running") and self.note:
             lines.append(Text.assemble(("now: ", "bold"), self.note))
         if self.last_words and self.job.get("state") == "running":
-            lines.append(Text.assemble(("agent: ", "dim"), self.last_words))
+            lines.append(Text.assemble(("agent: ", "dim"), cut_at_word(self.last_words, max(20, width - 8))))
         return lines
 
-    def render(self) -> RenderableType:
-        return Group(self.table(), *self.now_lines())
+    def render(self, width: int = 120) -> RenderableType:
+        return Group(self.table(), *self.now_lines(width))
 
-    def __rich__(self) -> RenderableType:  # a `rich.live.Live` redraws it, elapsed times included
-        return self.render()
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # A `rich.live.Live` redraws it (elapsed times move on), cut to the terminal's width.
+        yield self.render(options.max_width)
 
     def summary(self, *, dashboard_url: str | None = None, replay_hint: str | None = None) -> list[str]:
         """The closing lines (Rich markup): the verdict in words, then where to see the kernel."""

@@ -30,10 +30,10 @@ __global__ void layer_norm_kernel(const float* __restrict__ x, const float* __re
   s_sum[threadIdx.x] = s;
   s_sq[threadIdx.x] = q;
   __syncthreads();
-  for (int half = THREADS / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      s_sum[threadIdx.x] += s_sum[threadIdx.x + half];
-      s_sq[threadIdx.x] += s_sq[threadIdx.x + half];
+  for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      s_sum[threadIdx.x] += s_sum[threadIdx.x + stride];
+      s_sq[threadIdx.x] += s_sq[threadIdx.x + stride];
     }
     __syncthreads();
   }

@@ -40,15 +40,15 @@ __global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ 
   s_max[t] = m;
   s_sum[t] = s;
   __syncthreads();
-  for (int half = THREADS / 2; half > 0; half /= 2) {
-    if (t < half) {
+  for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+    if (t < stride) {
       if (fused) {
         float mm = s_max[t], ss = s_sum[t];
-        combine(mm, ss, s_max[t + half], s_sum[t + half]);
+        combine(mm, ss, s_max[t + stride], s_sum[t + stride]);
         s_max[t] = mm;
         s_sum[t] = ss;
       } else {
-        s_max[t] = fmaxf(s_max[t], s_max[t + half]);
+        s_max[t] = fmaxf(s_max[t], s_max[t + stride]);
       }
     }
     __syncthreads();
@@ -61,8 +61,8 @@ __global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ 
     for (int i = t; i < D; i += THREADS) part += expf(row[i] - row_max);
     s_sum[t] = part;
     __syncthreads();
-    for (int half = THREADS / 2; half > 0; half /= 2) {
-      if (t < half) s_sum[t] += s_sum[t + half];
+    for (int stride = THREADS / 2; stride > 0; stride /= 2) {
+      if (t < stride) s_sum[t] += s_sum[t + stride];
       __syncthreads();
     }
     total = s_sum[0];
