@@ -148,6 +148,7 @@ class JobView:
         n = int(a["n"])
         self.attempts[n] = {**self.attempts.get(n, {}), **a}
         self.running = None
+        self.note = "the agent is reading the verdict"
         best = "  [bold green]best[/]" if a.get("best") else ""
         return (
             f"attempt {n:>3}  {a.get('tool', ''):<10} {a.get('status', ''):<10} "
@@ -207,6 +208,7 @@ class JobView:
         self.calls[index] = self.calls.get(index, 0) + len(tools)
         words = cut_at_word(str(data.get("preview") or ""), MESSAGE_CHARS)
         self.last_words = words
+        self.note = f"the agent called {', '.join(tools)}" if tools else "the agent is thinking"
         calls = f" → {', '.join(tools)}" if tools else ""
         return f"  [dim]agent:[/] {escape(words)}{calls}" if words else (f"  [dim]agent{calls}[/]" if calls else None)
 
