@@ -1,7 +1,8 @@
 """The service's command-line client: ``kernelloop submit``, ``watch``, ``replay`` and ``bench``.
 
 One module per job: `cli.client.http` (where the API is: flags, environment, config file; the
-HTTP client and its event stream), `cli.client.watch` (the live view), `cli.client.submit`,
+HTTP client and its event stream), `cli.client.watch` (following a job; its live view, shared with
+``kernelloop optimize``, is `cli.client.view`), `cli.client.submit`,
 `cli.client.replay` (with `cli.client.export`, the standalone file) and `cli.client.bench`;
 `cli.client.output` holds the exit codes, consoles and number formats they share.
 
