@@ -496,30 +496,26 @@ class Referee:
 
         if not sets or in_place():
             return True
-        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock:
+        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock, contextlib.ExitStack() as stages:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
             if in_place():
                 return True
-            with StageReporter(self.on_stage).span(StageName.HEADER_BUILD):
-                return self._build_headers(sets, marker)
-
-    def _build_headers(self, sets: list[dict[str, Any]], marker: Path) -> bool:
-        """Build the precompiled headers of ``sets`` and record their keys in ``marker``."""
-        # A stage per flag set (each header takes a compile's time limit on a busy host), as
-        # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
-        workers = max(1, min(len(sets), self.options.max_jobs // 2))
-        limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda flags: self._compile_stage(
-                {"pch_warmup": [flags], "pch": True}, trusted=True, timeout=limit), sets))
-        keys = [e["pch"]["key"] for result in results for e in result.extensions
-                if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
-        if not (all(r.ok for r in results) and len(keys) == len(sets)):
-            return False
-        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(keys))
-        tmp.replace(marker)
-        return True
+            stages.enter_context(StageReporter(self.on_stage).span(StageName.HEADER_BUILD))
+            # A stage per flag set (each header takes a compile's time limit on a busy host), as
+            # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
+            workers = max(1, min(len(sets), self.options.max_jobs // 2))
+            limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                results = list(pool.map(lambda flags: self._compile_stage(
+                    {"pch_warmup": [flags], "pch": True}, trusted=True, timeout=limit), sets))
+            keys = [e["pch"]["key"] for result in results for e in result.extensions
+                    if isinstance(e.get("pch"), dict) and e["pch"].get("key")]
+            if not (all(r.ok for r in results) and len(keys) == len(sets)):
+                return False
+            tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(keys))
+            tmp.replace(marker)
+            return True
 
     def _compile_stage(self, request: dict[str, Any], *, source: str | None = None,
                        trusted: bool = False, timeout: float | None = None) -> CompileResult:
