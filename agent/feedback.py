@@ -328,9 +328,12 @@ def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str 
         lines.append(f"(identical source to an earlier {reused_from} call: its stored verdict, not re-run)")
     compile_info = verdict.get("compile") or {}
     if status == "error" and stage == "compile":
-        lines.append("the extension did not build; first compiler errors:")
-        errors = str(compile_info.get("errors") or verdict.get("log") or message)
-        lines.append(_clip(errors, MAX_ERROR_CHARS))
+        errors = str(compile_info.get("errors") or verdict.get("log") or message).strip()
+        if errors:
+            lines.append("the extension did not build; first compiler errors:")
+            lines.append(_clip(errors, MAX_ERROR_CHARS))
+        else:  # a heading followed by nothing reads as a cut-off message
+            lines.append("the extension did not build, and the compiler printed no error text")
         lines.extend(_budget_lines(compile_s_total, compiles))
         if "main.cpp" in errors or "cuda.cu" in errors:
             lines.append("(load_inline writes cpp_sources to main.cpp and cuda_sources to cuda.cu; with "

@@ -17,6 +17,7 @@ import hashlib
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from agent.providers.replay import has_script, no_script_message
 from api.errors import InvalidInput
 from api.schemas import EvaluationCreate, JobCreate, JobPublic
 from api.submissions import QUOTA_WINDOW, PendingSubmission, SubmissionWriter
@@ -187,17 +188,33 @@ async def _resolve_request_problem(problem_id: str | None, problem_source: str |
     return await run_in_threadpool(_resolve_posted, problem_source)
 
 
+def _check_replay_script(profile_name: str, settings: Settings, problem_id: str | None, target: Target) -> None:
+    """The replay LLM answers from a script per bundled problem and target: a job it has no script
+    for is refused now, not failed later by the worker (a lookup of names; nothing is run).
+
+    Raises:
+        InvalidInput: the profile is a replay one and there is no script.
+    """
+    if settings.llm_profiles[profile_name].provider != "replay":
+        return
+    if problem_id is None or not has_script(problem_id, target.value):
+        raise InvalidInput(no_script_message(problem_id or "a posted problem", target.value),
+                           code="no_replay_script")
+
+
 async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKey, body: JobCreate) -> JobPublic:
     """Check, store and queue an agent job (stored by the app's `SubmissionWriter`, with others)."""
     problem = await _resolve_request_problem(body.problem_id, body.problem_source)
     profile, model = _resolve_profile(body.llm_profile, settings)
+    target = body.target or Target(settings.default_target)
+    _check_replay_script(profile, settings, problem.id if body.problem_id is not None else None, target)
     return await writer.submit(
         PendingSubmission(
             key=key,
             kind=JobKind.AGENT,
             problem=problem,
             bundled=body.problem_id is not None,
-            target=body.target or Target(settings.default_target),
+            target=target,
             charge_cost=True,
             llm_profile=profile,
             llm_model=model,

@@ -96,6 +96,7 @@ def _replay_candidates() -> Any:
     spec = importlib.util.spec_from_file_location("_kl_bench_replay_candidates", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 

@@ -2,7 +2,9 @@
 
 The job goes through the same store and runner as a service job (SQLite in the data directory,
 no Redis): it is created, claimed by this process and run by `worker.runner.run_job` in a thread
-while the main thread prints the job's events as they are stored.
+while the main thread feeds the job's events, as they are stored, to the live view ``watch``
+uses (`cli.client.view.JobView`): the attempts table, the referee's stage with its elapsed
+time, the steps a cold cache pays for once, the budgets; then a summary in words.
 """
 
 from __future__ import annotations
@@ -16,39 +18,26 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
 
+from cli.client.view import JobView
 from config import Settings
 from harness import Target
 from problems import ProblemFormatError, UnknownProblemError, load_problem
 
 console = Console()
-#: How often the progress view reads new events.
+#: How often the progress view reads new events, and re-reads the job (tokens, cost, state).
 _POLL_S = 0.3
+_JOB_REFRESH_S = 1.0
+#: Redraws per second of the live view on a terminal (the running stage's clock moves on its own).
+_LIVE_REFRESH_PER_S = 4
 
 
 def _split_llm(llm: str) -> tuple[str, str | None]:
     """``replay`` or a profile name, optionally ``PROFILE:MODEL`` (``openai:gpt-4o``)."""
     profile, _, model = llm.partition(":")
     return profile, (model or None)
-
-
-def _describe(event_type: str, payload: dict) -> str | None:
-    if event_type == "attempt":
-        speed = payload.get("speedup_vs_eager")
-        figures = f", {payload.get('median_ms'):.4f} ms, {speed:.2f}x vs eager" if speed else ""
-        best = " [bold green](best)[/]" if payload.get("best") else ""
-        return (f"attempt {payload.get('n')}: {payload.get('tool')} -> {payload.get('status')} "
-                f"at {payload.get('stage')}{figures}{best}")
-    if event_type == "state":
-        why = payload.get("reason") or payload.get("error")
-        return f"job {payload.get('state')}" + (f" ({why})" if why else "")
-    if event_type == "message":
-        tools = ", ".join(payload.get("tools") or []) or None
-        return f"  {payload.get('role')}: {tools or (payload.get('preview') or '')[:100]}"
-    if event_type in ("trajectory", "progress"):
-        details = {k: v for k, v in payload.items() if k not in ("phase",)}
-        return f"{event_type} {payload.get('phase', '')} {details if details else ''}".rstrip()
-    return None
 
 
 def dashboard_hint(settings: Settings, job_id: int) -> str:
@@ -69,11 +58,12 @@ def optimize(
     data_dir: Annotated[Path | None, typer.Option(help="the embedded database and caches")] = None,
 ) -> None:
     """Let an LLM optimise a problem on this machine (embedded store, no Redis), with live progress."""
+    from agent.providers.replay import has_script, no_script_message
+    from api.schemas import JobPublic
     from cli.keys import ensure_local_key
     from cli.main import default_target
     from config import load_settings
     from store import (
-        Attempt,
         JobKind,
         create_job,
         events_after,
@@ -98,13 +88,16 @@ def optimize(
     if profile not in settings.llm_profiles:
         console.print(f"[red]error:[/red] unknown LLM profile {profile!r}; known: {', '.join(settings.llm_profiles)}")
         raise typer.Exit(2)
+    target = target or default_target()
+    if settings.llm_profiles[profile].provider == "replay" and not has_script(spec.id, target.value):
+        console.print(f"[red]error:[/red] {no_script_message(spec.id, target.value)}", highlight=False)
+        raise typer.Exit(2)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url
     upgrade(url)
     # Owned by the local key, so the job shows on the dashboard of `kernelloop up` for this user.
     local_key = ensure_local_key(settings)
     factory = make_session_factory(make_engine(url))
-    target = target or default_target()
     budgets = {k: v for k, v in {"turns": turns, "tool_calls": tool_calls}.items() if v is not None}
     with session_scope(factory) as session:
         declarations = {k: v for k, v in spec.to_dict().items() if k != "source"}
@@ -131,31 +124,48 @@ def optimize(
 
     thread = threading.Thread(target=work, name=f"job-{job_id}", daemon=True)
     thread.start()
-    last = 0
-    while True:
-        alive = thread.is_alive()
+
+    def read_job() -> dict:
         with session_scope(factory) as session:
-            for event in events_after(session=session, job_id=job_id, after_id=last, limit=200):
-                last = event.id
-                line = _describe(str(event.type), dict(event.payload or {}))
-                if line:
-                    console.print(line)
-        if not alive:
-            break
-        time.sleep(_POLL_S)
+            return JobPublic.from_job(get_job(session=session, job_id=job_id)).model_dump(mode="json")
+
+    view = JobView(job=read_job(), budget_defaults={
+        "turns": settings.default_turns, "tool_calls": settings.default_tool_calls,
+        "max_tokens": settings.default_max_tokens, "max_cost_usd": settings.default_max_cost_usd,
+        "wall_clock_s": settings.default_wall_clock_s})
+    live = Live(view, console=console, refresh_per_second=_LIVE_REFRESH_PER_S) if console.is_terminal else None
+    last, refreshed = 0, 0.0
+    if live is not None:
+        live.start()
+    try:
+        while True:
+            alive = thread.is_alive()
+            with session_scope(factory) as session:
+                events = [(e.id, str(e.type), dict(e.payload or {}))
+                          for e in events_after(session=session, job_id=job_id, after_id=last, limit=200)]
+            for event_id, event_type, payload in events:
+                last = event_id
+                line = view.apply(event_type, payload)
+                if line and live is None:
+                    console.print(line, highlight=False)
+            if events or time.monotonic() - refreshed > _JOB_REFRESH_S or not alive:
+                view.job = read_job()
+                refreshed = time.monotonic()
+            if live is not None:
+                live.refresh()
+            if not alive and not events:
+                break
+            time.sleep(_POLL_S)
+    finally:
+        if live is not None:
+            live.stop()
+    if live is None:
+        console.print(view.render())
     if failure:
-        console.print(f"[red]the job crashed:[/red] {failure[0]!r}")
+        console.print(f"[red]the job crashed:[/red] {escape(repr(failure[0]))}", highlight=False)
         raise typer.Exit(2)
-    with session_scope(factory) as session:
-        job = get_job(session=session, job_id=job_id)
-        state, error = str(job.state), job.error
-        best = session.get(Attempt, job.best_attempt_id) if job.best_attempt_id is not None else None
-        figures = None if best is None else (best.seq, best.median_ms, best.speedup_vs_eager, best.speedup_vs_compile,
-                                              best.pct_of_sol)
-    if figures is None:
-        console.print(f"[yellow]no verified kernel[/] (job {state}{': ' + error if error else ''})")
-        raise typer.Exit(1)
-    n, median_ms, vs_eager, vs_compile, pct = figures
-    console.print(f"[bold green]job {state}[/]: best is attempt {n}: {median_ms:.4f} ms, "
-                  f"{vs_eager:.2f}x vs eager" + (f", {vs_compile:.2f}x vs torch.compile" if vs_compile else "")
-                  + (f", {pct:.1f}% of the roofline" if pct else "") + f" (job {job_id} in {url})")
+    dashboard = f"http://{settings.api_host}:{settings.api_port}/dashboard/jobs/{job_id}"
+    for line in view.summary(replay_hint=f"kernelloop replay {job_id}", dashboard_url=dashboard):
+        console.print(line, highlight=False)
+    console.print(dashboard_hint(settings, job_id), highlight=False)
+    raise typer.Exit(0 if view.job.get("best") else 1)

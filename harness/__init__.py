@@ -8,6 +8,7 @@ torch. Public surface::
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate, warm_headers
 from harness.options import Depth, HarnessOptions, Target, Timeouts, TimingOptions
+from harness.progress import StageEvent, StageListener, StageName, StagePhase
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 
 __version__ = HARNESS_VERSION
@@ -22,6 +23,10 @@ __all__ = [
     "Referee",
     "ReferenceFailed",
     "Stage",
+    "StageEvent",
+    "StageListener",
+    "StageName",
+    "StagePhase",
     "Status",
     "Target",
     "Timeouts",

@@ -28,6 +28,7 @@ from harness.buildcache import build_directory, copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
+from harness.progress import StageListener, StageName, StageReporter
 from harness.sandbox import (
     ALWAYS_HIDDEN,
     ChannelClosed,
@@ -184,10 +185,14 @@ class Referee:
         problem: the parsed problem.
         target: ``cuda`` or ``cpu``.
         options: the harness options; ``options.secret_seed`` fixes the job's secret.
+        on_stage: told when each stage starts and finishes (`harness.progress`); an attribute, so
+            whoever built the Referee through a factory can set it afterwards.
     """
 
-    def __init__(self, problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> None:
+    def __init__(self, problem: Problem, target: Target | str, options: HarnessOptions | None = None, *,
+                 on_stage: StageListener | None = None) -> None:
         self.problem = problem
+        self.on_stage = on_stage
         self.target = Target(target)
         self.options = options or HarnessOptions()
         self._secret = self.options.secret_seed if self.options.secret_seed is not None else new_secret()
@@ -356,7 +361,8 @@ class Referee:
             "weights_seed": derive_seed(self._secret, "weights"),
         }
         try:
-            reply = process.request(request, timeout=self.options.timeouts.reference_start_s)
+            with StageReporter(self.on_stage).span(StageName.REFERENCE_START):
+                reply = process.request(request, timeout=self.options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed) as exc:
             log = process.log_tail(self.options.output_limit)
             process.kill()
@@ -399,11 +405,12 @@ class Referee:
         assert self._reference is not None
         self._settle()
         try:
-            reply = self._reference.request(
-                {"op": "baselines", "timing": self.options.to_dict()["timing"],
-                 "compile_baseline": self.options.compile_baseline},
-                timeout=self.options.timeouts.baselines_s,
-            )
+            with StageReporter(self.on_stage).span(StageName.BASELINES):
+                reply = self._reference.request(
+                    {"op": "baselines", "timing": self.options.to_dict()["timing"],
+                     "compile_baseline": self.options.compile_baseline},
+                    timeout=self.options.timeouts.baselines_s,
+                )
         except (ChannelTimeout, ChannelClosed) as exc:
             self.close()
             raise ReferenceFailed(f"timing the baselines failed: {exc}") from None
@@ -420,7 +427,8 @@ class Referee:
         """Import the candidate with no GPU visible, building its extensions into the cache.
 
         The same source seen before by this Referee, its builds still in the cache, needs no stage:
-        builds are keyed by content, so importing it again would load exactly those.
+        builds are keyed by content, so importing it again would load exactly those (and no
+        ``compile`` stage event is sent).
         """
         digest = hashlib.sha256(source.encode()).hexdigest()
         known = self._compiled.get(digest)
@@ -430,8 +438,9 @@ class Referee:
             return CompileResult(ok=True, seconds=0.0, kernels=known.kernels,
                                  extensions=tuple({**e, "cached": True} for e in known.extensions))
         self._warm_pch()
-        result = self._compile_stage({"pch": "use" if self.options.pch else False,
-                                      "delegate": self.options.trusted_builds}, source=source)
+        with StageReporter(self.on_stage).span(StageName.COMPILE):
+            result = self._compile_stage({"pch": "use" if self.options.pch else False,
+                                          "delegate": self.options.trusted_builds}, source=source)
         if result.ok:
             self._compiled[digest] = result
         if result.extensions:  # a candidate without an extension says nothing about the next one
@@ -489,10 +498,11 @@ class Referee:
 
         if not sets or in_place():
             return True
-        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock:
+        with open(pch_dir / f".warm-{self.target.value}.lock", "w") as lock, contextlib.ExitStack() as stages:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
             if in_place():
                 return True
+            stages.enter_context(StageReporter(self.on_stage).span(StageName.HEADER_BUILD))
             # A stage per flag set (each header takes a compile's time limit on a busy host), as
             # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
             workers = max(1, min(len(sets), self.options.max_jobs // 2))
@@ -683,6 +693,14 @@ class Referee:
 
     def _run_candidate(self, prepared: _StartedStage, source: str, baselines: Baselines | None,
                        base: dict[str, Any]) -> Verdict:
+        stages = StageReporter(self.on_stage)
+        try:
+            return self._run_candidate_stages(prepared, source, baselines, base, stages)
+        finally:
+            stages.close()
+
+    def _run_candidate_stages(self, prepared: _StartedStage, source: str, baselines: Baselines | None,
+                              base: dict[str, Any], stages: StageReporter) -> Verdict:
         run_dir = prepared.run_dir
         workdir = run_dir / "run"
         timeouts = self.options.timeouts
@@ -720,6 +738,7 @@ class Referee:
                 process.kill()
                 return fail(_Outcome(Status.ERROR, stage, reason, ErrorKind.CANDIDATE))
 
+            stages.enter(StageName.LOAD)
             try:
                 prepared.wait_ready(timeouts.load_s)
                 reply = process.request({
@@ -739,6 +758,7 @@ class Referee:
             built_extensions = reply.get("extensions", [])
 
             # Correctness: every trial, compared in the reference process.
+            stages.enter(StageName.CORRECTNESS)
             trials: list[Trial] = []
             flags: list[str] = []
             torch_ops: list[str] = []
@@ -792,6 +812,7 @@ class Referee:
                 process.close()
                 return self._verdict(_Outcome(Status.PASS, Stage.CORRECTNESS, "correct (not timed)"), **base,
                                      flags=tuple(flags))
+            stages.enter(StageName.TIMING)  # or the profile
             if base["depth"] is Depth.PROFILE:
                 try:
                     profiled = process.request({"op": "profile"}, timeout=timeouts.timing_s)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from harness import Depth, ErrorKind, ReferenceFailed, Stage, StageListener, Status, Target, Verdict
 from worker import metrics
 from worker.devicelock import device_lock
 
@@ -43,6 +43,8 @@ class RefereeLike(Protocol):
     """What the evaluator needs of `harness.Referee` (a test seam)."""
 
     target: Target
+    #: Told of each stage as it starts and finishes (`harness.progress`); the runner sets it.
+    on_stage: StageListener | None
 
     def evaluate(self, source: str, depth: Depth | str = ...) -> Verdict: ...
 

@@ -14,6 +14,9 @@ Events this module appends to the job's stream (the store already appends ``stat
   lists the called functions' names, ``preview`` is the content's first characters (the whole
   message is at ``GET /jobs/{id}/messages``).
 - ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
+- ``stage``: ``{"stage", "phase": "started"|"finished", "seconds", "at"}`` (the referee's stages,
+  `harness.progress`: header build, reference start, baselines, compile, load, correctness,
+  timing; one started and one finished per stage that runs, none for a cached one).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness import Verdict
+from harness import StageEvent, Verdict
 from store import (
     LeaseLost,
     LeaseStatus,
@@ -41,6 +44,7 @@ from store import (
     record_attempt,
     session_scope,
     set_trajectory_state,
+    utcnow,
 )
 from worker import metrics
 from worker.lease import LeaseKeeper
@@ -57,6 +61,7 @@ class WorkerEvent(StrEnum):
     TRAJECTORY = "trajectory"
     MESSAGE = "message"
     PROGRESS = "progress"
+    STAGE = "stage"
 
 
 def trajectory_state_for(reason: str) -> TrajectoryState:
@@ -223,6 +228,12 @@ class StoreRecorder:
         """Append a ``progress`` event (the runner's milestones)."""
         with self._guarded() as session:
             self._event(session, WorkerEvent.PROGRESS, {"phase": phase, **details})
+
+    def stage(self, event: StageEvent) -> None:
+        """Append a ``stage`` event (a `harness.Referee`'s ``on_stage`` listener)."""
+        with self._guarded() as session:
+            # "at": when it happened, so a view that catches up later still shows the right elapsed time.
+            self._event(session, WorkerEvent.STAGE, {**event.to_dict(), "at": utcnow().isoformat()})
 
     # -- internals -------------------------------------------------------------------------
     @contextmanager

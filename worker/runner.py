@@ -266,8 +266,10 @@ def _run(
     except ProblemFormatError as exc:
         raise _JobRefused(f"the problem does not parse: {exc}") from None
     recorder.progress("started", kind=job.kind.value, target=job.target.value, worker_id=recorder.worker_id)
+    referee = referee_factory(problem, job.target, options)
+    referee.on_stage = recorder.stage  # the job's live view: header build, baselines, compile, …
     evaluator = RefereeEvaluator(
-        referee_factory(problem, job.target, options),
+        referee,
         cache_dir=options.cache_dir,
         device_key=current_device_key(job.target.value),
         # The agent retries infra failures itself (recording each try); an evaluation job here.
@@ -374,7 +376,9 @@ def _retime(
         if recorder.cancelled():
             return
         recorder.progress("retime", source_sha256=entry.get("source_sha256"))
-        evaluator = RefereeEvaluator(referee_factory(problem, job.target, hardened), cache_dir=options.cache_dir,
+        referee = referee_factory(problem, job.target, hardened)
+        referee.on_stage = recorder.stage
+        evaluator = RefereeEvaluator(referee, cache_dir=options.cache_dir,
                                      device_key=current_device_key(job.target.value))
         try:
             verdict = evaluator.evaluate(entry["source"], Depth.BENCHMARK)

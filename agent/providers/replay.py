@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.providers.base import AssistantTurn, ProviderError, ToolCall, Usage, estimate_tokens, parse_arguments
-from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR
+from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
 
-__all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "replay_script", "scripted_problems"]
+__all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "has_script", "no_script_message",
+           "replay_script", "scripted_problems"]
 
 _ID = re.compile(r"^replay-(\d+)-\d+$")
 
@@ -30,8 +31,19 @@ class NoReplayScript(LookupError):
     """There is no replay script for this problem and target."""
 
     def __init__(self, problem_id: str, target: str) -> None:
-        known = ", ".join(f"{p} ({t})" for p, t in sorted(SCRIPTS))
-        super().__init__(f"no replay script for {problem_id!r} on {target!r}; scripts exist for: {known}")
+        self.problem_id, self.target = problem_id, target
+        super().__init__(no_script_message(problem_id, target))
+
+
+def no_script_message(problem_id: str, target: str) -> str:
+    """Why the replay LLM cannot run ``problem_id`` on ``target``, naming the problems it can."""
+    targets: dict[str, list[str]] = {}
+    for known, on in sorted(SCRIPTS):
+        targets.setdefault(known, []).append(on)
+    both = [p for p, on in targets.items() if len(on) > 1]
+    one = [f"{p} ({on[0]} only)" for p, on in targets.items() if len(on) == 1]
+    return (f"the replay LLM has no script for {problem_id} on {target}; it has scripts for "
+            f"{', '.join([*both, *one])} (on cpu and cuda); use another --llm for other problems")
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,65 @@ def _seed2_turns(target: str, mode: str) -> tuple[ScriptedTurn, ...]:
     )
 
 
+#: What each level-1 demo says of its problem before the device check: the work and the plan
+#: (per target, the example's own docstring adds how its kernel does it).
+_LEVEL1_RESTATED: dict[str, str] = {
+    "argmax": "torch.argmax over dim 1 of [128, 1024, 1024] (cpu: [2, 64, 48]); int64 indices, first index on "
+              "ties. One read of 512 MB on CUDA, memory-bound, nothing to compute.",
+    "avg_pool2d": "AvgPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [2, 4, 32, 32]), defaults "
+                  "count_include_pad=True and ceil_mode=False: the divisor is always 9. Memory-bound.",
+    "bmm": "torch.bmm of [128, 256, 512] by [128, 512, 384] (cpu: [4, 32, 64] by [4, 64, 48]): 12.9 GFLOP in "
+           "fp32 with TF32 off, compute-bound; the vendor GEMM is the bar.",
+    "conv2d": "Conv2d(32 -> 64, 3x3, padding 1) on [32, 32, 128, 128] (cpu: 4 -> 8 channels on [2, 4, 16, 16]), "
+              "with bias: 2 * 32 * 64 * 128 * 128 * 288 = 19.3 GFLOP in fp32.",
+    "depthwise_conv2d": "Depthwise Conv2d(128 channels, 5x5, groups=128, padding 2) on [16, 128, 128, 128] "
+                        "(cpu: [2, 8, 16, 16]): 25 MACs per output, memory-bound.",
+    "gelu_tanh": "GPT-2's tanh GELU written as five torch ops on [4096, 8192] (cpu: [16, 512]): eager makes five "
+                 "passes over 128 MB; one elementwise pass does it all.",
+    "layer_norm": "LayerNorm(1024, eps 1e-5) over the last dimension of [64, 1024, 1024] (cpu: [2, 16, 64]), "
+                  "affine weights away from 1/0; biased variance. Two reads of each row, memory-bound.",
+    "matmul": "A @ B with [2048, 4096] by [4096, 2048] (cpu: [128, 256] by [256, 96]): 34 GFLOP in fp32 with TF32 "
+              "off, compute-bound; cuBLAS/oneDNN is the bar.",
+    "matmul_bf16": "A @ B in bfloat16, [4096, 4096] squared (cpu: [64, 128] by [128, 96]); fp32 accumulation, the "
+                   "output rounded to bf16 once; tolerance 1e-2.",
+    "max_pool2d": "MaxPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [2, 4, 32, 32]); padded "
+                  "positions are -inf and never win. Memory-bound.",
+    "max_reduction": "torch.max(x, dim=2).values of [128, 1024, 1024] (cpu: [2, 48, 64]): a row reduction over "
+                     "the contiguous dimension, one read of 512 MB.",
+    "softmax": "softmax over the last dimension of [16384, 4096] (cpu: [16, 512]); probabilities ~1/dim, so the "
+               "problem sets atol 1e-6. Stable form: subtract the row max.",
+    "sum_reduction": "torch.sum over dim 1 of [128, 1024, 1024] (cpu: [2, 64, 48]), the dimension dropped: a "
+                     "strided reduction, one read of 512 MB.",
+}
+
+
+def _level1_turns(demo: Level1Demo, target: str) -> tuple[ScriptedTurn, ...]:
+    """The short script every level-1 demo shares: restate, device, a cheap draft (a one-call edit
+    of the kernel, sharing its build), the fix or the fast path, benchmark, submit."""
+    where = "C++ with OpenMP through load_inline(cpp_sources=...)" if target == "cpu" else (
+        "a CUDA kernel with a C-style launcher (cuda_sources, no torch headers) and a thin torch binding")
+    if demo.draft == "wrong":
+        draft_turn = ScriptedTurn(
+            f"Plan: {where}, every size taken from the tensors. First version; checking correctness:",
+            (ScriptedCall("check_correctness", demo.draft),))
+        after = (f"The trials fail, and the pattern says why: {demo.draft_note}. Fixed in forward (the kernel "
+                 "itself is unchanged, so it reuses the build). Timing it:")
+    else:
+        draft_turn = ScriptedTurn(
+            f"Plan: {where}, every size taken from the tensors. First a straightforward version ({demo.draft_note}): "
+            "check it, then time it.",
+            (ScriptedCall("check_correctness", demo.draft), ScriptedCall("benchmark", demo.draft)))
+        after = "Correct. The same kernel's fast path (same build) should beat that; timing it:"
+    return (
+        ScriptedTurn(f"Restating the problem: {_LEVEL1_RESTATED[demo.name]} Let me check the device.",
+                     (ScriptedCall("get_gpu_specs"),)),
+        draft_turn,
+        ScriptedTurn(after, (ScriptedCall("benchmark", "fast"),)),
+        ScriptedTurn("Correct on every trial and timed; the verdict has the speedups against eager and "
+                     "torch.compile. Submitting.", (ScriptedCall("submit", "fast"),)),
+    )
+
+
 #: (problem id, target) -> turns.
 SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
     ("level2/conv_tanh_scale_bias_maxpool", "cpu"): _seed1_turns("cpu"),
@@ -179,12 +250,18 @@ SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
     ("level2/conv_bn_scale_train", "cuda"): _seed2_turns("cuda", "train"),
     ("level2/conv_bn_scale_eval", "cpu"): _seed2_turns("cpu", "eval"),
     ("level2/conv_bn_scale_eval", "cuda"): _seed2_turns("cuda", "eval"),
+    **{(demo.problem_id, target): _level1_turns(demo, target) for demo in LEVEL1_DEMOS for target in ("cpu", "cuda")},
 }
 
 
 def scripted_problems() -> tuple[tuple[str, str], ...]:
     """The (problem id, target) pairs with a replay script."""
     return tuple(sorted(SCRIPTS))
+
+
+def has_script(problem_id: str, target: str) -> bool:
+    """Whether the replay LLM can run this problem on this target (a name lookup, nothing run)."""
+    return (problem_id, target) in SCRIPTS
 
 
 def replay_script(problem_id: str, target: str, *,

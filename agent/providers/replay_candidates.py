@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CANDIDATES", "EXAMPLES_DIR", "candidate_source", "replace_forward"]
+__all__ = ["CANDIDATES", "EXAMPLES_DIR", "LEVEL1_DEMOS", "Level1Demo", "candidate_source", "replace_forward"]
 
 #: The repository's examples (the scripts read them at run time; a wheel install must point elsewhere).
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -410,3 +411,77 @@ CANDIDATES[("level2/conv_bn_scale_eval", "cuda")] = {
 def candidate_source(problem_id: str, target: str, key: str, *, examples_dir: Path = EXAMPLES_DIR) -> str:
     """One candidate's source (reads the examples now)."""
     return CANDIDATES[(problem_id, target)][key](examples_dir)
+
+
+# -- level 1: one example per problem and target, its draft a one-call edit of it ----------------------
+@dataclass(frozen=True)
+class Level1Demo:
+    """The replay demo of a bundled level-1 problem (``problems/bundled/level1/<name>.py``).
+
+    The fast candidate is ``examples/level1/<name>_<target>.py``; the draft is that file with
+    ``fast_call`` (the extension call in ``forward``) replaced by ``draft_call``, so it shares the
+    build: a draft costs no compile. ``draft`` says whether it is ``wrong`` (fails the trials) or
+    ``slow`` (correct, another code path of the same kernel); ``draft_note`` is what it does.
+    """
+
+    name: str
+    draft: str
+    fast_call: str
+    draft_call: str
+    draft_note: str
+
+    @property
+    def problem_id(self) -> str:
+        return f"level1/{self.name}"
+
+    def example(self, target: str) -> str:
+        return f"level1/{self.name}_{target}.py"
+
+
+LEVEL1_DEMOS: tuple[Level1Demo, ...] = (
+    Level1Demo("argmax", "wrong", "_ext.argmax_dim(x, self.dim)", "_ext.argmax_dim(x, -1)",
+               "it reduces the last dimension (argmax's habitual dim=-1) instead of the model's dim"),
+    Level1Demo("avg_pool2d", "wrong", "self.padding, True)", "self.padding, False)",
+               "it divides border windows by their in-bounds count (count_include_pad=False)"),
+    Level1Demo("bmm", "slow", "_ext.bmm(A, B, True)", "_ext.bmm(A, B, False)",
+               "one dot product per output, B read down its columns"),
+    Level1Demo("conv2d", "wrong", "self.conv.bias, self.padding, True)", "self.conv.bias, self.padding, False)",
+               "it leaves out the convolution's bias"),
+    Level1Demo("depthwise_conv2d", "wrong", "self.conv.bias, self.padding, False)",
+               "self.conv.bias, self.padding, True)",
+               "it flips the filter (a textbook convolution; nn.Conv2d is a cross-correlation)"),
+    Level1Demo("gelu_tanh", "wrong", "_ext.gelu(x, False)", "_ext.gelu(x, True)",
+               "it computes the erf GELU, not the tanh approximation this problem spells out"),
+    Level1Demo("layer_norm", "wrong", "self.norm.eps, False)", "self.norm.eps, True)",
+               "it divides the variance by n - 1; LayerNorm uses the biased variance"),
+    Level1Demo("matmul", "slow", "_ext.matmul(A, B, True)", "_ext.matmul(A, B, False)",
+               "one dot product per output, B read down its columns"),
+    Level1Demo("matmul_bf16", "slow", "_ext.matmul_bf16(A, B, True)", "_ext.matmul_bf16(A, B, False)",
+               "one dot product per output, B read down its columns"),
+    Level1Demo("max_pool2d", "wrong", "self.padding, False)", "self.padding, True)",
+               "padded positions take part as zeros, so all-negative border windows give 0"),
+    Level1Demo("max_reduction", "wrong", "_ext.max_dim(x, self.dim)", "_ext.max_dim(x, 1)",
+               "it reduces dimension 1, not the model's dim 2"),
+    Level1Demo("softmax", "slow", "_ext.softmax_lastdim(x, True)", "_ext.softmax_lastdim(x, False)",
+               "three passes over each row, every exp computed twice"),
+    Level1Demo("sum_reduction", "wrong", "_ext.sum_dim(x, self.dim, False)", "_ext.sum_dim(x, self.dim, True)",
+               "it keeps the reduced dimension (keepdim=True)"),
+)
+
+
+def _draft_of(demo: Level1Demo, target: str) -> Callable[[Path], str]:
+    def build(examples: Path) -> str:
+        fast = _read(examples, demo.example(target))
+        if fast.count(demo.fast_call) != 1:
+            raise ValueError(f"{demo.example(target)} must call {demo.fast_call!r} exactly once")
+        body = fast.replace(demo.fast_call, demo.draft_call)
+        note = f"First draft ({demo.draft}): {demo.draft_note}. Same extension, byte for byte."
+        return _DOCSTRING.sub(lambda m: f'"""{m.group(1).strip()}\n\n{note}\n"""', body, count=1)
+
+    return build
+
+
+for _demo in LEVEL1_DEMOS:
+    for _target in ("cpu", "cuda"):
+        CANDIDATES[(_demo.problem_id, _target)] = {_demo.draft: _draft_of(_demo, _target),
+                                                    "fast": _file(_demo.example(_target))}

@@ -2,8 +2,9 @@
 ``messages``, ``logs``, ``replay`` and ``bench``.
 
 One module per job: `cli.client.http` (where the API is: flags, environment, config file; the
-HTTP client and its event stream, API errors in the CLI's words), `cli.client.watch` (the live
-view), `cli.client.jobs` (``jobs``, ``cancel``, ``messages``, ``logs``), `cli.client.submit`,
+HTTP client and its event stream, API errors in the CLI's words), `cli.client.watch` (following a
+job; its live view, shared with ``kernelloop optimize``, is `cli.client.view`), `cli.client.jobs`
+(``jobs``, ``cancel``, ``messages``, ``logs``), `cli.client.submit`,
 `cli.client.replay` (with `cli.client.export`, the standalone file) and `cli.client.bench`;
 `cli.client.output` holds the exit codes, consoles and number formats they share.
 

@@ -3,105 +3,21 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
-from cli.client.http import ApiClient, ApiError, ApiOpt, KeyOpt, SseEvent, api_failure, open_client
-from cli.client.output import (
-    JOB_EXIT_CODES,
-    ExitCode,
-    err,
-    fmt_ms,
-    fmt_pct,
-    fmt_usd,
-    fmt_x,
-    out,
-    problem_name,
-    status_text,
-)
+from cli.client.http import ApiClient, ApiError, ApiOpt, KeyOpt, api_failure, open_client
+from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out
+from cli.client.view import JobView
 
 #: Reconnections in a row without receiving anything before ``watch`` gives up.
 MAX_RECONNECTS = 5
 RECONNECT_DELAY_S = 1.0
 #: The live view of a terminal redraws at most this often.
 LIVE_REFRESH_PER_S = 4
-
-
-@dataclass
-class JobView:
-    """What ``watch`` shows: the job as last read, and its attempts as their events arrived."""
-
-    job: dict[str, Any]
-    attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    def apply(self, event: SseEvent) -> str | None:
-        """Take one event in; returns a one-line summary of it for a log, if it says anything."""
-        if event.type == "attempt" and isinstance(event.data, dict) and "n" in event.data:
-            a = event.data
-            self.attempts[int(a["n"])] = {**self.attempts.get(int(a["n"]), {}), **a}
-            best = "  [bold green]best[/]" if a.get("best") else ""
-            return (
-                f"attempt {a['n']:>3}  {a.get('tool', ''):<10} {a.get('status', ''):<10} "
-                f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_x(a.get('speedup_vs_eager')):>8} vs eager  "
-                f"{fmt_x(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
-            )
-        if event.type == "state" and isinstance(event.data, dict):
-            self.job["state"] = event.data.get("state", self.job.get("state"))
-            reason = event.data.get("error") or event.data.get("reason")
-            return f"job {self.job['id']} is {self.job['state']}" + (f": {reason}" if reason else "")
-        if event.type == "cancel_requested":
-            return f"job {self.job['id']}: cancel requested"
-        return None
-
-    def budget_line(self) -> str:
-        job = self.job
-        budgets = job.get("budgets") or {}
-        tokens = int(job.get("tokens_in") or 0) + int(job.get("tokens_out") or 0)
-        parts = [f"tokens {tokens:,}" + (f" / {int(budgets['max_tokens']):,}" if budgets.get("max_tokens") else "")]
-        parts.append(f"cost {fmt_usd(job.get('cost_usd'))}" + (
-            f" / {fmt_usd(budgets['max_cost_usd'])}" if budgets.get("max_cost_usd") is not None else ""
-        ))
-        started = job.get("started_at")
-        if started:
-            end = job.get("finished_at")
-            t1 = datetime.fromisoformat(end) if end else datetime.now(UTC)
-            t0 = datetime.fromisoformat(started)
-            t0, t1 = (t.replace(tzinfo=t.tzinfo or UTC) for t in (t0, t1))
-            elapsed = max(0.0, (t1 - t0).total_seconds())
-            wall = budgets.get("wall_clock_s")
-            parts.append(f"wall {elapsed:.0f} s" + (f" / {float(wall):.0f} s" if wall else ""))
-        parts.append(f"GPU {float(job.get('gpu_seconds') or 0):.1f} s")
-        return " · ".join(parts)
-
-    def table(self) -> Table:
-        job = self.job
-        best = job.get("best") or {}
-        table = Table(
-            title=f"job {job['id']} · {problem_name(job)} · {job.get('target')} · {job.get('state')}",
-            caption=self.budget_line(),
-        )
-        for name, justify in (
-            ("#", "right"), ("traj", "right"), ("tool", "left"), ("status", "left"), ("stage", "left"),
-            ("median ms", "right"), ("vs eager", "right"), ("vs compile", "right"), ("% SOL", "right"),
-        ):
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for n in sorted(self.attempts):
-            a = self.attempts[n]
-            mark = " ★" if best.get("n") == n else ""
-            table.add_row(
-                f"{n}{mark}",
-                "—" if a.get("trajectory_id") is None else str(a["trajectory_id"]),
-                str(a.get("tool", "")),
-                status_text(str(a.get("status", ""))), str(a.get("stage", "")), fmt_ms(a.get("median_ms")),
-                fmt_x(a.get("speedup_vs_eager")), fmt_x(a.get("speedup_vs_compile")), fmt_pct(a.get("pct_of_sol")),
-            )
-        return table
 
 
 def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool | None = None) -> str:
@@ -118,7 +34,8 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
     live = console.is_terminal if live is None else live
     after, failures, last_refresh = 0, 0, 0.0
     final: str | None = None
-    live_view = Live(view.table(), console=console, refresh_per_second=LIVE_REFRESH_PER_S) if live else None
+    # The view renders itself on each refresh, so the running stage's elapsed time moves on its own.
+    live_view = Live(view, console=console, refresh_per_second=LIVE_REFRESH_PER_S) if live else None
     if live_view is not None:
         live_view.start()
     try:
@@ -134,13 +51,13 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
                         break
                     if event.id is not None:
                         after = event.id
-                    line = view.apply(event)
+                    line = view.apply(event.type, event.data)
                     now = time.monotonic()
                     if event.type == "state" or now - last_refresh > 1.0:
                         view.job = client.get_job(job_id)
                         last_refresh = now
                     if live_view is not None:
-                        live_view.update(view.table())
+                        live_view.refresh()
                     elif line:
                         console.print(line, highlight=False)
             except ApiError as exc:
@@ -154,24 +71,16 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
                 time.sleep(RECONNECT_DELAY_S)
         view.job = client.get_job(job_id)
         if live_view is not None:
-            live_view.update(view.table())
+            live_view.refresh()
     finally:
         if live_view is not None:
             live_view.stop()
     if live_view is None:
-        console.print(view.table())
-    job = view.job
-    if job.get("error"):
-        console.print(f"[red]error:[/red] {job['error']}", highlight=False)
-    best = job.get("best")
-    if best:
-        console.print(
-            f"best: attempt {best['n']}, {fmt_ms(best.get('median_ms'))} ms, "
-            f"{fmt_x(best.get('speedup_vs_eager'))} vs eager, "
-            f"{fmt_x(best.get('speedup_vs_compile'))} vs torch.compile — `kernelloop replay {job_id}`",
-            highlight=False,
-        )
-    return final or str(job.get("state"))
+        console.print(view.render())
+    for line in view.summary(replay_hint=f"kernelloop replay {job_id}",
+                             dashboard_url=f"{client.config.api_url}/dashboard/jobs/{job_id}"):
+        console.print(line, highlight=False)
+    return final or str(view.job.get("state"))
 
 
 def watch(

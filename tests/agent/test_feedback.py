@@ -168,3 +168,11 @@ def test_the_compile_budget_counts_fresh_compiles_only() -> None:
     ledger.charge_compile(make_verdict("pass", "compile").with_changes(
         compile=CompileResult(ok=True, seconds=0.0)).to_dict())  # memoised: no compile
     assert (ledger.compile_s, ledger.compiles) == (30.0, 1)
+
+
+def test_a_compile_error_without_compiler_text_says_so_instead_of_an_empty_heading() -> None:
+    verdict = Verdict(status=Status.ERROR, stage=Stage.COMPILE, message="",
+                      compile=CompileResult(ok=False, seconds=1.0))
+    text = verdict_feedback("compile", verdict.to_dict())
+    assert "first compiler errors:" not in text
+    assert "the compiler printed no error text" in text

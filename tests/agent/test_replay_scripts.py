@@ -1,4 +1,5 @@
-"""Replay scripts: every seed problem on both targets, candidates built from the examples."""
+"""Replay scripts: every seed problem and every bundled level-1 problem on both targets, candidates
+built from the examples (no compiles here: tests/examples and tests/gpu run the level-1 ones)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from agent import StopReason, run_job
 from agent.providers.base import ProviderError
 from agent.providers.replay import NoReplayScript, ReplayProvider, replay_script, scripted_problems
-from agent.providers.replay_candidates import EXAMPLES_DIR
-from agent.testing import MemoryRecorder
+from agent.providers.replay_candidates import EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
+from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
 from problems import load_problem
 from tests.agent.support import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
 
@@ -36,8 +37,56 @@ def extension_name(source: str) -> str:
     return match.group(1)
 
 
-def test_every_seed_problem_has_a_script_on_both_targets() -> None:
-    assert set(scripted_problems()) == set(ALL)
+LEVEL1_FILES = sorted((EXAMPLES_DIR.parent / "problems" / "bundled" / "level1").glob("*.py"))
+LEVEL1 = [(demo, target) for demo in LEVEL1_DEMOS for target in ("cpu", "cuda")]
+
+
+def test_every_seed_and_level1_problem_has_a_script_on_both_targets() -> None:
+    level1 = {(f"level1/{p.stem}", t) for p in LEVEL1_FILES for t in ("cpu", "cuda")}
+    assert len(LEVEL1_FILES) == 13
+    assert set(scripted_problems()) == set(ALL) | level1
+
+
+def _init_args(source: str, class_name: str) -> list[str]:
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    return [a.arg for a in item.args.args[1:]]
+    raise AssertionError(f"no {class_name}.__init__")
+
+
+@pytest.mark.parametrize(("demo", "target"), LEVEL1, ids=lambda x: getattr(x, "name", x))
+def test_level1_script_reads_drafts_times_and_submits(demo: Level1Demo, target: str) -> None:
+    turns, sources = replay_script(demo.problem_id, target)
+    calls = [(c.tool, c.candidate) for turn in turns for c in turn.calls]
+    draft = [("check_correctness", demo.draft)] + ([("benchmark", "slow")] if demo.draft == "slow" else [])
+    assert calls == [("get_gpu_specs", None), *draft, ("benchmark", "fast"), ("submit", "fast")]
+    fast = (EXAMPLES_DIR / demo.example(target)).read_text()
+    assert sources["fast"] == fast and sources[demo.draft] != fast
+    # The draft is a one-call edit of forward: the same extension, so no compile of its own.
+    assert extension_part(sources[demo.draft]) == extension_part(fast)
+    assert extension_name(fast) == f"kl_l1_{demo.name}_{target}"
+    problem = load_problem(demo.problem_id)
+    for source in sources.values():
+        assert _init_args(source, "ModelNew") == _init_args(problem.source, "Model")
+        assert "torch.cuda" not in source  # nothing touches the GPU at import
+    if target == "cuda":
+        assert "cuda_sources=CUDA_SOURCE" in fast and "no_implicit_headers=True" in fast and "__global__" in fast
+    else:
+        assert "cuda_sources" not in fast and '"-fopenmp"' in fast
+    assert all(turn.content for turn in turns) and len(turns) <= 5
+
+
+@pytest.mark.parametrize(("demo", "target"), LEVEL1, ids=lambda x: getattr(x, "name", x))
+def test_each_level1_script_runs_to_submit_against_a_fake(demo: Level1Demo, target: str) -> None:
+    provider = ReplayProvider.for_problem(demo.problem_id, target)
+    draft = FakeCandidate("wrong") if demo.draft == "wrong" else FakeCandidate("pass", median_ms=5.0)
+    evaluator = FakeEvaluator({provider.source(demo.draft): draft, provider.source("fast"): FakeCandidate("pass")})
+    result = run_job(spec_for(load_problem(demo.problem_id), target), evaluator=evaluator, recorder=MemoryRecorder(),
+                     provider=provider, sleep=no_sleep)
+    assert result.trajectories[0].reason is StopReason.SUBMITTED
+    assert result.best is not None and result.best["source"] == provider.source("fast")
 
 
 @pytest.mark.parametrize(("problem_id", "target"), ALL)
@@ -95,5 +144,5 @@ def test_position_survives_summaries_and_unknown_scripts_are_refused() -> None:
     assert provider.complete(history, [], temperature=0.2).tool_calls[0].name == "profile"
     with pytest.raises(ProviderError, match="no turn 8"):
         provider.complete([{"role": "assistant", "tool_calls": [{"id": "replay-6-0"}]}], [], temperature=0.2)
-    with pytest.raises(NoReplayScript, match="level1/matmul"):
-        ReplayProvider.for_problem("level1/matmul", "cpu")
+    with pytest.raises(NoReplayScript, match="no script for level3/mlp on cpu; it has scripts for level1/argmax"):
+        ReplayProvider.for_problem("level3/mlp", "cpu")

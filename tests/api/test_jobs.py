@@ -73,7 +73,7 @@ def test_post_job_is_queued_stored_and_dispatched(
 
 
 def test_post_job_with_problem_source(client: TestClient, alice: Key, dispatcher: RecordingDispatcher) -> None:
-    job = post_job(client, alice, problem_id=None, problem_source=PROBLEM_SOURCE, target="cpu")
+    job = post_job(client, alice, problem_id=None, problem_source=PROBLEM_SOURCE, target="cpu", llm_profile="openai")
     assert job["problem"]["bundled_id"] is None
     assert dispatcher.calls == [(job["id"], "cpu")]
 
@@ -133,6 +133,11 @@ BAD_JOB_INPUTS = [
         id="too-many-trajectories",
     ),
     pytest.param({"trajectories": 0}, "invalid_request", "trajectories", id="no-trajectories"),
+    # The replay LLM is refused up front where it has no script, naming the problems it has.
+    pytest.param({"problem_id": "level3/mlp", "llm_profile": "replay"}, "no_replay_script",
+                 "no script for level3/mlp on cpu; it has scripts for level1/argmax", id="no-replay-script"),
+    pytest.param({"problem_id": None, "problem_source": PROBLEM_SOURCE}, "no_replay_script",
+                 "no script for a posted problem", id="posted-problem-under-replay"),
     pytest.param({"budgets": {"turns": 0}}, "invalid_request", "budgets.turns", id="zero-turns"),
     pytest.param({"budgets": {"wall_clock_s": 1e9}}, "invalid_request", "budgets.wall_clock_s", id="week-long"),
     pytest.param({"target": "tpu"}, "invalid_request", "target: Input should be 'cuda' or 'cpu'", id="bad-target"),
@@ -324,7 +329,8 @@ def test_two_api_processes_bursting_one_key_keep_its_quota_and_store_nothing_ref
     async def burst(bases: list[str]) -> list[int]:
         async with httpx.AsyncClient(headers=key.headers, timeout=30) as client:
             responses = await asyncio.gather(*(
-                client.post(f"{bases[i % 2]}/jobs", json={"problem_source": source, "target": "cpu"})
+                client.post(f"{bases[i % 2]}/jobs", json={"problem_source": source, "target": "cpu",
+                                                         "llm_profile": "openai"})
                 for i in range(24)
             ))
         return sorted(r.status_code for r in responses)
@@ -334,8 +340,8 @@ def test_two_api_processes_bursting_one_key_keep_its_quota_and_store_nothing_ref
         assert asyncio.run(burst([first, second])) == [202] * 5 + [429] * 19
         # At the quota, a submission of a source never seen before: refused, and the source not kept.
         unseen = PROBLEM_SOURCE + "# refused\n"
-        response = httpx.post(f"{first}/jobs", json={"problem_source": unseen, "target": "cpu"},
-                              headers=key.headers)
+        response = httpx.post(f"{first}/jobs", headers=key.headers,
+                              json={"problem_source": unseen, "target": "cpu", "llm_profile": "openai"})
         assert response.status_code == 429, response.text
     with session_scope(factory) as session:
         jobs = session.scalars(select(Job.id).where(Job.owner_id == key.id)).all()

@@ -48,7 +48,7 @@ def test_submit_no_follow_prints_the_job_id(service: Service, tmp_path: Path) ->
     # A problem file goes as its source.
     problem = tmp_path / "mine.py"
     problem.write_text((Path(__file__).parents[2] / "problems/bundled/level1/softmax.py").read_text() + "# mine\n")
-    posted = run(["submit", str(problem), "--target", "cpu", "--no-follow"], env, tmp_path)
+    posted = run(["submit", str(problem), "--target", "cpu", "--llm", "openai", "--no-follow"], env, tmp_path)
     assert posted.returncode == 0, posted.stderr
     with session_scope(service.factory) as session:
         assert get_job(session=session, job_id=int(posted.stdout.split()[0])).problem.bundled_id is None

@@ -195,4 +195,4 @@ def test_the_mapping_matches_agent_stop_reason_outcome() -> None:
 
 
 def test_worker_event_names() -> None:
-    assert [e.value for e in WorkerEvent] == ["trajectory", "message", "progress"]
+    assert [e.value for e in WorkerEvent] == ["trajectory", "message", "progress", "stage"]

@@ -75,6 +75,10 @@ def test_an_evaluation_job_stores_its_verdict_and_succeeds(
         (attempt,) = list_attempts(session=session, job_id=wrong).items
         assert attempt.status is Status.FAIL and attempt.stage == "correctness"
     events = _events(sqlite_factory, good)
+    # The referee's stages (cached builds and baselines send none) come before the attempt.
+    stages = [(p["stage"], p["phase"]) for t, p in events if t == "stage"]
+    assert stages[-6:] == [(s, phase) for s in ("load", "correctness", "timing") for phase in ("started", "finished")]
+    events = [(t, p) for t, p in events if t != "stage"]
     assert [t for t, _ in events] == ["state", "state", "progress", "progress", "attempt", "state"]
     assert events[2][1]["phase"] == "started" and events[3][1] == {"phase": "evaluating", "depth": "benchmark"}
     assert events[4][1]["status"] == "pass" and events[-1][1]["state"] == "succeeded"
