@@ -21,6 +21,7 @@ import secrets
 import shutil
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from harness.sandbox import (
     ChannelTimeout,
     SandboxSpec,
     StageProcess,
+    kill_all_stages,
+    kill_stages,
     protect_current_process,
     visible_under_run,
 )
@@ -43,7 +46,7 @@ from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from problems.spec import Policy, Problem, parse_problem
 
-__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate", "warm_headers"]
+__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "cancel_all", "evaluate", "warm_headers"]
 
 HARNESS_VERSION = "0.1.0"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
@@ -228,6 +231,7 @@ class Referee:
         #: see this one and no other job's.
         self.runs_root = self.options.runs_dir / f"referee-{secrets.token_hex(8)}"
         self.runs_root.mkdir()
+        _LIVE_REFEREES.add(self)
         protect_current_process()
 
     # -- life cycle -----------------------------------------------------------------------
@@ -254,8 +258,7 @@ class Referee:
         self._cancelled.set()
         with self._spares_lock:
             stages = list(self._stages)
-        for stage in stages:
-            stage.kill()
+        kill_stages(stages)
 
     @property
     def cancelled(self) -> bool:
@@ -1012,6 +1015,19 @@ class Referee:
             flags=flags, hints=hints, log=log[-limit:] if log else "", provenance=provenance,
             depth=depth.value, profile=profile,
         )
+
+
+#: Every Referee of this process not yet collected (`cancel_all`).
+_LIVE_REFEREES: weakref.WeakSet[Referee] = weakref.WeakSet()
+
+
+def cancel_all() -> None:
+    """Cancel every Referee of this process and kill any other stage it started (admission): a
+    worker about to exit (its supervisor died, it was told to stop) leaves no stage behind, and
+    the evaluations in flight end as cancelled rather than as the candidates' crashes."""
+    for referee in list(_LIVE_REFEREES):
+        referee.cancel()
+    kill_all_stages()
 
 
 def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,

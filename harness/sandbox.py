@@ -37,6 +37,7 @@ __all__ = [
     "StageProcess",
     "host_private_paths",
     "kill_all_stages",
+    "kill_stages",
     "protect_current_process",
     "read_tail",
     "visible_under_run",
@@ -245,13 +246,21 @@ def host_private_paths() -> list[Path]:
     return found
 
 
+def kill_stages(stages: list[StageProcess]) -> None:
+    """Kill stages side by side (each may take its SIGTERM grace; a cancel must be quick)."""
+    threads = [threading.Thread(target=stage.kill, daemon=True) for stage in stages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def kill_all_stages() -> int:
     """Kill every stage this process started and did not kill yet, with their trees (a worker
     orphaned by its supervisor, a cancel): returns how many there were."""
     with _LIVE_LOCK:
         stages = list(_LIVE)
-    for stage in stages:
-        stage.kill()
+    kill_stages(stages)
     return len(stages)
 
 
