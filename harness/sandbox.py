@@ -232,12 +232,12 @@ def _interpreter_paths() -> list[Path]:
 
 
 def host_private_paths() -> list[Path]:
-    """The service's working directory and the home directory: hidden from every stage (a
-    plaintext API key where ``kernelloop up`` was started, the data directory inside it, a
-    ``~/.netrc``). Left alone where hiding would cover the system (``/``, ``/usr``...); the
-    interpreter, the harness and the stage's own paths under them are bound back."""
+    """The service's working directory, the home directory and this checkout: hidden from every
+    stage (a plaintext API key where ``kernelloop up`` was started, a ``.env``, the data directory
+    inside one of them, a ``~/.netrc``). Left alone where hiding would cover the system (``/``,
+    ``/usr``...); the interpreter, the harness and the stage's own paths under them are bound back."""
     found = []
-    for raw in (os.getcwd(), os.path.expanduser("~")):
+    for raw in (os.getcwd(), os.path.expanduser("~"), str(_REPO_ROOT)):
         path = Path(os.path.realpath(raw))
         if path == Path("/") or any(path == d or path in d.parents for d in _SYSTEM_DIRS):
             continue
