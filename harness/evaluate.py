@@ -225,6 +225,7 @@ class Referee:
         #: Every stage process this Referee started (`cancel` kills those still alive).
         self._stages: list[StageProcess] = []
         self._cancelled = threading.Event()
+        self._problem_failed = False
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
         #: This Referee's run directories (its reference's and its attempts'): its problem stages
@@ -747,7 +748,8 @@ class Referee:
             self._prestart(builder=False)
             verdict = self._evaluate(source, depth) if not self._cancelled.is_set() else None
         finally:
-            self._prestart()  # the next attempt's stages, while the agent writes it
+            if not self._problem_failed:  # no next attempt after the problem's own code failed
+                self._prestart()  # the next attempt's stages, while the agent writes it
         if verdict is None or self._cancelled.is_set():  # whatever the killed stages made of it
             return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM if verdict is None else verdict.stage,
                                           CANCELLED_MESSAGE, ErrorKind.INFRA), depth=depth)
@@ -766,6 +768,7 @@ class Referee:
             self.start_reference()
             baselines = self.baselines() if depth is Depth.BENCHMARK else None
         except ReferenceFailed as exc:
+            self._problem_failed = exc.kind is ErrorKind.PROBLEM
             return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), exc.kind), **base, log=exc.details)
         prepared = self._take_stage("candidate")
         try:
