@@ -219,15 +219,30 @@ def _set_rlimits(limits: dict[str, int], *, own_user_namespace: bool) -> None:
         resource.setrlimit(res, (value, value))
 
 
+#: The host's /proc, opened before the stage mounts its own over it (in a PID namespace, /proc
+#: then lists the stage's namespace, where this process and its pids do not appear).
+_PROC_FD: int | None = None
+
+
+def _read_stat(entry: str) -> str:
+    if _PROC_FD is None:
+        with open(f"/proc/{entry}/stat") as fh:
+            return fh.read()
+    fd = os.open(f"{entry}/stat", os.O_RDONLY, dir_fd=_PROC_FD)
+    try:
+        return os.read(fd, 4096).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def _descendants() -> set[int]:
     """Every descendant of this process, from one pass over /proc (a deep chain costs no more)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir(_PROC_FD if _PROC_FD is not None else "/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
+            stat = _read_stat(entry)
         except OSError:
             continue
         children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
@@ -291,6 +306,8 @@ def _watch(stage: int, process_limit: int | None) -> int:
 
 
 def main() -> int:
+    global _PROC_FD
+    _PROC_FD = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cfg = json.loads(sys.argv[1])
     parent = os.getppid()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

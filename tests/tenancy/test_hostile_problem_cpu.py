@@ -128,8 +128,11 @@ import time
 import torch
 from torch import nn
 
-for _ in range({count}):
-    subprocess.Popen(["sleep", "600", "{token}"], start_new_session=True)
+# `sh` stays alive as the sleep's parent (the `:` after it), its command line holding the token.
+sleepers = [subprocess.Popen(["sh", "-c", "sleep 600; :", "{token}"], start_new_session=True)
+            for _ in range({count})]
+time.sleep(0.5)
+assert all(p.poll() is None for p in sleepers), "the sleepers died early"
 {after}
 '''
 
@@ -139,7 +142,8 @@ def test_a_problems_processes_do_not_outlive_its_evaluation(service: Service) ->
     source = FORKER.format(count=10, token=token, after="raise RuntimeError('forked and failed')") + PROBLEM_TAIL
     job_id = service.post_evaluation(source)
     service.run_next()
-    _failed_once_as_problem(service, job_id)
+    verdict = _failed_once_as_problem(service, job_id)
+    assert "forked and failed" in verdict["message"], verdict["message"]  # they ran until then
     assert processes_with(token) == []
 
 
