@@ -151,8 +151,9 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service
     engine.dispose()
 
 
-def stage_processes(root_pid: int | None = None) -> list[int]:
-    """Live sandbox processes (wardens and roles) descending from ``root_pid`` (default: us)."""
+def stage_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
+    """Live sandbox processes (wardens and roles; only ``role``'s stage when given) descending
+    from ``root_pid`` (default: us)."""
     root_pid = root_pid or os.getpid()
     parents: dict[int, int] = {}
     commands: dict[int, str] = {}
@@ -179,8 +180,8 @@ def stage_processes(root_pid: int | None = None) -> list[int]:
             pid = parents[pid]
         return False
 
-    return [pid for pid, cmd in commands.items()
-            if ("harness.roles" in cmd or "warden.py" in cmd) and descends(pid)]
+    wanted = (f"harness.roles {role} ",) if role else ("harness.roles", "warden.py")
+    return [pid for pid, cmd in commands.items() if any(w in cmd for w in wanted) and descends(pid)]
 
 
 def processes_with(marker: str) -> list[int]:
