@@ -244,6 +244,8 @@ class Referee:
         if self._reference is not None:
             self._reference.close()
             self._reference = None
+        with contextlib.suppress(OSError):  # only if nothing was kept to debug
+            self.runs_root.rmdir()
 
     def __enter__(self) -> Referee:
         return self
