@@ -19,7 +19,7 @@ from harness.options import HarnessOptions, Target
 from harness.sandbox import ALWAYS_HIDDEN, SandboxSpec, visible_under_run
 
 __all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_rlimits",
-           "problem_stage_spec"]
+           "problem_stage_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
 _MEMORY_ERRORS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc",
@@ -67,6 +67,13 @@ def cpu_seconds_limit(options: HarnessOptions, role: str) -> int:
     return int(4 * cores * (timeouts.reference_start_s + timeouts.baselines_s)) + 1
 
 
+def process_limit(options: HarnessOptions) -> int:
+    """``options.process_limit``, else 16 per core and at least 1024."""
+    if options.process_limit is not None:
+        return max(1, int(options.process_limit))
+    return max(1024, 16 * (os.cpu_count() or 1))
+
+
 def compiler_cache_dir(options: HarnessOptions, problem_sha256: str) -> Path:
     """The inductor and Triton caches of one problem (its content's hash): ``torch.compile`` of the
     baselines writes there, and no other problem's reference ever loads it."""
@@ -85,7 +92,7 @@ def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target
             candidates' outputs arrive); everything else under the cache is hidden.
         writable: what it writes besides ``workdir`` (its compiler cache).
     """
-    rlimits = {"CORE": 0, "NPROC": options.process_limit, "CPU": cpu_seconds_limit(options, role),
+    rlimits = {"CORE": 0, "NPROC": process_limit(options), "CPU": cpu_seconds_limit(options, role),
                **memory_rlimits(options, target)}
     hidden = (*options.hidden_paths, *ALWAYS_HIDDEN, options.cache_dir)
     return SandboxSpec(role=role, workdir=workdir, namespaces=namespaces, gpu_visible=target is Target.CUDA,
