@@ -108,6 +108,8 @@ def limit_message(spec: SandboxSpec, exit_code: int | None, errors: str) -> str 
     if exit_code == 128 + signal.SIGXCPU:
         return f"the problem's code exceeded its CPU-time limit of {limits.get('CPU')} s"
     memory = limits.get("AS") or limits.get("DATA")
+    if "CUDA out of memory" in errors or "cudaErrorMemoryAllocation" in errors:
+        return "the problem's code ran out of GPU memory"
     if any(marker in errors for marker in _MEMORY_ERRORS):
         where = f" of {memory / 1024 ** 3:.1f} GB" if memory else ""
         return f"the problem's code exceeded its memory limit{where}"
