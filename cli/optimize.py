@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,6 +32,40 @@ _POLL_S = 0.3
 _JOB_REFRESH_S = 1.0
 #: Redraws per second of the live view on a terminal (the running stage's clock moves on its own).
 _LIVE_REFRESH_PER_S = 4
+#: The worker id of an ``optimize`` process: its host and pid say whether it still runs.
+_WORKER_ID = "optimize-{host}-{pid}"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphaned_jobs(factory: Any) -> list[int]:
+    """Fail the jobs an ``optimize`` process on this host left ``running`` when it died (kill -9,
+    a crash, a reboot): its thread was the job's only worker, so nothing else would ever finish
+    them. The attempts they stored stay. Returns their ids."""
+    from store import JobState, finish_job, list_jobs, session_scope
+
+    prefix = _WORKER_ID.format(host=socket.gethostname(), pid="")
+    failed = []
+    with session_scope(factory) as session:
+        running = list_jobs(session=session, state=JobState.RUNNING, limit=500).items
+        orphans = [(job.id, job.worker_id) for job in running
+                   if (job.worker_id or "").startswith(prefix) and job.worker_id[len(prefix):].isdigit()
+                   and not _process_alive(int(job.worker_id[len(prefix):]))]
+    for job_id, worker_id in orphans:
+        with session_scope(factory) as session:
+            finish_job(session=session, job_id=job_id, worker_id=worker_id, state=JobState.FAILED,
+                       error=f"its `kernelloop optimize` process (pid {worker_id[len(prefix):]}) died before the "
+                       "job ended; the attempts it stored stay")
+        failed.append(job_id)
+    return failed
 
 
 def _split_llm(llm: str) -> tuple[str, str | None]:
@@ -98,6 +132,8 @@ def optimize(
     # Owned by the local key, so the job shows on the dashboard of `kernelloop up` for this user.
     local_key = ensure_local_key(settings)
     factory = make_session_factory(make_engine(url))
+    for orphan in fail_orphaned_jobs(factory):
+        console.print(f"[yellow]job {orphan} was left running by an optimize process that died: marked failed[/]")
     budgets = {k: v for k, v in {"turns": turns, "tool_calls": tool_calls}.items() if v is not None}
     with session_scope(factory) as session:
         declarations = {k: v for k, v in spec.to_dict().items() if k != "source"}
@@ -107,7 +143,7 @@ def optimize(
                          kind=JobKind.AGENT, llm_profile=profile, llm_model=model, budgets=budgets,
                          trajectories_count=trajectories, owner_id=local_key.key_id)
         job_id = job.id
-    worker_id = f"optimize-{socket.gethostname()}-{os.getpid()}"
+    worker_id = _WORKER_ID.format(host=socket.gethostname(), pid=os.getpid())
     with session_scope(factory) as session:
         claim_job(session=session, job_id=job_id, worker_id=worker_id, lease_seconds=settings.lease_seconds)
     console.print(f"job {job_id}: {spec.id} on {target.value} with {llm} "

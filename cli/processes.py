@@ -23,14 +23,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
 
 __all__ = [
     "STOP_GRACE_S", "ChildSpec", "Children", "check_port_free", "die_with_parent", "reuse_port_socket",
-    "wait_for_stop_signal",
+    "wait_for_stop_signal", "watch_parent",
 ]
 
 err = Console(stderr=True)
@@ -42,6 +42,8 @@ RESTART_DELAY_S = 2.0
 #: Exit statuses of a child that was asked to stop (exit 0, SIGINT, SIGTERM, as signal or code).
 _CLEAN_EXITS = (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
+#: How often `watch_parent` looks for its supervisor.
+PARENT_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,26 @@ def die_with_parent(parent_pid: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:
         sys.exit(1)
+
+
+def watch_parent(parent_pid: int, on_orphaned: Callable[[], None], *,
+                 poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """In a child: call ``on_orphaned`` (which should end the process) once the supervisor
+    ``parent_pid`` is gone, checked every ``poll_s`` in a daemon thread.
+
+    The backstop of `die_with_parent`: a signal handler runs only when the main thread gets back
+    to the interpreter (a worker's main thread may wait minutes for an evaluation), and the death
+    signal follows the supervisor's thread that started us, not the supervisor itself.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        on_orphaned()
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]:

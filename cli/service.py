@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from cli.processes import Children, ChildSpec, check_port_free, die_with_parent, reuse_port_socket, wait_for_stop_signal
+from cli.processes import (
+    Children,
+    ChildSpec,
+    check_port_free,
+    die_with_parent,
+    reuse_port_socket,
+    wait_for_stop_signal,
+    watch_parent,
+)
 from config import Settings, load_settings
 from config.logs import uvicorn_log_config
 
@@ -286,8 +294,12 @@ def embedded_worker(
 ) -> None:
     """One of `up`'s embedded workers (started by it, not by hand)."""
     from worker.embedded import main as worker_main
+    from worker.embedded import stop_now
 
+    # It must not outlive `up` by more than a few seconds however `up` dies (kill -9 included):
+    # the death signal, and a watch on the parent in case the signal cannot be acted on.
     die_with_parent(parent_pid)
+    watch_parent(parent_pid, lambda: stop_now(1))
     raise typer.Exit(worker_main(["--target", target]))
 
 

@@ -6,7 +6,7 @@ torch. Public surface::
     from harness import evaluate, Referee, HarnessOptions, Target, Verdict, warm_headers
 """
 
-from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, evaluate, warm_headers
+from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, cancel_all, evaluate, warm_headers
 from harness.options import Depth, HarnessOptions, Target, Timeouts, TimingOptions
 from harness.progress import StageEvent, StageListener, StageName, StagePhase
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
@@ -34,6 +34,7 @@ __all__ = [
     "TimingOptions",
     "Trial",
     "Verdict",
+    "cancel_all",
     "evaluate",
     "warm_headers",
 ]

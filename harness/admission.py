@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.options import HarnessOptions, Target
-from harness.sandbox import ALWAYS_HIDDEN, ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess, visible_under_run
+from harness.problemstage import limit_message, problem_stage_spec
+from harness.sandbox import ChannelClosed, ChannelTimeout, StageProcess
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.spec import Problem
 
@@ -62,12 +63,9 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     secret = options.secret_seed if options.secret_seed is not None else new_secret()
     trials = plan_trials(secret, trials=2, input_variants=problem.input_variants, extra_shapes=problem.extra_shapes)
     workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
-    # A submitted problem is code from outside too: the sockets under /run, other attempts' run
-    # directories and the service's data stay out of its sight.
-    spec = SandboxSpec(role="admission", workdir=workdir, gpu_visible=target is Target.CUDA,
-                       needed_paths=(options.cache_dir, *visible_under_run()), rlimits={"CORE": 0},
-                       hidden_paths=(*options.hidden_paths, *ALWAYS_HIDDEN, options.runs_dir),
-                       namespaces=("user", "mount", "net", "pid"))
+    # A submitted problem is code from outside too: confined like the reference stage (no cache,
+    # no other run, no service data, limits named when hit).
+    spec = problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
     request = {
         "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
         "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),
@@ -78,11 +76,16 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
             reply = process.request(request, timeout=options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed) as exc:
             reason = "timed out" if isinstance(exc, ChannelTimeout) else process.describe_exit()
-            return AdmissionReport(problem.id, target.value, (), message=f"the problem's process {reason}:\n"
-                                   + process.log_tail(2000))
+            log = process.log_tail(2000)
+            process.kill()
+            limit = limit_message(spec, process.exit_code(1.0), log)
+            return AdmissionReport(problem.id, target.value, (), message=(f"{limit}: " if limit else "")
+                                   + f"the problem's process {reason}:\n{log}")
     if not reply.get("ok"):
-        return AdmissionReport(problem.id, target.value, (),
-                               message=f"{reply.get('message')}:\n{reply.get('errors', '')}".strip())
+        errors = str(reply.get("errors", ""))
+        limit = limit_message(spec, None, errors)
+        return AdmissionReport(problem.id, target.value, (), message=(f"{limit}: " if limit else "")
+                               + f"{reply.get('message')}:\n{errors}".strip())
     return AdmissionReport(
         problem.id, target.value,
         tuple(AdmissionCheck(c["name"], c["passed"], c["detail"]) for c in reply["checks"]),

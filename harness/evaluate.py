@@ -16,10 +16,12 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
 import shutil
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from harness.buildcache import build_directory, copy_build, publish_staged
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
+from harness.problemstage import compiler_cache_dir, limit_message, memory_rlimits, problem_stage_spec
 from harness.progress import StageListener, StageName, StageReporter
 from harness.sandbox import (
     ALWAYS_HIDDEN,
@@ -35,6 +38,8 @@ from harness.sandbox import (
     ChannelTimeout,
     SandboxSpec,
     StageProcess,
+    kill_all_stages,
+    kill_stages,
     protect_current_process,
     visible_under_run,
 )
@@ -42,7 +47,7 @@ from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from problems.spec import Policy, Problem, parse_problem
 
-__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "evaluate", "warm_headers"]
+__all__ = ["HARNESS_VERSION", "Referee", "ReferenceFailed", "cancel_all", "evaluate", "warm_headers"]
 
 HARNESS_VERSION = "0.1.0"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
@@ -129,19 +134,31 @@ def _hardened_bound(timing: Timing, wall_s: float, overhead_s: float, request: d
     return unexplained_s > allowed_s, detail
 
 
-def _host_memory_mb() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
-    except (ValueError, OSError):
-        return 8192
-
-
 class ReferenceFailed(RuntimeError):
-    """The trusted reference process could not run the problem (infra or a broken problem)."""
+    """The trusted reference process could not run the problem: ``kind`` says whose fault it is
+    (`ErrorKind.PROBLEM`: the problem's own code raised, hung or hit a limit; `ErrorKind.INFRA`:
+    ours, or a cancel)."""
 
-    def __init__(self, message: str, details: str = "") -> None:
+    def __init__(self, message: str, details: str = "", kind: ErrorKind = ErrorKind.INFRA) -> None:
         self.details = details
+        self.kind = kind
         super().__init__(message)
+
+
+_PROBLEM_FRAME = re.compile(r'File "(problem:[^"]*)", line (\d+)')
+
+
+def _where(errors: str, what: str) -> str:
+    """``what``, with the problem file and line of the traceback's last problem frame and the
+    exception's last line: "the problem's code failed to run (problem:x, line 12): ValueError: …"."""
+    frames = _PROBLEM_FRAME.findall(errors)
+    lines = [line for line in errors.strip().splitlines() if line.strip()]
+    place = f" ({frames[-1][0]}, line {frames[-1][1]})" if frames else ""
+    return f"{what}{place}: {lines[-1].strip()[:300]}" if lines else what
+
+
+#: The verdict message of an evaluation cut short by `Referee.cancel`.
+CANCELLED_MESSAGE = "cancelled: the job is stopping"
 
 
 @dataclass(frozen=True)
@@ -212,8 +229,17 @@ class Referee:
         #: Stages started ahead for the next attempt, by role (`_prestart`).
         self._spares: dict[str, _StartedStage] = {}
         self._spares_lock = threading.Lock()
+        #: Every stage process this Referee started (`cancel` kills those still alive).
+        self._stages: list[StageProcess] = []
+        self._cancelled = threading.Event()
+        self._problem_failed = False
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
+        #: This Referee's run directories (its reference's and its attempts'): its problem stages
+        #: see this one and no other job's.
+        self.runs_root = self.options.runs_dir / f"referee-{secrets.token_hex(8)}"
+        self.runs_root.mkdir()
+        _LIVE_REFEREES.add(self)
         protect_current_process()
 
     # -- life cycle -----------------------------------------------------------------------
@@ -225,12 +251,37 @@ class Referee:
         if self._reference is not None:
             self._reference.close()
             self._reference = None
+        with contextlib.suppress(OSError):  # only if nothing was kept to debug
+            self.runs_root.rmdir()
 
     def __enter__(self) -> Referee:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def cancel(self) -> None:
+        """Stop for good, from any thread: every stage process of this Referee (reference,
+        compile, builder, candidate, prestarted ones) is killed with its process tree, so the
+        evaluation in flight returns soon after with an error verdict (``infra``, "cancelled"),
+        releasing whatever lock its caller holds; later evaluations return one at once."""
+        self._cancelled.set()
+        with self._spares_lock:
+            stages = list(self._stages)
+        kill_stages(stages)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def _started(self, process: StageProcess) -> StageProcess:
+        """Record a new stage (for `cancel`); one started as the cancel came is killed at once."""
+        with self._spares_lock:
+            self._stages = [p for p in self._stages if p.exit_code() is None]
+            self._stages.append(process)
+        if self._cancelled.is_set():
+            process.kill()
+        return process
 
     # -- stages ---------------------------------------------------------------------------
     def _spec(self, role: str, workdir: Path, *, run_dir: Path | None = None,
@@ -254,18 +305,10 @@ class Referee:
         )
 
     def _memory_rlimits(self) -> dict[str, int]:
-        limit_mb = self.options.memory_limit_mb
-        if limit_mb is None:
-            if self.target is Target.CUDA:
-                return {}
-            limit_mb = _host_memory_mb() // 2
-        limit = int(limit_mb) * 1024 * 1024
-        # RLIMIT_AS bounds every mapping (also shared ones, which RLIMIT_DATA does not count) but
-        # breaks CUDA, whose driver reserves address ranges far larger than the memory it uses.
-        return {"DATA": limit} if self.target is Target.CUDA else {"AS": limit, "DATA": limit}
+        return memory_rlimits(self.options, self.target)
 
     def _new_run_dir(self, prefix: str) -> Path:
-        path = self.options.runs_dir / f"{prefix}-{secrets.token_hex(8)}"
+        path = self.runs_root / f"{prefix}-{secrets.token_hex(8)}"
         path.mkdir(parents=True)
         return path
 
@@ -288,7 +331,7 @@ class Referee:
             builds.mkdir()
             spec = self._spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
                               gpu_visible=self.target is Target.CUDA)
-        return _StartedStage(StageProcess(spec, sandbox=self.options.sandbox), run_dir)
+        return _StartedStage(self._started(StageProcess(spec, sandbox=self.options.sandbox)), run_dir)
 
     def _take_stage(self, role: str) -> _StartedStage:
         """The prestarted stage of this role if it is alive, else a new one."""
@@ -310,7 +353,7 @@ class Referee:
         a request hands them candidate code, and `_settle` waits for their start-up before
         anything is timed.
         """
-        if not self.options.prestart:
+        if not self.options.prestart or self._cancelled.is_set():
             return
         for role in ("compile", "candidate", *(("builder",) if builder and self._builder_wanted else ())):
             with self._spares_lock:
@@ -340,7 +383,16 @@ class Referee:
             return {role: stage.process.pid for role, stage in self._spares.items()}
 
     def start_reference(self) -> dict[str, Any]:
-        """Start the reference process (idempotent); returns its specs, FLOPs and environment."""
+        """Start the reference process (idempotent); returns its specs, FLOPs and environment.
+
+        Raises:
+            ReferenceFailed: ``kind`` `ErrorKind.PROBLEM` when the problem's code raised, did not
+                start within ``timeouts.reference_start_s`` or hit a limit (the message names it;
+                ``details`` is its traceback trimmed to the problem's lines); `ErrorKind.INFRA`
+                when ours failed or the Referee was cancelled.
+        """
+        if self._cancelled.is_set():
+            raise ReferenceFailed(CANCELLED_MESSAGE)
         if self._reference is not None and self._reference.exit_code() is None:
             return self.reference_info
         if self._reference is not None:
@@ -348,11 +400,17 @@ class Referee:
             self._reference = None
         self._prestart()  # a job's first attempt finds its stages started too
         workdir = self._new_run_dir("reference")
-        spec = self._spec("reference", workdir, gpu_visible=self.target is Target.CUDA,
-                          writable_paths=(self.options.cache_dir / "inductor",),
-                          extra_env={"TORCHINDUCTOR_CACHE_DIR": str(self.options.cache_dir / "inductor")})
-        (self.options.cache_dir / "inductor").mkdir(parents=True, exist_ok=True)
-        process = StageProcess(spec, sandbox=self.options.sandbox)
+        caches = compiler_cache_dir(self.options, self.problem.sha256)
+        caches.mkdir(parents=True, exist_ok=True)
+        # Its own PID namespace on cuda too, unless outputs travel by CUDA IPC (which fails across
+        # PID namespaces): everything the problem's code starts dies with the stage.
+        namespaces = _NAMESPACES[self.target] if self.options.cuda_transport == "cuda_ipc" else _NAMESPACES[Target.CPU]
+        spec = problem_stage_spec(
+            "reference", workdir, self.options, self.target, namespaces=namespaces,
+            visible=(self.runs_root,), writable=(caches,),
+            extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                       "TRITON_CACHE_DIR": str(caches / "triton")})
+        process = self._started(StageProcess(spec, sandbox=self.options.sandbox))
         request = {
             "problem": self.problem.to_dict(),
             "target": self.target.value,
@@ -360,19 +418,41 @@ class Referee:
             "init_seed": derive_seed(self._secret, "init"),
             "weights_seed": derive_seed(self._secret, "weights"),
         }
+        limit_s = self.options.timeouts.reference_start_s
         try:
             with StageReporter(self.on_stage).span(StageName.REFERENCE_START):
-                reply = process.request(request, timeout=self.options.timeouts.reference_start_s)
-        except (ChannelTimeout, ChannelClosed) as exc:
+                reply = process.request(request, timeout=limit_s)
+        except ChannelTimeout:
             log = process.log_tail(self.options.output_limit)
             process.kill()
-            raise ReferenceFailed(f"the reference process failed to start: {exc}", log) from None
+            raise ReferenceFailed(self._problem_failure(
+                process, f"the problem's code did not finish starting within its time limit of {limit_s:.0f} s "
+                "(module code, get_init_inputs, Model, get_inputs and forward of the trials)", log),
+                log, ErrorKind.PROBLEM) from None
+        except ChannelClosed as exc:
+            log = process.log_tail(self.options.output_limit)
+            process.kill()
+            if self._cancelled.is_set():
+                raise ReferenceFailed(CANCELLED_MESSAGE) from None
+            if process.sandbox_report.get("exec_error") or not process.sandbox_report:
+                raise ReferenceFailed(f"the reference process failed to start: {exc}", log) from None
+            raise ReferenceFailed(self._problem_failure(
+                process, f"the reference process running the problem's code {process.describe_exit()}", log),
+                log, ErrorKind.PROBLEM) from None
         if not reply.get("ok"):
             process.kill()
-            raise ReferenceFailed(reply.get("message", "reference failed"), reply.get("errors", ""))
+            errors = str(reply.get("errors", ""))
+            raise ReferenceFailed(self._problem_failure(process, _where(errors, "the problem's code failed to run"),
+                                                        errors), errors, ErrorKind.PROBLEM)
         self._reference = process
         self.reference_info = reply
         return reply
+
+    @staticmethod
+    def _problem_failure(process: StageProcess, what: str, details: str) -> str:
+        """``what`` failed in a problem stage; led by the limit it hit, if it hit one."""
+        limit = limit_message(process.spec, process.exit_code(1.0), details)
+        return f"{limit}: {what}" if limit else what
 
     @property
     def device_specs(self) -> dict[str, Any]:
@@ -411,9 +491,29 @@ class Referee:
                      "compile_baseline": self.options.compile_baseline},
                     timeout=self.options.timeouts.baselines_s,
                 )
-        except (ChannelTimeout, ChannelClosed) as exc:
+        except ChannelTimeout:
+            log = self._reference.log_tail(self.options.output_limit)
+            reference = self._reference
             self.close()
-            raise ReferenceFailed(f"timing the baselines failed: {exc}") from None
+            raise ReferenceFailed(self._problem_failure(
+                reference, "timing the problem's model (the baselines) did not end within its time limit of "
+                f"{self.options.timeouts.baselines_s:.0f} s", log), log, ErrorKind.PROBLEM) from None
+        except ChannelClosed as exc:
+            log = self._reference.log_tail(self.options.output_limit)
+            reference = self._reference
+            self.close()
+            if self._cancelled.is_set():
+                raise ReferenceFailed(CANCELLED_MESSAGE) from None
+            raise ReferenceFailed(self._problem_failure(
+                reference, f"timing the baselines failed: {exc}; the reference process {reference.describe_exit()}",
+                log), log, ErrorKind.PROBLEM) from None
+        if "error" in reply:
+            errors = str(reply["error"])
+            reference = self._reference
+            self.close()
+            raise ReferenceFailed(self._problem_failure(
+                reference, _where(errors, "the problem's code failed while its baselines were timed"), errors),
+                errors, ErrorKind.PROBLEM)
         self._baselines = Baselines.from_dict(reply)
         eager = self._baselines.eager
         noisy = eager is None or any(w.startswith("noisy") for w in eager.warnings)
@@ -660,9 +760,14 @@ class Referee:
             # The candidate stage starts up while this compiles (a builder only if one was started
             # for this attempt: starting one now would compete with the attempt's own stages).
             self._prestart(builder=False)
-            return self._evaluate(source, depth)
+            verdict = self._evaluate(source, depth) if not self._cancelled.is_set() else None
         finally:
-            self._prestart()  # the next attempt's stages, while the agent writes it
+            if not self._problem_failed:  # no next attempt after the problem's own code failed
+                self._prestart()  # the next attempt's stages, while the agent writes it
+        if verdict is None or self._cancelled.is_set():  # whatever the killed stages made of it
+            return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM if verdict is None else verdict.stage,
+                                          CANCELLED_MESSAGE, ErrorKind.INFRA), depth=depth)
+        return verdict
 
     def _evaluate(self, source: str, depth: Depth) -> Verdict:
         hints = tuple(static_hints(source, target=self.target.value))
@@ -677,8 +782,8 @@ class Referee:
             self.start_reference()
             baselines = self.baselines() if depth is Depth.BENCHMARK else None
         except ReferenceFailed as exc:
-            return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), ErrorKind.INFRA),
-                                 **base, log=exc.details)
+            self._problem_failed = exc.kind is ErrorKind.PROBLEM
+            return self._verdict(_Outcome(Status.ERROR, Stage.PROBLEM, str(exc), exc.kind), **base, log=exc.details)
         prepared = self._take_stage("candidate")
         try:
             verdict = self._run_candidate(prepared, source, baselines, base)
@@ -938,6 +1043,19 @@ class Referee:
             flags=flags, hints=hints, log=log[-limit:] if log else "", provenance=provenance,
             depth=depth.value, profile=profile,
         )
+
+
+#: Every Referee of this process not yet collected (`cancel_all`).
+_LIVE_REFEREES: weakref.WeakSet[Referee] = weakref.WeakSet()
+
+
+def cancel_all() -> None:
+    """Cancel every Referee of this process and kill any other stage it started (admission): a
+    worker about to exit (its supervisor died, it was told to stop) leaves no stage behind, and
+    the evaluations in flight end as cancelled rather than as the candidates' crashes."""
+    for referee in list(_LIVE_REFEREES):
+        referee.cancel()
+    kill_all_stages()
 
 
 def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,

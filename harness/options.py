@@ -155,6 +155,13 @@ class HarnessOptions:
             start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
             attempt; they run no candidate code before one is handed to them, and nothing is
             timed while one is starting up. The one-shot `harness.evaluate` turns it off.
+        process_limit: processes a stage running problem code (admission, reference) may hold at
+            once; the warden kills it past that ("exceeded its process limit"), and in a user
+            namespace of its own the kernel refuses the fork (``RLIMIT_NPROC``, where threads
+            count too). ``None``: 16 per core, at least 1024 (``torch.compile``'s worker pool
+            and torch's threads fit).
+        problem_cpu_s: CPU seconds (all threads) a stage running problem code may use
+            (``RLIMIT_CPU``); ``None``: every core busy for the stage's own time limits.
         reuse_baselines: read and write eager and torch.compile timings in ``baselines/`` (keyed
             by full provenance); ``False`` times them afresh for this Referee and keeps nothing
             (a replay re-measures what a job measured).
@@ -180,6 +187,8 @@ class HarnessOptions:
     trusted_builds: bool = True
     prestart: bool = True
     reuse_baselines: bool = True
+    process_limit: int | None = None
+    problem_cpu_s: float | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     timing: TimingOptions = field(default_factory=TimingOptions)
 

@@ -19,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ __all__ = [
     "ChannelTimeout",
     "SandboxSpec",
     "StageProcess",
+    "host_private_paths",
+    "kill_all_stages",
+    "kill_stages",
     "protect_current_process",
     "read_tail",
     "visible_under_run",
@@ -57,6 +61,16 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _WARDEN = Path(__file__).with_name("warden.py")
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _TERM_GRACE_S = 3.0
+#: Packages of this checkout a stage imports; the rest of it (a deployment's configuration, keys,
+#: data beside the code) is not bound back when the checkout lies under a hidden path.
+_STAGE_PACKAGES = ("harness", "problems")
+#: Never hidden as "the service's working directory or home": covering one of these (or an
+#: ancestor of one) would take the system away from the stage.
+_SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",
+                                       "/proc", "/sys", "/var", "/tmp", "/run", "/nix", "/snap"))
+#: Every stage this process started and has not killed yet (`kill_all_stages`).
+_LIVE: set[StageProcess] = set()
+_LIVE_LOCK = threading.Lock()
 
 
 class ExitCode(IntEnum):
@@ -65,6 +79,8 @@ class ExitCode(IntEnum):
     OK = 0
     #: The stage itself failed in a way it reported over the channel.
     REPORTED = 3
+    #: The warden killed the stage: its processes outnumbered ``rlimits["NPROC"]``.
+    PROCESS_LIMIT = 125
     #: The warden could not exec the stage.
     EXEC_FAILED = 126
 
@@ -136,6 +152,9 @@ class Channel:
         return message
 
     def close(self) -> None:
+        # shutdown first: it wakes a thread blocked in recv on this socket (close alone does not).
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -194,10 +213,55 @@ class SandboxSpec:
 
 
 def _interpreter_paths() -> list[Path]:
-    """What a stage needs to start Python and import the harness and torch (kept visible)."""
-    paths = {_REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
-    paths.update(Path(p) for p in sys.path if p and os.path.isdir(p))
+    """What a stage needs to start Python and import the harness and torch (kept visible): the
+    interpreter's prefixes, the installed entries of the import path, and this checkout's two
+    packages the roles import. Never the service's working directory (``''`` or its path on
+    ``sys.path``) nor the checkout as a whole: a key file or a database beside the code stays
+    hidden with them (`host_private_paths`)."""
+    cwd = os.path.realpath(os.getcwd())
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
+    paths.update(_REPO_ROOT / name for name in _STAGE_PACKAGES)
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real in (cwd, str(_REPO_ROOT)):
+            continue
+        paths.add(Path(entry))
     return sorted(paths)
+
+
+def host_private_paths() -> list[Path]:
+    """The service's working directory, the home directory and this checkout: hidden from every
+    stage (a plaintext API key where ``kernelloop up`` was started, a ``.env``, the data directory
+    inside one of them, a ``~/.netrc``). Left alone where hiding would cover the system (``/``,
+    ``/usr``...); the interpreter, the harness and the stage's own paths under them are bound back."""
+    found = []
+    for raw in (os.getcwd(), os.path.expanduser("~"), str(_REPO_ROOT)):
+        path = Path(os.path.realpath(raw))
+        if path == Path("/") or any(path == d or path in d.parents for d in _SYSTEM_DIRS):
+            continue
+        if path not in found:
+            found.append(path)
+    return found
+
+
+def kill_stages(stages: list[StageProcess]) -> None:
+    """Kill stages side by side (each may take its SIGTERM grace; a cancel must be quick)."""
+    threads = [threading.Thread(target=stage.kill, daemon=True) for stage in stages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def kill_all_stages() -> int:
+    """Kill every stage this process started and did not kill yet, with their trees (a worker
+    orphaned by its supervisor, a cancel): returns how many there were."""
+    with _LIVE_LOCK:
+        stages = list(_LIVE)
+    kill_stages(stages)
+    return len(stages)
 
 
 def read_tail(path: Path, limit: int) -> str:
@@ -229,7 +293,7 @@ class StageProcess:
             "namespaces": list(spec.namespaces) if sandbox else [],
             "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],
             "needed_paths": [str(p) for p in (*spec.needed_paths, *_interpreter_paths())],
-            "hidden_paths": [str(p) for p in spec.hidden_paths],
+            "hidden_paths": [str(p) for p in (*spec.hidden_paths, *host_private_paths())],
             "rlimits": dict(spec.rlimits),
             "status_fd": status_w,
         }
@@ -246,6 +310,8 @@ class StageProcess:
             )
         child_sock.close()
         os.close(status_w)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         self.started = time.monotonic()
         self.channel = Channel(parent_sock)
         with os.fdopen(status_r) as fh:
@@ -280,6 +346,8 @@ class StageProcess:
         code = self.exit_code(wait_s)
         if code is None:
             return "still running"
+        if code == ExitCode.PROCESS_LIMIT:
+            return f"was killed: more than {self.spec.rlimits.get('NPROC', '?')} processes (its process limit)"
         if code > 128:
             try:
                 name = signal.Signals(code - 128).name
@@ -306,6 +374,8 @@ class StageProcess:
         # Stragglers that stayed in the stage's session but escaped the warden's adoption.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
 
     def close(self, *, timeout: float = 5.0) -> None:
         """Ask the stage to finish, then make sure its tree is gone."""

@@ -52,6 +52,10 @@ class ErrorKind(StrEnum):
     CANDIDATE = "candidate"
     #: Ours: a worker died, the GPU was busy, a cache was corrupt. Retried, never charged.
     INFRA = "infra"
+    #: The problem's own code (the user's reference) raised, hung or exhausted a limit in the
+    #: reference stage: no candidate can be judged against it. Never retried, never fed back as
+    #: the candidate's fault; the message names the problem's file and line, or the limit.
+    PROBLEM = "problem"
 
 
 def _finite_or_none(value: float | None) -> float | None:

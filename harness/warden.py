@@ -12,7 +12,10 @@ It is started by `harness.sandbox` in a new session with an allowlisted environm
    (through descriptors opened before the covers went on);
 4. forks the stage process, which (re)mounts ``/proc`` for its PID namespace, sets resource
    limits, drops every capability, sets ``no_new_privs`` and execs the stage;
-5. when the stage exits, or on SIGTERM, kills every remaining descendant and exits with the
+5. while the stage runs, counts its processes against its process limit (``rlimits["NPROC"]``,
+   also where the kernel's ``RLIMIT_NPROC`` does not hold: root, no user namespace) and kills it
+   once over (exit status 125);
+6. when the stage exits, or on SIGTERM, kills every remaining descendant and exits with the
    stage's status (128 + signal when it was killed).
 
 Why a separate process: a user namespace cannot be created by a process that already has
@@ -201,41 +204,61 @@ def _drop_privileges() -> None:
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _set_rlimits(limits: dict[str, int]) -> None:
+def _set_rlimits(limits: dict[str, int], *, own_user_namespace: bool) -> None:
     import resource
 
     for name, value in limits.items():
+        if name == "NPROC" and not own_user_namespace:
+            # Counted per user across the host outside a user namespace of our own: a limit meant
+            # for the stage would count every process of the service's user. The warden's count
+            # (`_watch`) holds the line there.
+            continue
         res = getattr(resource, f"RLIMIT_{name}")
         _, hard = resource.getrlimit(res)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(res, (value, value))
 
 
-def _children_of(parents: set[int]) -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
+#: The host's /proc, opened before the stage mounts its own over it (in a PID namespace, /proc
+#: then lists the stage's namespace, where this process and its pids do not appear).
+_PROC_FD: int | None = None
+
+
+def _read_stat(entry: str) -> str:
+    if _PROC_FD is None:
+        with open(f"/proc/{entry}/stat") as fh:
+            return fh.read()
+    fd = os.open(f"{entry}/stat", os.O_RDONLY, dir_fd=_PROC_FD)
+    try:
+        return os.read(fd, 4096).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _descendants() -> set[int]:
+    """Every descendant of this process, from one pass over /proc (a deep chain costs no more)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir(_PROC_FD if _PROC_FD is not None else "/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
+            stat = _read_stat(entry)
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid in parents:
-            found.add(int(entry))
-    return found
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    tree: set[int] = set()
+    frontier = [os.getpid()]
+    while frontier:
+        found = [c for p in frontier for c in children.get(p, ()) if c not in tree]
+        tree.update(found)
+        frontier = found
+    return tree
 
 
 def _kill_descendants() -> None:
     """SIGKILL every descendant until none is left (orphans keep arriving: we are the subreaper)."""
-    me = os.getpid()
     for _ in range(200):
-        tree: set[int] = set()
-        frontier = {me}
-        while frontier:
-            frontier = _children_of(frontier) - tree
-            tree |= frontier
+        tree = _descendants()
         if not tree:
             return
         for pid in tree:
@@ -255,7 +278,36 @@ def _reap(block: bool) -> None:
             return
 
 
+#: How often the warden counts a stage's processes against its process limit.
+_WATCH_S = 0.25
+#: Exit status when the stage outnumbered its process limit (`harness.sandbox.ExitCode`).
+_PROCESS_LIMIT_EXIT = 125
+
+
+def _watch(stage: int, process_limit: int | None) -> int:
+    """Reap until the stage exits; its exit status (128 + signal when killed). With a process
+    limit, the stage's tree is counted every `_WATCH_S` and killed once it holds more."""
+    while True:
+        while True:
+            try:
+                done, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return 1
+            if done == 0:
+                break
+            if done == stage:
+                code = os.waitstatus_to_exitcode(status)
+                return 128 - code if code < 0 else code
+        if process_limit and len(_descendants()) > process_limit:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stage, signal.SIGKILL)  # in a PID namespace the kernel ends the rest with it
+            return _PROCESS_LIMIT_EXIT
+        signal.sigtimedwait([signal.SIGCHLD], _WATCH_S if process_limit else 3600)
+
+
 def main() -> int:
+    global _PROC_FD
+    _PROC_FD = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cfg = json.loads(sys.argv[1])
     parent = os.getppid()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -285,14 +337,16 @@ def main() -> int:
 
     read_fd, write_fd = os.pipe()  # closes in the stage at exec: tells us exec happened
     os.set_inheritable(write_fd, False)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # `_watch` waits for it
     pid = os.fork()
     if pid == 0:
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
             os.close(read_fd)
             if "pid" in achieved and "mount" in achieved:
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            _set_rlimits(cfg.get("rlimits", {}))
+            _set_rlimits(cfg.get("rlimits", {}), own_user_namespace="user" in achieved)
             _drop_privileges()
             os.chdir(cfg["cwd"])
             os.close(status_fd)
@@ -309,16 +363,7 @@ def main() -> int:
         json.dump({"namespaces": achieved, "notes": notes,
                    "exec_error": exec_error.decode(errors="replace")}, fh)
 
-    code = 1
-    while True:
-        try:
-            done, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        if done == pid:
-            code = os.waitstatus_to_exitcode(status)
-            code = 128 - code if code < 0 else code
-            break
+    code = _watch(pid, cfg.get("rlimits", {}).get("NPROC"))
     _kill_descendants()
     return code
 

@@ -42,6 +42,7 @@ __all__ = [
     "finish_job",
     "get_job",
     "heartbeat",
+    "lease_status",
     "list_job_problems",
     "list_jobs",
     "reap_expired_leases",
@@ -410,6 +411,17 @@ def heartbeat(
     if cancel_requested is None:
         return LeaseStatus.LOST
     return LeaseStatus.CANCEL_REQUESTED if cancel_requested else LeaseStatus.HELD
+
+
+def lease_status(*, session: Session, job_id: int, worker_id: str) -> LeaseStatus:
+    """What a heartbeat would learn, without renewing the lease (a read): a worker asks this
+    every second or so, to act on a cancel within seconds, and renews only every heartbeat."""
+    row = session.execute(
+        select(Job.cancel_requested).where(Job.id == job_id, Job.state == JobState.RUNNING,
+                                           Job.worker_id == worker_id)).one_or_none()
+    if row is None:
+        return LeaseStatus.LOST
+    return LeaseStatus.CANCEL_REQUESTED if row[0] else LeaseStatus.HELD
 
 
 def finish_job(

@@ -8,6 +8,8 @@ Conventions (they are what makes the same migrations run on SQLite and PostgreSQ
   in a nullable JSON column is SQL ``NULL``, not the JSON ``null``.
 - Timestamps are timezone-aware UTC in Python (`UTCDateTime`): ``timestamptz`` on PostgreSQL,
   naive UTC text on SQLite, which has no time zones. Naive datetimes are refused.
+- Surrogate ids are never handed out twice: ``sqlite_autoincrement`` on every table with one
+  (SQLite would otherwise reuse a deleted row's id; PostgreSQL identities never do).
 - Enums are stored as their string values in a ``VARCHAR`` with a ``CHECK`` constraint (no
   PostgreSQL ``ENUM`` types to migrate).
 - Counters that hand out per-parent numbers (``jobs.last_event_id``, ``jobs.attempts_count``,
@@ -121,6 +123,7 @@ class ApiKey(Base):
     """A client's key. Only its SHA-256 is stored; the plaintext is shown once, at creation."""
 
     __tablename__ = "api_keys"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # ids never reused (migration 0005)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     #: A label for the key ("alice's laptop").
@@ -147,6 +150,7 @@ class StoredProblem(Base):
     """A reference problem's source as a job saw it (``problems.spec.Problem`` is the parsed form)."""
 
     __tablename__ = "problems"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # ids never reused (migration 0005)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     #: The bundled id (``level2/conv_bn_scale_train``) or ``None`` for a user's source.
@@ -164,6 +168,7 @@ class Job(Base):
     __table_args__ = (
         # What `claim_next_job` scans: the oldest queued job of one target.
         sa.Index("ix_jobs_state_target_id", "state", "target", "id"),
+        {"sqlite_autoincrement": True},  # ids never reused (migration 0005)
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -223,7 +228,7 @@ class Trajectory(Base):
     """One independent chat of a job."""
 
     __tablename__ = "trajectories"
-    __table_args__ = (sa.UniqueConstraint("job_id", "index"),)
+    __table_args__ = (sa.UniqueConstraint("job_id", "index"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
@@ -252,7 +257,7 @@ class Message(Base):
     """One chat message: what the LLM was sent or answered, with its usage."""
 
     __tablename__ = "messages"
-    __table_args__ = (sa.UniqueConstraint("trajectory_id", "seq"),)
+    __table_args__ = (sa.UniqueConstraint("trajectory_id", "seq"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(primary_key=True)
     trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
@@ -284,6 +289,7 @@ class Attempt(Base):
         sa.UniqueConstraint("job_id", "seq"),
         # What `find_attempt_by_source` looks up.
         sa.Index("ix_attempts_job_id_sha256", "job_id", "sha256"),
+        {"sqlite_autoincrement": True},  # ids never reused (migration 0005)
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -326,7 +332,8 @@ class Baseline(Base):
     """Eager and ``torch.compile`` timings of a problem on a device, cached across jobs."""
 
     __tablename__ = "baselines"
-    __table_args__ = (sa.UniqueConstraint("problem_sha256", "device", "provenance_key"),)
+    __table_args__ = (sa.UniqueConstraint("problem_sha256", "device", "provenance_key"),
+                      {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(primary_key=True)
     problem_sha256: Mapped[str] = mapped_column(String(64))

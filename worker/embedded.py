@@ -25,14 +25,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings, load_settings
 from config.logs import LOG_FORMAT
-from harness import HarnessOptions
+from harness import HarnessOptions, cancel_all
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Reaper
 from worker.runner import AgentAPI, RunOutcome, harness_options_for, run_job
 from worker.warmup import start_header_warmup
 
-__all__ = ["EmbeddedWorker", "main"]
+__all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "main", "stop_now"]
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,27 @@ class EmbeddedWorker:
         self._stop.set()
 
 
+#: A worker told to stop (or orphaned) that has not exited after this long exits regardless.
+STOP_DEADLINE_S = 5.0
+
+
+def stop_now(code: int) -> None:
+    """Exit within seconds, whatever the job in flight is doing: its stages are killed first
+    (`harness.cancel_all`: the evaluation ends as cancelled, nothing runs on without us, the
+    device lock is released with our file descriptors); its lease then expires and the reaper
+    re-queues it. Safe from any thread; ends the process."""
+    threading.Timer(STOP_DEADLINE_S, os._exit, args=(code,)).start()
+    try:
+        cancel_all()
+    except Exception:  # exiting matters more than a clean cancel
+        log.exception("cancelling the stages failed")
+    logging.shutdown()
+    os._exit(code)
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Unwind (closing the referee kills its sandboxed stages); the lease of a running job then
-    # expires and the reaper re-queues it.
-    raise SystemExit(128 + signum)
+    # Not an unwind of the main thread: it would wait for the evaluation in flight (minutes).
+    threading.Thread(target=stop_now, args=(128 + signum,), name="stop", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,11 @@
   used by a compile), so one job's compile overlaps another's timing; the timed evaluation then
   finds the build in the cache. On ``cpu`` the whole evaluation holds the lock: a compile on the
   same cores would disturb the other's timing.
+- **The problem's failures are final.** A verdict with ``error_kind == "problem"`` (the user's
+  reference raised, hung or hit a limit) is never retried: every later evaluation would fail the
+  same way. It is remembered (`problem_failure`) and reported through ``on_problem_failure``.
+- **Cancel is immediate.** `cancel` kills the referee's stage processes from the calling thread,
+  so the evaluation in flight returns within seconds and releases the device lock.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class RefereeEvaluator:
             reference before the next evaluation.
         on_infra_failure: told of each infra failure that will be retried (the verdict, and how
             many tries failed so far), e.g. to show it in the job's events.
+        on_problem_failure: told of the first failure of the problem's own code (its verdict),
+            e.g. to stop the job.
         sleep: the pause (a test seam).
     """
 
@@ -87,6 +94,7 @@ class RefereeEvaluator:
         device_key: str,
         retry_delays_s: Sequence[float] = INFRA_RETRY_DELAYS_S,
         on_infra_failure: Callable[[Verdict, int], None] | None = None,
+        on_problem_failure: Callable[[Verdict], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.referee = referee
@@ -94,7 +102,11 @@ class RefereeEvaluator:
         self._device_key = device_key
         self._delays = tuple(retry_delays_s)
         self._on_infra_failure = on_infra_failure
+        self._on_problem_failure = on_problem_failure
         self._sleep = sleep
+        self._cancelled = threading.Event()
+        #: The first verdict that blamed the problem's own code, if any.
+        self.problem_failure: Verdict | None = None
         self._referee_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="referee")
         self._stats = threading.Lock()
         #: Seconds spent in evaluations that were not infra failures (what a job is charged).
@@ -116,9 +128,13 @@ class RefereeEvaluator:
             try:
                 return self._on_referee_thread(lambda: self.referee.device_specs)
             except ReferenceFailed as exc:
+                if exc.kind is ErrorKind.PROBLEM:
+                    self._problem(Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.PROBLEM,
+                                          message=str(exc), log=exc.details))
+                    raise
                 self._count(infra=1)
                 self._on_referee_thread(self.referee.close)
-                if delay is None:
+                if delay is None or self._cancelled.is_set():
                     raise
                 log.warning("the reference failed to start (%s); retrying in %.0f s", exc, delay)
                 self._sleep(delay)
@@ -127,22 +143,35 @@ class RefereeEvaluator:
     def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
         """Evaluate one candidate, retrying infra failures; failures of the candidate are values."""
         depth = Depth(depth)
+        if self.problem_failure is not None:  # the same problem fails the same way: not again
+            return self.problem_failure.with_changes(depth=depth.value)
         for delay in (*self._delays, None):
             started = time.monotonic()
             verdict = self._once(source, depth)
             self._observe(verdict, depth, time.monotonic() - started)
+            if verdict.error_kind is ErrorKind.PROBLEM:
+                self._problem(verdict)
+                return verdict
             if not _is_infra(verdict):
                 self._count(charged=time.monotonic() - started)
                 return verdict
             self._count(infra=1)
             self._on_referee_thread(self.referee.close)  # a fresh reference process next time
-            if delay is None:
+            if delay is None or self._cancelled.is_set():
                 return verdict
             log.warning("infra failure at %s (%s); retrying in %.0f s", verdict.stage, verdict.message, delay)
             if self._on_infra_failure is not None:
                 self._on_infra_failure(verdict, self.infra_failures)
             self._sleep(delay)
         raise AssertionError("unreachable")
+
+    def cancel(self) -> None:
+        """Stop for good (any thread): the referee's stages are killed now, so the evaluation in
+        flight returns within seconds (releasing the device lock) and none is retried."""
+        self._cancelled.set()
+        cancel = getattr(self.referee, "cancel", None)
+        if cancel is not None:
+            cancel()
 
     def close(self) -> None:
         """Stop the reference process and the referee's thread."""
@@ -152,6 +181,12 @@ class RefereeEvaluator:
             self._referee_thread.shutdown(wait=True)
 
     # -- internals -------------------------------------------------------------------------
+    def _problem(self, verdict: Verdict) -> None:
+        first = self.problem_failure is None
+        self.problem_failure = self.problem_failure or verdict
+        if first and self._on_problem_failure is not None:
+            self._on_problem_failure(verdict)
+
     def _on_referee_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         return self._referee_thread.submit(fn, *args).result()
 
@@ -189,12 +224,16 @@ class RefereeEvaluator:
             if depth in _TIMED:
                 return self._built(self._on_referee_thread(self._timed, source, depth))
             return self._built(self._on_referee_thread(self.referee.evaluate, source, depth))
-        except (ReferenceFailed, OSError) as exc:
-            # The referee reports its own failures as verdicts; these escaped it (the reference
-            # died while starting, the disk is full): ours, not the candidate's.
+        except ReferenceFailed as exc:
+            # Starting the reference failed outside an evaluation: the problem's code (final) or ours.
+            message = str(exc) if exc.kind is ErrorKind.PROBLEM else f"the evaluation could not run: {exc}"
+            return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=exc.kind, message=message,
+                           depth=depth.value, log=exc.details)
+        except OSError as exc:
+            # The referee reports its own failures as verdicts; this escaped it (the disk is full):
+            # ours, not the candidate's.
             return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
-                           message=f"the evaluation could not run: {exc}", depth=depth.value,
-                           log=getattr(exc, "details", ""))
+                           message=f"the evaluation could not run: {exc}", depth=depth.value)
 
     def _timed(self, source: str, depth: Depth) -> Verdict:
         with device_lock(self._cache_dir, self._device_key) as waited:

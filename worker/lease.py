@@ -15,11 +15,12 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from enum import StrEnum
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from store import LeaseStatus, heartbeat, session_scope
+from store import LeaseStatus, heartbeat, lease_status, session_scope
 
 __all__ = ["LeaseKeeper", "StopReason", "check_lease_settings", "new_worker_id"]
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: How much longer than one heartbeat interval `LeaseKeeper.stop` waits for its thread.
 _JOIN_SLACK_S = 5.0
+#: Between heartbeats, the job row is read this often for a cancel (a read, no lease renewal):
+#: a cancel reaches the job's stages within about this long.
+CANCEL_POLL_S = 1.0
 
 
 def check_lease_settings(*, lease_seconds: float, heartbeat_seconds: float) -> None:
@@ -54,6 +58,9 @@ class StopReason(StrEnum):
     #: The job is not running under this worker any more (reaped, finished, deleted), or the
     #: heartbeats have failed for longer than the lease: store nothing more.
     LOST = "lost"
+    #: The problem's own code failed (raised, hung, hit a limit): no candidate can be judged
+    #: against it; finish the job as failed, with the problem's error.
+    PROBLEM = "problem"
 
 
 class LeaseKeeper:
@@ -65,6 +72,7 @@ class LeaseKeeper:
         worker_id: the id it claimed it under.
         lease_seconds: how long each renewal extends the lease.
         interval_s: seconds between renewals (well under ``lease_seconds``).
+        cancel_poll_s: seconds between reads of the job's cancel flag in between renewals.
     """
 
     def __init__(
@@ -75,6 +83,7 @@ class LeaseKeeper:
         worker_id: str,
         lease_seconds: float,
         interval_s: float,
+        cancel_poll_s: float = CANCEL_POLL_S,
     ) -> None:
         if not 0 < interval_s < lease_seconds:
             raise ValueError(f"the heartbeat interval ({interval_s} s) must be positive and under the lease "
@@ -84,6 +93,8 @@ class LeaseKeeper:
         self.worker_id = worker_id
         self._lease_seconds = lease_seconds
         self._interval_s = interval_s
+        self._poll_s = min(interval_s, cancel_poll_s)
+        self._on_stop: list[Callable[[StopReason], None]] = []
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
@@ -112,6 +123,21 @@ class LeaseKeeper:
     def note(self, status: LeaseStatus) -> None:
         """Record what a heartbeat made elsewhere learnt (a guarded write in `worker.recorder`)."""
         self._note(status)
+
+    def stop_for_problem(self) -> None:
+        """The problem's code failed: the job's code stops at its next safe point (`PROBLEM`)."""
+        self._set(StopReason.PROBLEM)
+
+    def on_stop(self, callback: Callable[[StopReason], None]) -> None:
+        """Call ``callback(reason)`` once, from the thread that learns it, when the job must stop
+        (cancel, lost, problem): e.g. to cancel the evaluation in flight. Called at once if it
+        must stop already."""
+        with self._lock:
+            reason = self._stop_reason
+            if reason is None:
+                self._on_stop.append(callback)
+        if reason is not None:
+            callback(reason)
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> LeaseKeeper:
@@ -146,20 +172,49 @@ class LeaseKeeper:
         return status
 
     def _note(self, status: LeaseStatus) -> None:
+        if status is LeaseStatus.LOST:
+            self._set(StopReason.LOST, overrides=True)
+            return
         with self._lock:
-            if status is LeaseStatus.LOST:
-                self._stop_reason = StopReason.LOST
-                return
             self._last_held = time.monotonic()
-            if status is LeaseStatus.CANCEL_REQUESTED and self._stop_reason is None:
-                self._stop_reason = StopReason.CANCEL
+        if status is LeaseStatus.CANCEL_REQUESTED:
+            self._set(StopReason.CANCEL)
+
+    def _set(self, reason: StopReason, *, overrides: bool = False) -> None:
+        with self._lock:
+            if self._stop_reason is not None and not overrides:
+                return
+            first = self._stop_reason is None
+            self._stop_reason = reason
+            callbacks, self._on_stop = (self._on_stop, []) if first else ([], self._on_stop)
+        for callback in callbacks:
+            try:
+                callback(reason)
+            except Exception:
+                log.exception("job %s: a stop callback failed", self.job_id)
+
+    def _poll(self) -> None:
+        """Read the job's cancel flag between heartbeats (no renewal; a failed read waits)."""
+        try:
+            with session_scope(self._factory) as session:
+                status = lease_status(session=session, job_id=self.job_id, worker_id=self.worker_id)
+        except Exception:
+            log.debug("reading job %s's cancel flag failed", self.job_id, exc_info=True)
+            return
+        if status is LeaseStatus.CANCEL_REQUESTED:
+            self._set(StopReason.CANCEL)
 
     def _run(self) -> None:
+        renewed = time.monotonic()
         while not self._stopped.is_set():
-            self._wake.wait(self._interval_s)
+            self._wake.wait(self._poll_s)
             self._wake.clear()
             if self._stopped.is_set():
                 return
+            if time.monotonic() - renewed < self._interval_s - self._poll_s / 2:
+                self._poll()
+                continue
+            renewed = time.monotonic()
             if self.beat() is LeaseStatus.LOST:
                 log.warning("job %s: lease lost by %s", self.job_id, self.worker_id)
                 return

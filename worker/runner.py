@@ -276,13 +276,19 @@ def _run(
         retry_delays_s=retry_delays_s if job.kind is JobKind.EVALUATION else (),
         on_infra_failure=lambda verdict, tries: recorder.progress(
             "infra_retry", tries=tries, stage=verdict.stage.value, message=verdict.message[:500]),
+        # The problem's own code failed: every trajectory stops at its next safe point.
+        on_problem_failure=lambda verdict: keeper.stop_for_problem(),
     )
+    # A cancel (or a lost lease) kills the job's stages at once, wherever the job is.
+    keeper.on_stop(lambda reason: evaluator.cancel())
     try:
         if job.kind is JobKind.EVALUATION:
             outcome, error = _run_evaluation(job, evaluator, keeper, recorder)
         else:
             outcome, error = _run_agent(job, problem, options, evaluator, recorder, settings, agent,
                                         referee_factory)
+        if evaluator.problem_failure is not None:
+            outcome, error = RunOutcome.FAILED, _problem_reason(evaluator.problem_failure)
         return outcome, error, evaluator.charged_seconds
     finally:
         evaluator.close()
@@ -297,11 +303,17 @@ def _run_evaluation(
     verdict = evaluator.evaluate(job.candidate_source, Depth.BENCHMARK)
     if keeper.lost:
         raise LeaseLost(job.id, recorder.worker_id)
+    if keeper.cancel_requested:
+        return RunOutcome.CANCELLED, "cancelled by its owner"
     recorder.attempt(trajectory=None, tool=EVALUATION_TOOL, source=job.candidate_source, parent_sha256=None,
                      verdict=verdict)
     if verdict.error_kind is ErrorKind.INFRA:
         return RunOutcome.FAILED, _infra_reason(verdict, evaluator.infra_failures)
     return RunOutcome.SUCCEEDED, ""
+
+
+def _problem_reason(verdict: Verdict) -> str:
+    return f"the problem's own code failed (not retried): {verdict.message}"
 
 
 def _infra_reason(verdict: Verdict, tries: int) -> str:

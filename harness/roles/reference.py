@@ -150,15 +150,20 @@ def serve(channel: Channel) -> None:
         started = time.perf_counter()
         if op == "exit":
             return
-        if op == "baselines":
-            reply = ref.baselines(TimingOptions(**message["timing"]), message["compile_baseline"])
-        elif op == "loop":
-            reply = ref.loop(TimingOptions(**message["timing"]), message["sets"], message.get("transport", "file"))
-        elif op == "compare":
-            directory = Path(message["directory"])
-            reply = {"results": [ref.compare(item["index"], item["output"], directory, message.get("atol"),
-                                             message.get("rtol"), item.get("call")) for item in message["items"]]}
-        else:
-            reply = {"error": f"unknown op {op!r}"}
+        try:
+            if op == "baselines":
+                reply = ref.baselines(TimingOptions(**message["timing"]), message["compile_baseline"])
+            elif op == "loop":
+                reply = ref.loop(TimingOptions(**message["timing"]), message["sets"],
+                                 message.get("transport", "file"))
+            elif op == "compare":
+                directory = Path(message["directory"])
+                reply = {"results": [ref.compare(item["index"], item["output"], directory, message.get("atol"),
+                                                 message.get("rtol"), item.get("call"))
+                                     for item in message["items"]]}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except Exception as exc:  # noqa: BLE001 - the problem's forward raised: reported, the process lives on
+            reply = {"error": brief_error(exc)}
         reply["seconds"] = time.perf_counter() - started
         channel.send(reply)

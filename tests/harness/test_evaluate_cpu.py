@@ -34,7 +34,8 @@ def override_forward(body: str) -> str:
 
 
 def roles_running(role: str, besides: Referee | None = None) -> list[int]:
-    """Stage processes of this role, other than the ones ``besides`` started for its next attempt."""
+    """Stage processes of this role run by this interpreter (a shared host runs other checkouts'
+    stages too), other than the ones ``besides`` started for its next attempt."""
     wardens = set(besides.prestarted.values()) if besides is not None else set()
     found = []
     for entry in os.listdir("/proc"):
@@ -44,7 +45,8 @@ def roles_running(role: str, besides: Referee | None = None) -> list[int]:
                 parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if b"harness.roles" in cmdline and role.encode() in cmdline and parent not in wardens:
+            if (b"harness.roles" in cmdline and role.encode() in cmdline and parent not in wardens
+                    and cmdline[0] == sys.executable.encode()):
                 found.append(int(entry))
     return found
 

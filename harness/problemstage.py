@@ -1,0 +1,118 @@
+"""The confinement of stages that run a problem's code (admission, reference, baselines).
+
+A posted problem is code from outside, as untrusted as a candidate: its stages get a candidate's
+sandbox minus only what they need. They see no cache (other jobs' runs, builds and baselines
+live there), only their own job's run directory and a compiler cache of their own, keyed by the
+problem's content (the code that writes it is the code that reads it); the service's working
+directory, home and data directory stay hidden (`harness.sandbox.host_private_paths`, the
+options' ``hidden_paths``). Memory, CPU time and process count are limited, and a stage that
+hits a limit fails with an error naming it (`limit_message`). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from harness.options import HarnessOptions, Target
+from harness.sandbox import ALWAYS_HIDDEN, SandboxSpec, visible_under_run
+
+__all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_rlimits",
+           "problem_stage_spec", "process_limit"]
+
+#: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
+_MEMORY_ERRORS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc",
+                  "out of memory", "ENOMEM")
+#: Substrings that mean "no more processes" (fork refused under RLIMIT_NPROC).
+_PROCESS_ERRORS = ("Resource temporarily unavailable", "BlockingIOError", "EAGAIN")
+
+
+def _host_memory_mb() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (ValueError, OSError):
+        return 8192
+
+
+def memory_limit_mb(options: HarnessOptions, target: Target) -> int | None:
+    """The host memory a stage may map: ``options.memory_limit_mb``, else half the host's on
+    cpu and none on cuda (the driver reserves huge address ranges; give the container a limit)."""
+    if options.memory_limit_mb is not None:
+        return int(options.memory_limit_mb)
+    return None if target is Target.CUDA else _host_memory_mb() // 2
+
+
+def memory_rlimits(options: HarnessOptions, target: Target) -> dict[str, int]:
+    """``RLIMIT_AS`` and ``RLIMIT_DATA`` on cpu, ``RLIMIT_DATA`` only on cuda (`memory_limit_mb`)."""
+    limit_mb = memory_limit_mb(options, target)
+    if limit_mb is None:
+        return {}
+    limit = limit_mb * 1024 * 1024
+    # RLIMIT_AS bounds every mapping (also shared ones, which RLIMIT_DATA does not count) but
+    # breaks CUDA, whose driver reserves address ranges far larger than the memory it uses.
+    return {"DATA": limit} if target is Target.CUDA else {"AS": limit, "DATA": limit}
+
+
+def cpu_seconds_limit(options: HarnessOptions, role: str) -> int:
+    """``RLIMIT_CPU`` of a problem stage: ``options.problem_cpu_s``, else every core busy for the
+    stage's own time limits (admission: one start; the reference: its start and the baselines,
+    four times over for the comparisons of a long job). CPU time counts every thread."""
+    if options.problem_cpu_s is not None:
+        return max(1, int(options.problem_cpu_s))
+    cores = os.cpu_count() or 1
+    timeouts = options.timeouts
+    if role == "admission":
+        return int(cores * timeouts.reference_start_s) + 1
+    return int(4 * cores * (timeouts.reference_start_s + timeouts.baselines_s)) + 1
+
+
+def process_limit(options: HarnessOptions) -> int:
+    """``options.process_limit``, else 16 per core and at least 1024."""
+    if options.process_limit is not None:
+        return max(1, int(options.process_limit))
+    return max(1024, 16 * (os.cpu_count() or 1))
+
+
+def compiler_cache_dir(options: HarnessOptions, problem_sha256: str) -> Path:
+    """The inductor and Triton caches of one problem (its content's hash): ``torch.compile`` of the
+    baselines writes there, and no other problem's reference ever loads it."""
+    return options.cache_dir / "problem-caches" / problem_sha256[:32]
+
+
+def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,
+                       namespaces: tuple[str, ...], visible: tuple[Path, ...] = (),
+                       writable: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> SandboxSpec:
+    """The sandbox of a stage running problem code.
+
+    Args:
+        role: ``reference`` or ``admission``.
+        workdir: its private working directory (under the cache's ``runs/``).
+        visible: what it reads besides (the reference: its own job's run directory, where the
+            candidates' outputs arrive); everything else under the cache is hidden.
+        writable: what it writes besides ``workdir`` (its compiler cache).
+    """
+    rlimits = {"CORE": 0, "NPROC": process_limit(options), "CPU": cpu_seconds_limit(options, role),
+               **memory_rlimits(options, target)}
+    hidden = (*options.hidden_paths, *ALWAYS_HIDDEN, options.cache_dir)
+    return SandboxSpec(role=role, workdir=workdir, namespaces=namespaces, gpu_visible=target is Target.CUDA,
+                       needed_paths=(*visible, *visible_under_run()), writable_paths=writable,
+                       hidden_paths=hidden, rlimits=rlimits, extra_env=extra_env or {})
+
+
+def limit_message(spec: SandboxSpec, exit_code: int | None, errors: str) -> str | None:
+    """The limit a problem stage hit, named, if its exit or its error says it hit one."""
+    limits = spec.rlimits
+    if exit_code == 125:  # harness.sandbox.ExitCode.PROCESS_LIMIT
+        return f"the problem's code exceeded its process limit of {limits.get('NPROC')} processes"
+    if exit_code == 128 + signal.SIGXCPU:
+        return f"the problem's code exceeded its CPU-time limit of {limits.get('CPU')} s"
+    memory = limits.get("AS") or limits.get("DATA")
+    if "CUDA out of memory" in errors or "cudaErrorMemoryAllocation" in errors:
+        return "the problem's code ran out of GPU memory"
+    if any(marker in errors for marker in _MEMORY_ERRORS):
+        where = f" of {memory / 1024 ** 3:.1f} GB" if memory else ""
+        return f"the problem's code exceeded its memory limit{where}"
+    if any(marker in errors for marker in _PROCESS_ERRORS) and "NPROC" in limits:
+        return f"the problem's code exceeded its process limit of {limits['NPROC']} processes"
+    return None

@@ -1,0 +1,155 @@
+"""Issue 13, observation 5: workers do not outlive their supervisor.
+
+``kernelloop up`` is started for real (a subprocess, SQLite in a private data directory), a job
+whose problem hangs in ``get_inputs`` is posted to its API, and once the job's reference stage
+runs, ``up`` is killed with SIGKILL: its embedded worker and the worker's stages must be gone
+within seconds. A ``kernelloop optimize`` that died mid-job leaves its job ``running``; the
+next ``optimize`` fails it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cli.optimize import fail_orphaned_jobs
+from store import (
+    JobKind,
+    JobState,
+    Target,
+    claim_job,
+    create_api_key,
+    create_job,
+    get_job,
+    get_or_create_problem,
+    make_engine,
+    make_session_factory,
+    session_scope,
+)
+from store.migrate import upgrade
+from tests.databases import sqlite_url_in
+from tests.tenancy.conftest import CANDIDATE, PROBLEM_TAIL, stage_processes
+
+REPO = Path(__file__).resolve().parents[2]
+#: What the issue asks: an orphaned embedded worker exits within this long after `up` is killed.
+ORPHAN_TARGET_S = 5.0
+HANG = "import torch\nfrom torch import nn\n" + PROBLEM_TAIL.replace(
+    "def get_inputs():\n", "def get_inputs():\n    while True:\n        pass\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        if ppid == pid and marker in cmd:
+            found.append(int(entry))
+    return found
+
+
+def _wait(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path, harness_cache: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = _free_port()
+    env = {**os.environ, "KERNELLOOP_DATA_DIR": str(data_dir), "KERNELLOOP_CACHE_DIR": str(harness_cache),
+           "KERNELLOOP_WARM_HEADERS": "false", "KERNELLOOP_API_PORT": str(port), "PYTHONPATH": str(REPO)}
+    env.pop("KERNELLOOP_DATABASE_URL", None)
+    env.pop("KERNELLOOP_BROKER_URL", None)
+    up = subprocess.Popen([sys.executable, "-m", "cli.service", "up", "--target", "cpu", "--host", "127.0.0.1"],
+                          cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{base}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait(healthy, 120, "the API of `up`")
+        factory = make_session_factory(make_engine(sqlite_url_in(data_dir)))
+        with session_scope(factory) as session:
+            key = create_api_key(session=session, name="t", owner="t", max_concurrent_jobs=5,
+                                 max_jobs_per_day=50).plaintext
+        response = httpx.post(f"{base}/evaluations", headers={"X-API-Key": key}, timeout=10,
+                              json={"problem_source": HANG, "candidate_source": CANDIDATE, "target": "cpu"})
+        assert response.status_code == 202, response.text
+        (worker,) = _children(up.pid, "embedded-worker")
+        _wait(lambda: bool(stage_processes(worker, role="reference")), 300, "the job's reference stage")
+        stages = stage_processes(worker)
+
+        up.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        up.wait()
+        _wait(lambda: not _alive(worker), 30, "the orphaned worker to exit")
+        worker_s = time.monotonic() - killed_at
+        _wait(lambda: not [p for p in stages if _alive(p)], 30, "the worker's stages to go")
+        stages_s = time.monotonic() - killed_at
+        print(f"TENANCY-FIGURE kill -9 of up -> embedded worker gone: {worker_s:.2f} s; its stages gone: "
+              f"{stages_s:.2f} s")
+        assert worker_s < ORPHAN_TARGET_S and stages_s < ORPHAN_TARGET_S
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
+def test_a_dead_optimize_process_leaves_no_job_running(tmp_path: Path) -> None:
+    url = sqlite_url_in(tmp_path)
+    upgrade(url)
+    factory = make_session_factory(make_engine(url))
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now (until it is reused)
+    host = socket.gethostname()
+    jobs = {}
+    with session_scope(factory) as session:
+        problem = get_or_create_problem(session=session, source=HANG, declarations={})
+        for name, worker_id in (("dead", f"optimize-{host}-{dead.pid}"), ("alive", f"optimize-{host}-{os.getpid()}"),
+                                ("service", f"embedded-cpu@{host}:{dead.pid}:abcd")):
+            job = create_job(session=session, problem_id=problem.id, target=Target.CPU, kind=JobKind.AGENT,
+                             llm_profile="replay")
+            claim_job(session=session, job_id=job.id, worker_id=worker_id, lease_seconds=600)
+            jobs[name] = job.id
+    assert fail_orphaned_jobs(factory) == [jobs["dead"]]
+    with session_scope(factory) as session:
+        dead_job = get_job(session=session, job_id=jobs["dead"])
+        assert dead_job.state is JobState.FAILED and f"pid {dead.pid}" in (dead_job.error or "")
+        # A live optimize's job, and a service worker's (the reaper's business), are left alone.
+        assert get_job(session=session, job_id=jobs["alive"]).state is JobState.RUNNING
+        assert get_job(session=session, job_id=jobs["service"]).state is JobState.RUNNING

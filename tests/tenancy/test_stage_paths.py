@@ -1,0 +1,64 @@
+"""Issue 13, observation 1 at its root: what a stage is shown of the host.
+
+``sys.path`` holds ``''`` (the working directory) and, in a checkout, the checkout itself: neither
+may become a path bound back into a stage; the service's working directory, home and checkout are
+hidden from every stage, except where hiding would cover the system. The named limit errors of
+problem stages come from their exit status or their error text."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import HarnessOptions
+from harness.options import Target
+from harness.problemstage import limit_message, problem_stage_spec
+from harness.sandbox import _REPO_ROOT, _interpreter_paths, host_private_paths
+
+
+def test_the_working_directory_and_the_checkout_are_never_needed_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), str(_REPO_ROOT), *sys.path])
+    paths = _interpreter_paths()
+    assert tmp_path not in paths and _REPO_ROOT not in paths and Path("") not in paths
+    assert {_REPO_ROOT / "harness", _REPO_ROOT / "problems", Path(sys.prefix)} <= set(paths)
+
+
+def test_the_service_directory_home_and_checkout_are_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    hidden = host_private_paths()
+    assert tmp_path.resolve() in hidden and _REPO_ROOT in hidden and Path.home().resolve() in hidden
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("HOME", "/usr")
+    assert Path("/") not in host_private_paths() and Path("/usr") not in host_private_paths()
+
+
+def test_a_problem_stage_sees_none_of_the_cache(tmp_path: Path) -> None:
+    options = HarnessOptions(cache_dir=tmp_path / "cache", hidden_paths=(tmp_path / "data",), memory_limit_mb=2048,
+                             process_limit=64)
+    own = tmp_path / "cache" / "runs" / "referee-mine"
+    spec = problem_stage_spec("reference", own / "reference-1", options, Target.CPU,
+                              namespaces=("user", "mount", "net", "pid"), visible=(own,))
+    assert options.cache_dir in spec.hidden_paths and tmp_path / "data" in spec.hidden_paths
+    assert own in spec.needed_paths and options.cache_dir not in spec.needed_paths
+    assert spec.rlimits["NPROC"] == 64 and spec.rlimits["AS"] == 2048 * 1024 * 1024 and spec.rlimits["CPU"] > 0
+
+
+@pytest.mark.parametrize(("exit_code", "errors", "expected"), [
+    (125, "", "exceeded its process limit of 64 processes"),
+    (128 + signal.SIGXCPU, "", "exceeded its CPU-time limit of"),
+    (None, "RuntimeError: DefaultCPUAllocator: can't allocate memory", "exceeded its memory limit of 2.0 GB"),
+    (None, "MemoryError", "exceeded its memory limit of 2.0 GB"),
+    (None, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "ran out of GPU memory"),
+    (None, "BlockingIOError: [Errno 11] Resource temporarily unavailable", "exceeded its process limit of 64"),
+    (None, "ValueError: a bug of the problem's own", None),
+])
+def test_limits_are_named(tmp_path: Path, exit_code: int | None, errors: str, expected: str | None) -> None:
+    options = HarnessOptions(cache_dir=tmp_path, memory_limit_mb=2048, process_limit=64)
+    spec = problem_stage_spec("reference", tmp_path / "w", options, Target.CPU, namespaces=())
+    message = limit_message(spec, exit_code, errors)
+    assert (message is None) if expected is None else (expected in (message or "")), message
