@@ -60,7 +60,8 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     options = options or HarnessOptions()
     target = Target(target)
     secret = options.secret_seed if options.secret_seed is not None else new_secret()
-    trials = plan_trials(secret, trials=2, input_variants=problem.input_variants, extra_shapes=problem.extra_shapes)
+    trials = plan_trials(secret, trials=2, input_variants=problem.input_variants,
+                         extra_shapes=problem.trial_shapes(target.value))
     workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
     # A submitted problem is code from outside too: the sockets under /run, other attempts' run
     # directories and the service's data stay out of its sight.
@@ -72,6 +73,7 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
         "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
         "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),
         "other_weights_seed": derive_seed(secret, "weights:other"),
+        "budget_bytes": options.cpu_budget_bytes,
     }
     with StageProcess(spec, sandbox=options.sandbox) as process:
         try:

@@ -191,7 +191,7 @@ class Referee:
         self._secret = self.options.secret_seed if self.options.secret_seed is not None else new_secret()
         self.trials = plan_trials(
             self._secret, trials=self.options.trials, input_variants=problem.input_variants,
-            extra_shapes=problem.extra_shapes,
+            extra_shapes=problem.trial_shapes(self.target.value),
         )
         self._reference: StageProcess | None = None
         self.reference_info: dict[str, Any] = {}
@@ -352,6 +352,7 @@ class Referee:
             "trials": [t.to_dict() for t in self.trials],
             "init_seed": derive_seed(self._secret, "init"),
             "weights_seed": derive_seed(self._secret, "weights"),
+            "budget_bytes": self.options.cpu_budget_bytes,
         }
         try:
             reply = process.request(request, timeout=self.options.timeouts.reference_start_s)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from harness.contract import forward_seed
 from harness.options import TimingOptions
 from harness.verdict import Timing
 
@@ -35,6 +36,7 @@ _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_sync = torch.cuda.synchronize
 _no_grad = torch.no_grad
 _mul = torch.mul
+_manual_seed = torch.manual_seed
 
 #: CPU flush buffer: larger than the last-level cache of the CI and laptop machines we target.
 _CPU_FLUSH_BYTES = 32 * 1024 * 1024
@@ -96,7 +98,8 @@ def clone_output(out: Any) -> Any:
 
 
 def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
-                  options: TimingOptions, keep_outputs: bool = False, first_call: int = 0) -> TimedRun:
+                  options: TimingOptions, keep_outputs: bool = False, first_call: int = 0,
+                  seed_calls: bool = False) -> TimedRun:
     """Time ``fn(*inputs)`` over rotating input sets.
 
     The sets are written in turn into one set of call buffers before each call (outside the timed
@@ -117,6 +120,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
             more call per input set after the timed calls.
         first_call: the id of the first call (its inputs' scale, `call_scale`): a second timing
             run in the same process continues the ids, so no call repeats an earlier run's inputs.
+        seed_calls: seed torch's RNG before each call with `contract.forward_seed` of its id
+            (outside the timed window), so a RANDOM problem's re-checked outputs can be recomputed.
 
     Returns:
         A `TimedRun` with raw samples (ms) and the kept outputs as ``(call, input set, output)``;
@@ -139,6 +144,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         call_id = counter
         counter += 1
         load_inputs(buffers, sets[i % len(sets)], call_id)
+        if seed_calls:
+            _manual_seed(forward_seed(0, call_id))
         return call_id
 
     def call() -> Any:
