@@ -11,9 +11,9 @@ from harness import contract, footprint
 from harness.compare import compare_outputs, flatten_output
 from harness.options import default_tolerance
 from harness.roles.loading import brief_error, load_problem_module
-from problems.constants import resolve_overrides
 from harness.sandbox import Channel
 from harness.seeds import TrialSpec
+from problems.constants import resolve_overrides
 
 
 def _outputs(module: Any, model: torch.nn.Module, trial: TrialSpec, device: torch.device,
