@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"derive constants from others: {counts['derived']}")
     print(f"CPU_SIZES + EXTRA_SHAPES naming every integer size constant accepted: before {counts['before_accepted']}, "
           f"after {counts['after_accepted']}")
-    print(f"files whose derived constants follow the override (after): {counts['derived_follow']} of {counts['derived']}")
+    print(f"files whose derived constants follow the override (after): {counts['derived_follow']} "
+          f"of {counts['derived']}")
     if args.footprint:
         print(f"inputs measured on meta: {counts['footprint_known']}; over 2 GB: {counts['inputs_over_2GB']}")
     for r in rows:

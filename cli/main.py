@@ -192,6 +192,44 @@ def problems_check(
     raise typer.Exit(1 if refused else 0)
 
 
+@problems_app.command("import")
+def problems_import(
+    folder: Annotated[Path, typer.Argument(help="a folder of KernelBench problem files, used as they are")],
+    out_dir: Annotated[Path, typer.Option("--out", help="where the cpu-ready problems and suite.txt go")],
+    budget_mb: Annotated[float, typer.Option(help="one trial's inputs, parameters and outputs on the cpu")] = 16,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Size each problem of FOLDER for the cpu target, check it admits, write it with its declarations
+    (the original text unchanged) to --out, and a bench suite of the admitted ones; exit 1 if any is refused."""
+    from cli.problem_import import ImportOutcome, import_folder
+
+    if not folder.is_dir():
+        err.print(f"[red]error:[/red] {folder} is not a folder")
+        raise typer.Exit(EXIT_USAGE)
+    table = Table(title=f"import of {folder} for the cpu target (budget {budget_mb:g} MB a trial)")
+    for col in ("problem", "admitted", "size (full → cpu)", "CPU_SIZES", "reasons"):
+        table.add_column(col)
+    status = err.status("importing…")
+
+    def show(o: ImportOutcome) -> None:
+        status.update(f"imported {o.name}")
+        table.add_row(o.name, "[green]yes[/]" if o.admitted else "[red]no[/]", o.summary,
+                      ", ".join(f"{k}={v}" for k, v in o.cpu_sizes.items()) + (" RANDOM" if o.random else ""),
+                      "; ".join(o.reasons)[:400])
+
+    try:
+        with status:
+            outcomes = import_folder(folder, out_dir, budget_bytes=int(budget_mb * 1024 * 1024),
+                                     options=_options(cache_dir), on_outcome=show)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    out.print(table)
+    admitted = sum(o.admitted for o in outcomes)
+    out.print(f"{admitted} of {len(outcomes)} admitted; suite: {out_dir / 'suite.txt'}", highlight=False)
+    raise typer.Exit(0 if admitted == len(outcomes) else 1)
+
+
 def _register_service_commands() -> None:
     """The service-side commands; their heavy imports happen inside each command."""
     from cli import client, keys, optimize, service

@@ -8,6 +8,7 @@ problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from harness.sandbox import ALWAYS_HIDDEN, ChannelClosed, ChannelTimeout, Sandbo
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.spec import Problem
 
-__all__ = ["AdmissionCheck", "AdmissionReport", "admit"]
+__all__ = ["AdmissionCheck", "AdmissionReport", "admit", "measure_footprints"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,38 @@ class AdmissionReport:
         }
 
 
+def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
+    workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
+    # A submitted problem is code from outside too: the sockets under /run, other attempts' run
+    # directories and the service's data stay out of its sight.
+    return SandboxSpec(role="admission", workdir=workdir, gpu_visible=target is Target.CUDA,
+                       needed_paths=(options.cache_dir, *visible_under_run()), rlimits={"CORE": 0},
+                       hidden_paths=(*options.hidden_paths, *ALWAYS_HIDDEN, options.runs_dir),
+                       namespaces=("user", "mount", "net", "pid"))
+
+
+def measure_footprints(problem: Problem, overrides: Sequence[dict[str, Any]],
+                       options: HarnessOptions | None = None) -> list[dict[str, Any]]:
+    """The problem's footprint (bytes of inputs, parameters and outputs of one trial, computed on
+    the meta device: nothing is allocated) under each override set, in a sandboxed admission
+    stage. Each result is ``{"ok": True, "inputs": …, "parameters": …, "outputs": …}`` or
+    ``{"ok": False, "error": …}``.
+
+    Raises:
+        RuntimeError: the stage did not answer; the message holds its log's tail.
+    """
+    options = options or HarnessOptions()
+    with StageProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
+        try:
+            reply = process.request({"problem": problem.to_dict(), "measure": list(overrides)},
+                                    timeout=options.timeouts.reference_start_s)
+        except (ChannelTimeout, ChannelClosed):
+            raise RuntimeError(f"the problem's process {process.describe_exit()}:\n{process.log_tail(2000)}") from None
+    if not reply.get("ok"):
+        raise RuntimeError(f"{reply.get('message')}:\n{reply.get('errors', '')}".strip())
+    return list(reply["footprints"])
+
+
 def admit(problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> AdmissionReport:
     """Run the admission checks for one problem on one target.
 
@@ -62,13 +95,7 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     secret = options.secret_seed if options.secret_seed is not None else new_secret()
     trials = plan_trials(secret, trials=2, input_variants=problem.input_variants,
                          extra_shapes=problem.trial_shapes(target.value))
-    workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
-    # A submitted problem is code from outside too: the sockets under /run, other attempts' run
-    # directories and the service's data stay out of its sight.
-    spec = SandboxSpec(role="admission", workdir=workdir, gpu_visible=target is Target.CUDA,
-                       needed_paths=(options.cache_dir, *visible_under_run()), rlimits={"CORE": 0},
-                       hidden_paths=(*options.hidden_paths, *ALWAYS_HIDDEN, options.runs_dir),
-                       namespaces=("user", "mount", "net", "pid"))
+    spec = _admission_spec(options, target)
     request = {
         "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
         "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),

@@ -18,7 +18,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NotConstant", "assigned_names", "module_constants", "resolve_overrides"]
+__all__ = ["DECLARATION_NAMES", "NotConstant", "assigned_names", "literal_sizes", "module_constants",
+           "resolve_overrides"]
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -28,6 +29,11 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _CALLS: dict[str, Callable[..., Any]] = {"int": int, "float": float, "min": min, "max": max, "abs": abs,
                                          "round": round, "tuple": tuple, "list": list, "len": len}
+#: The problem file's declarations (`problems.spec`): module-level literals that are not sizes.
+DECLARATION_NAMES = frozenset({
+    "MODE", "POLICY", "ATOL", "RTOL", "CPU_SIZES", "EXTRA_SHAPES", "INPUT_VARIANTS", "NONDETERMINISTIC", "RANDOM",
+    "DESCRIPTION",
+})
 #: A constant larger than this is not evaluated (``2 ** 10 ** 9`` must not hang the parser).
 _MAX_INT_BITS = 128
 
@@ -140,6 +146,25 @@ def module_constants(tree: ast.Module, overrides: dict[str, Any] | None = None) 
                 for name in _names_in(target):
                     known.pop(name, None)
     return known
+
+
+def literal_sizes(tree: ast.Module) -> dict[str, int | tuple[int, ...]]:
+    """The size constants set from literals (not derived from other constants): integers of at
+    least 2 and tuples/lists of them, by name, with their values."""
+    reads_names = set()
+    for targets, value in _assignments(tree):
+        if any(isinstance(n, ast.Name) for n in ast.walk(value)):
+            reads_names.update(name for t in targets for name in _names_in(t))
+    found: dict[str, int | tuple[int, ...]] = {}
+    for name, value in module_constants(tree).items():
+        if name in reads_names or name in DECLARATION_NAMES:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
+            found[name] = value
+        elif isinstance(value, (tuple, list)) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            found[name] = tuple(value)
+    return found
 
 
 def resolve_overrides(source_or_tree: str | ast.Module, overrides: dict[str, Any]) -> dict[str, Any]:

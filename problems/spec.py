@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from problems.constants import assigned_names, resolve_overrides
+from problems.constants import DECLARATION_NAMES, assigned_names, resolve_overrides
 
 __all__ = [
     "MAX_SOURCE_BYTES",
@@ -123,10 +123,7 @@ class Problem:
         return parse_problem(data["source"], problem_id=data["id"], level=data.get("level"))
 
 
-_DECLARATIONS = {
-    "MODE", "POLICY", "ATOL", "RTOL", "CPU_SIZES", "EXTRA_SHAPES", "INPUT_VARIANTS",
-    "NONDETERMINISTIC", "RANDOM", "DESCRIPTION",
-}
+_DECLARATIONS = DECLARATION_NAMES
 
 
 def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
