@@ -12,8 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness import HarnessOptions, Status, Target, Verdict, evaluate
+from harness import HarnessOptions, Status, Target, Verdict
 from harness.admission import admit
+from harness.retime import evaluate_with_retime
 from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
@@ -127,15 +128,21 @@ def eval_command(
     seed: Annotated[int | None, typer.Option(help="fix the secret seed (reproducible runs)")] = None,
     cache_dir: CacheOpt = None,
 ) -> None:
-    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error."""
+    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error.
+
+    A ``suspicious`` verdict is re-timed (fresh seeds, hardened timing) before the answer, as the
+    worker does (`harness.retime`)."""
     spec = _load_problem_or_exit(problem)
     if not candidate.is_file():
         err.print(f"[red]error:[/red] candidate file {candidate} not found")
         raise typer.Exit(EXIT_USAGE)
     target = target or default_target()
     options = _options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
+    def retiming(first: Verdict) -> None:
+        err.print(f"[yellow]suspicious:[/] {first.message}; re-timing with fresh seeds and hardened timing")
+
     with err.status(f"evaluating {candidate.name} on {spec.id} ({target.value}): compile, trials, timing…"):
-        verdict = evaluate(spec, candidate.read_text(), target, options)
+        verdict, _ = evaluate_with_retime(spec, candidate.read_text(), target, options, on_retime=retiming)
     if as_json:
         render_verdict(verdict, err)
         sys.stdout.write(json.dumps(verdict.to_dict()) + "\n")

@@ -38,6 +38,7 @@ from harness.sandbox import (
     visible_under_run,
 )
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
+from harness.toolchain import cuda_unavailable
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from problems.spec import Policy, Problem, parse_problem
 
@@ -655,6 +656,10 @@ class Referee:
 
     def _evaluate(self, source: str, depth: Depth) -> Verdict:
         hints = tuple(static_hints(source, target=self.target.value))
+        unavailable = cuda_unavailable() if self.target is Target.CUDA else None
+        if unavailable:  # the machine's fault, not the candidate's: said before any compile
+            return self._verdict(_Outcome(Status.ERROR, Stage.COMPILE, unavailable, ErrorKind.INFRA),
+                                 hints=hints, depth=depth)
         compiled = self.compile(source)
         base: dict[str, Any] = {"compile": compiled, "hints": hints, "depth": depth}
         if not compiled.ok:
