@@ -89,7 +89,7 @@ class TimingOptions:
     recheck_every: int = 10
     #: ...at most this many (the last call's output is always among them); outputs can be large.
     max_rechecks: int = 3
-    #: Flush the L2 (CUDA) or last-level cache (CPU) before each timed call.
+    #: Flush the L2 before each timed CUDA call (the CPU loop times warm calls: `harness.timing`).
     flush_cache: bool = True
     #: Hardened timing (the trusted side dictates it): exactly this many timed calls after exactly
     #: ``min_warmup_calls`` warm-up calls, whatever the noise or the time cap say. 0: adaptive.

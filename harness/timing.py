@@ -5,7 +5,12 @@ an L2 flush (a write of > 2x the L2 size) before each timed call, warm-up, adapt
 under `TimingOptions.target_rel_stderr` of the mean or the time cap is reached, input sets
 rotated across calls (written into the same buffers, scaled so that no call repeats another's
 inputs), and copies of sampled outputs handed back for re-checking. CPU: ``perf_counter``
-with the same statistics and a cache flush.
+around each call with the same statistics and no flush: a write of a 32 MB buffer before each
+call woke torch's worker threads and left them parked, so a 26 µs op measured 58.8 ms (the loop
+timed thread scheduling, not the kernel); like ``torch.utils.benchmark`` the CPU loop times warm
+calls, within 5 % of its ``blocked_autorange`` from 20 µs to 100 ms on an idle machine
+(benchmarks/cpu_timing_fidelity.py). On a loaded host (load average over the usable cores) or
+with a wide spread, the timing carries a ``noisy`` warning.
 
 The clock functions are bound when this module is imported, before any candidate code runs,
 so a candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not reach them.
@@ -16,6 +21,7 @@ bounds what such a candidate reports (`harness.evaluate`, docs/integrity.md).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +35,8 @@ from harness.verdict import Timing
 __all__ = ["TimedRun", "call_scale", "clone_output", "load_inputs", "scaled_inputs", "time_callable"]
 
 _perf_counter = time.perf_counter
+_getloadavg = getattr(os, "getloadavg", None)
+_sched_getaffinity = getattr(os, "sched_getaffinity", None)
 _monotonic = time.monotonic
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
@@ -38,14 +46,30 @@ _no_grad = torch.no_grad
 _mul = torch.mul
 _manual_seed = torch.manual_seed
 
-#: CPU flush buffer: larger than the last-level cache of the CI and laptop machines we target.
-_CPU_FLUSH_BYTES = 32 * 1024 * 1024
 #: Fallback when the device does not report its L2 size.
 _DEFAULT_L2_BYTES = 64 * 1024 * 1024
 #: Timed CUDA calls queued between two device synchronisations.
 _CUDA_BATCH = 5
 #: Warn when the run ends noisier than this (relative standard error).
 NOISY_REL_STDERR = 0.02
+#: Warn when a CPU timing's interquartile range exceeds this fraction of its median.
+NOISY_CPU_SPREAD = 0.25
+
+
+def cpu_load_warnings(timing: Timing) -> list[str]:
+    """``noisy`` warnings of a CPU timing taken on a loaded host or with a wide spread: other work
+    on the cores only ever slows calls down, so such a median overstates the kernel's time."""
+    warnings = []
+    try:
+        load, cores = _getloadavg()[0], len(_sched_getaffinity(0))
+    except (OSError, TypeError):  # a platform without them: no load figure
+        load, cores = 0.0, 1
+    if load > cores:
+        warnings.append(f"noisy: the host was loaded (load average {load:.1f} on {cores} usable cores): "
+                        "the CPU figures may be inflated")
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > NOISY_CPU_SPREAD:
+        warnings.append(f"noisy: interquartile range {100 * timing.iqr_ms / timing.median_ms:.0f}% of the median")
+    return warnings
 
 
 class TimedRun:
@@ -58,10 +82,8 @@ class TimedRun:
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
-    if device.type == "cuda":
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or _DEFAULT_L2_BYTES
-        return torch.empty(int(2.5 * l2) // 4, dtype=torch.int32, device=device)
-    return torch.empty(_CPU_FLUSH_BYTES // 4, dtype=torch.int32)
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or _DEFAULT_L2_BYTES
+    return torch.empty(int(2.5 * l2) // 4, dtype=torch.int32, device=device)
 
 
 def call_scale(call: int) -> float:
@@ -127,8 +149,15 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         A `TimedRun` with raw samples (ms) and the kept outputs as ``(call, input set, output)``;
         the comparer recomputes the expected output of a call from `scaled_inputs`.
     """
+    with _no_grad():  # entered once: per call, its cost is 5 % of a 20 µs op
+        return _time_callable(fn, input_sets, device=device, options=options, keep_outputs=keep_outputs,
+                              first_call=first_call, seed_calls=seed_calls)
+
+
+def _time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
+                   options: TimingOptions, keep_outputs: bool, first_call: int, seed_calls: bool) -> TimedRun:
     cuda = device.type == "cuda"
-    flush = _flush_buffer(device) if options.flush_cache else None
+    flush = _flush_buffer(device) if options.flush_cache and cuda else None
     sets = [list(s) for s in input_sets]
     buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     started = _perf_counter()
@@ -149,8 +178,7 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         return call_id
 
     def call() -> Any:
-        with _no_grad():
-            return fn(*buffers)
+        return fn(*buffers)
 
     # Warm-up: module loads, autotuning, allocator growth stay out of the samples. Hardened
     # (fixed_calls): exactly min_warmup_calls calls, so the trusted side knows how many ran.
@@ -180,7 +208,7 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         for _ in range(min(per_batch, fixed - i) if fixed else per_batch):
             call_id = load(i)
             if flush is not None:
-                flush.zero_() if cuda else flush.add_(1)
+                flush.zero_()
             if cuda:
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 _event_record(start)
@@ -224,6 +252,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
     timing = Timing.from_samples(samples, clock="cuda_events" if cuda else "perf_counter")
     if timing.rel_stderr > NOISY_REL_STDERR:
         warnings.append(f"noisy: relative standard error {100 * timing.rel_stderr:.1f}% after {timing.n} runs")
+    if not cuda:
+        warnings += cpu_load_warnings(timing)
     if timing.median_ms < 0.05:
         warnings.append("under 50 us: launch overhead dominates; figures are indicative only")
     timing = Timing.from_samples(samples, clock=timing.clock, warnings=warnings)
