@@ -33,8 +33,9 @@ def cuda_toolkit_home() -> Path | None:
     return None
 
 
-def cuda_unavailable(device_node: Path = _NVIDIA_DEVICE) -> str | None:
+def cuda_unavailable() -> str | None:
     """Why the cuda target cannot run here, or None."""
+    device_node = _NVIDIA_DEVICE
     missing = []
     if not device_node.exists():
         missing.append(f"no NVIDIA GPU ({device_node} is absent)")

@@ -23,6 +23,8 @@ HERE = Path(__file__).resolve().parent
 CANDIDATES_DIR = HERE / "candidates"
 
 CPP_SOURCE = r"""
+// KernelBench-style flags (extra_cflags=[""]) build without -O: optimise this file here.
+#pragma GCC optimize("O3")
 #include <torch/extension.h>
 #include <algorithm>
 #include <cmath>

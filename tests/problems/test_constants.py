@@ -21,7 +21,8 @@ def get_init_inputs():
     return []
 '''
 
-TUPLE_SIZES = "batch_size = 16\nD, H, W = 24, 32, 32\n[c_in, c_out] = [3, 8]\ninput_shape = (batch_size, c_in, D, H, W)\n"
+TUPLE_SIZES = ("batch_size = 16\nD, H, W = 24, 32, 32\n[c_in, c_out] = [3, 8]\n"
+               "input_shape = (batch_size, c_in, D, H, W)\n")
 DERIVED = "batch_size = 4096\ndim = 393216\ninput_shape = (batch_size, dim)\nhidden = dim // 4 * 2\n"
 
 

@@ -4,6 +4,8 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 cpp_source = r"""
+// KernelBench-style flags (extra_cflags=[""]) build without -O: optimise this file here.
+#pragma GCC optimize("O3")
 #include <torch/extension.h>
 #include <algorithm>
 #include <cmath>
