@@ -171,11 +171,11 @@ def test_kernelbench_style_candidate_passes_a_random_problem_with_timed_rechecks
 
 def test_a_candidate_drawing_its_own_random_numbers_fails(options: HarnessOptions) -> None:
     own_rng = DROPOUT_CANDIDATE.replace("x = self.dropout(self.matmul(x))",
-                                        "x = self.matmul(x) * (torch.rand_like(x) > 0.3) / 0.7")
+                                        "x = self.matmul(x)\n        x = x * (torch.rand_like(x) > 0.3) / 0.7")
     own_rng = own_rng.replace("import torch.nn as nn", "import torch\nimport torch.nn as nn")
     problem = parse_problem(DROPOUT + "RANDOM = True\n", problem_id="user/dropout")
     verdict, _ = evaluate_with_retime(problem, own_rng, "cpu", options)
-    assert verdict.status is Status.FAIL
+    assert verdict.status is Status.FAIL, (verdict.status, verdict.message, verdict.log[-1500:])
 
 
 def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessOptions, tmp_path: Path,
@@ -187,7 +187,7 @@ def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessO
         suspicious_speedup=1e-9, **changes))
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"),
                                       "--target", "cpu", "--json"])
-    assert "re-timing with fresh seeds and hardened timing" in result.output
+    assert "re-timing with fresh seeds and hardened timing" in " ".join(result.output.split())
     verdict = result.output.strip().splitlines()[-1]
     assert '"status": "pass"' in verdict and '"timing_mode": "hardened"' in verdict, result.output[-3000:]
     assert result.exit_code == 0
