@@ -80,7 +80,7 @@ def environment(runs: Sequence[CandidateRun], target: Target) -> dict[str, Any]:
     prov = next((r.verdict.provenance for r in runs if r.verdict is not None and r.verdict.provenance.get("device")),
                 {})
     try:
-        load = os.getloadavg()
+        load = tuple(round(v, 2) for v in os.getloadavg())
     except OSError:
         load = None
     return {
