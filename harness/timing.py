@@ -207,6 +207,9 @@ def _time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], 
         batch: list[tuple[Any, Any]] = []
         for _ in range(min(per_batch, fixed - i) if fixed else per_batch):
             call_id = load(i)
+            # The previous output is let go before the call, as a caller that drops it would: held,
+            # the allocator must find the call a fresh block (on CPU, page faults of a fresh mmap).
+            out = None
             if flush is not None:
                 flush.zero_()
             if cuda:
