@@ -64,6 +64,23 @@ def _trials(problem: Problem, random_trials: int) -> str:
     return "; ".join(parts)
 
 
+def _random(problem: Problem) -> str:
+    rule = ("the harness seeds torch's RNG with the same seed right before the reference's forward and "
+            "before yours, in every trial and every re-checked timed call.")
+    if problem.random:
+        return (rule + " This problem's forward draws random numbers (it declares RANDOM = True, e.g. "
+                "dropout): to match, draw them through torch's default generator in the same order, shapes "
+                "and dtypes as the reference (e.g. call torch.nn.functional.dropout / torch.rand_like where it "
+                "does, and fuse around them); numbers drawn by a generator of your own will not match.")
+    return rule + " This problem draws none: neither may ModelNew."
+
+
+def _timing_caches(target: str) -> str:
+    if target == "cuda":
+        return "with the L2 cache flushed before each"
+    return "on warm caches (as torch.utils.benchmark times CPU code)"
+
+
 def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
     """The evaluation contract, with this problem's mode, policy, tolerance and trials."""
     gpu_import = ("Your file is imported (and its extensions built) in a process with no GPU visible: "
@@ -83,6 +100,7 @@ def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
   (cache it keyed on the tensors' ._version if you like), never in __init__.
 - Mode: {_mode(problem)}
 - Forward runs under torch.no_grad() for the reference and for you: no autograd support is needed.
+- Random numbers: {_random(problem)}
 - Inputs: {_trials(problem, random_trials)}. All must pass.
 - Numerics: shape, dtype and device must match exactly; NaN and inf must sit in the same places; values
   must satisfy |out - ref| <= atol + rtol * |ref| with {_tolerance(problem)}. TF32 is OFF for the reference,
@@ -91,7 +109,7 @@ def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
 - Policy: {_policy(problem)}
 - Not custom kernels: torch.compile, Triton, CUDA graphs. No try/except fallbacks to torch, no in-place
   changes to the inputs, no background threads, no outputs cached across calls.
-- Timing: after warm-up, repeated calls with the caches flushed before each and inputs rotated; the median
+- Timing: after warm-up, repeated calls {_timing_caches(target)} and inputs rotated; the median
   counts, and some timed outputs are re-checked. You get the speedup over eager PyTorch and over
   torch.compile of the reference, and the % of the roofline's speed-of-light (the reference's FLOPs and
   minimum bytes against this device's peak rate and bandwidth). A speedup above 10x, or a time under the
@@ -156,9 +174,9 @@ def problem_message(problem: Problem, target: str) -> str:
         title += f": {problem.description}"
     lines = [title, f"Target: {target}. Mode: {problem.mode.value}. Policy: {problem.policy.value}."]
     if target == "cpu" and problem.cpu_sizes:
-        sizes = ", ".join(f"{k}={v!r}" for k, v in problem.cpu_sizes.items())
-        lines.append(f"On the cpu target these module constants are replaced before anything runs: {sizes}. "
-                     "Reason about shapes with these values.")
+        sizes = ", ".join(f"{k}={v!r}" for k, v in problem.size_overrides("cpu").items())
+        lines.append(f"On the cpu target these module constants are replaced before anything runs (constants "
+                     f"derived from them included): {sizes}. Reason about shapes with these values.")
     lines.append("```python\n" + problem.source.rstrip() + "\n```")
     lines.append("Write ModelNew. First restate the shapes and count FLOPs and bytes against the device, name "
                  "the exact rewrites you can use, state your plan; then call the tools.")

@@ -12,8 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness import HarnessOptions, Status, Target, Verdict, evaluate
+from harness import HarnessOptions, Status, Target, Verdict
 from harness.admission import admit
+from harness.retime import evaluate_with_retime
 from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
@@ -150,15 +151,21 @@ def eval_command(
     seed: Annotated[int | None, typer.Option(help="fix the secret seed (reproducible runs)")] = None,
     cache_dir: CacheOpt = None,
 ) -> None:
-    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error."""
+    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error.
+
+    A ``suspicious`` verdict is re-timed (fresh seeds, hardened timing) before the answer, as the
+    worker does (`harness.retime`)."""
     spec = _load_problem_or_exit(problem)
     if not candidate.is_file():
         err.print(f"[red]error:[/red] candidate file {candidate} not found")
         raise typer.Exit(EXIT_USAGE)
     target = target or default_target()
     options = _options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
+    def retiming(first: Verdict) -> None:
+        err.print(f"[yellow]suspicious:[/] {first.message}; re-timing with fresh seeds and hardened timing")
+
     with err.status(f"evaluating {candidate.name} on {spec.id} ({target.value}): compile, trials, timing…"):
-        verdict = evaluate(spec, candidate.read_text(), target, options)
+        verdict, _ = evaluate_with_retime(spec, candidate.read_text(), target, options, on_retime=retiming)
     if as_json:
         render_verdict(verdict, err)
         sys.stdout.write(json.dumps(verdict.to_dict()) + "\n")
@@ -213,6 +220,44 @@ def problems_check(
     if not as_json:
         out.print(table)
     raise typer.Exit(1 if refused else 0)
+
+
+@problems_app.command("import")
+def problems_import(
+    folder: Annotated[Path, typer.Argument(help="a folder of KernelBench problem files, used as they are")],
+    out_dir: Annotated[Path, typer.Option("--out", help="where the cpu-ready problems and suite.txt go")],
+    budget_mb: Annotated[float, typer.Option(help="one trial's inputs, parameters and outputs on the cpu")] = 16,
+    cache_dir: CacheOpt = None,
+) -> None:
+    """Size each problem of FOLDER for the cpu target, check it admits, write it with its declarations
+    (the original text unchanged) to --out, and a bench suite of the admitted ones; exit 1 if any is refused."""
+    from cli.problem_import import ImportOutcome, import_folder
+
+    if not folder.is_dir():
+        err.print(f"[red]error:[/red] {folder} is not a folder")
+        raise typer.Exit(EXIT_USAGE)
+    table = Table(title=f"import of {folder} for the cpu target (budget {budget_mb:g} MB a trial)")
+    for col in ("problem", "admitted", "size (full → cpu)", "CPU_SIZES", "reasons"):
+        table.add_column(col)
+    status = err.status("importing…")
+
+    def show(o: ImportOutcome) -> None:
+        status.update(f"imported {o.name}")
+        table.add_row(o.name, "[green]yes[/]" if o.admitted else "[red]no[/]", o.summary,
+                      ", ".join(f"{k}={v}" for k, v in o.cpu_sizes.items()) + (" RANDOM" if o.random else ""),
+                      "; ".join(o.reasons)[:400])
+
+    try:
+        with status:
+            outcomes = import_folder(folder, out_dir, budget_bytes=int(budget_mb * 1024 * 1024),
+                                     options=_options(cache_dir), on_outcome=show)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    out.print(table)
+    admitted = sum(o.admitted for o in outcomes)
+    out.print(f"{admitted} of {len(outcomes)} admitted; suite: {out_dir / 'suite.txt'}", highlight=False)
+    raise typer.Exit(0 if admitted == len(outcomes) else 1)
 
 
 def _register_service_commands() -> None:

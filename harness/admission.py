@@ -8,16 +8,17 @@ problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.options import HarnessOptions, Target
 from harness.problemstage import limit_message, problem_stage_spec
-from harness.sandbox import ChannelClosed, ChannelTimeout, StageProcess
+from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.spec import Problem
 
-__all__ = ["AdmissionCheck", "AdmissionReport", "admit"]
+__all__ = ["AdmissionCheck", "AdmissionReport", "admit", "measure_footprints"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,35 @@ class AdmissionReport:
         }
 
 
+def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
+    workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
+    # A submitted problem is code from outside too: confined like the reference stage (no cache,
+    # no other run, no service data, limits named when hit).
+    return problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
+
+
+def measure_footprints(problem: Problem, overrides: Sequence[dict[str, Any]],
+                       options: HarnessOptions | None = None) -> list[dict[str, Any]]:
+    """The problem's footprint (bytes of inputs, parameters and outputs of one trial, computed on
+    the meta device: nothing is allocated) under each override set, in a sandboxed admission
+    stage. Each result is ``{"ok": True, "inputs": …, "parameters": …, "outputs": …}`` or
+    ``{"ok": False, "error": …}``.
+
+    Raises:
+        RuntimeError: the stage did not answer; the message holds its log's tail.
+    """
+    options = options or HarnessOptions()
+    with StageProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
+        try:
+            reply = process.request({"problem": problem.to_dict(), "measure": list(overrides)},
+                                    timeout=options.timeouts.reference_start_s)
+        except (ChannelTimeout, ChannelClosed):
+            raise RuntimeError(f"the problem's process {process.describe_exit()}:\n{process.log_tail(2000)}") from None
+    if not reply.get("ok"):
+        raise RuntimeError(f"{reply.get('message')}:\n{reply.get('errors', '')}".strip())
+    return list(reply["footprints"])
+
+
 def admit(problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> AdmissionReport:
     """Run the admission checks for one problem on one target.
 
@@ -61,15 +91,14 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     options = options or HarnessOptions()
     target = Target(target)
     secret = options.secret_seed if options.secret_seed is not None else new_secret()
-    trials = plan_trials(secret, trials=2, input_variants=problem.input_variants, extra_shapes=problem.extra_shapes)
-    workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
-    # A submitted problem is code from outside too: confined like the reference stage (no cache,
-    # no other run, no service data, limits named when hit).
-    spec = problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
+    trials = plan_trials(secret, trials=2, input_variants=problem.input_variants,
+                         extra_shapes=problem.trial_shapes(target.value))
+    spec = _admission_spec(options, target)
     request = {
         "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
         "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),
         "other_weights_seed": derive_seed(secret, "weights:other"),
+        "budget_bytes": options.cpu_budget_bytes,
     }
     with StageProcess(spec, sandbox=options.sandbox) as process:
         try:

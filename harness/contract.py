@@ -20,8 +20,10 @@ from harness.seeds import TrialSpec
 __all__ = [
     "TrialSpec",
     "apply_overrides",
+    "forward_seed",
     "make_inputs",
     "redraw_weights",
+    "seed_forward",
     "state_dict_mismatch",
     "tf32_is_off",
     "tf32_off",
@@ -75,6 +77,21 @@ def make_inputs(problem_module: types.ModuleType, trial: TrialSpec, device: torc
         generator = torch.Generator(device=device).manual_seed(trial.seed ^ 0x5EED)
         inputs = [_variant(x.to(device), generator) if isinstance(x, torch.Tensor) else x for x in inputs]
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+#: Mixed into a seed before a forward, so its stream differs from the one that drew the inputs.
+_FORWARD_SALT = 0x5EED_F0_7A2D
+
+
+def forward_seed(trial_seed: int, call: int | None = None) -> int:
+    """The RNG seed set before a forward of a trial (``call`` None) or of a timed call: the same
+    in the reference and candidate processes (the RNG rule for RANDOM problems, docs/problems.md)."""
+    base = trial_seed if call is None else call
+    return (base ^ _FORWARD_SALT) & ((1 << 63) - 1)
+
+
+def seed_forward(trial_seed: int, call: int | None = None) -> None:
+    torch.manual_seed(forward_seed(trial_seed, call))
 
 
 def redraw_weights(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:

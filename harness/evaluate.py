@@ -44,6 +44,7 @@ from harness.sandbox import (
     visible_under_run,
 )
 from harness.seeds import derive_seed, new_secret, plan_trials, secret_identity
+from harness.toolchain import cuda_unavailable
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from problems.spec import Policy, Problem, parse_problem
 
@@ -215,7 +216,7 @@ class Referee:
         self._secret = self.options.secret_seed if self.options.secret_seed is not None else new_secret()
         self.trials = plan_trials(
             self._secret, trials=self.options.trials, input_variants=problem.input_variants,
-            extra_shapes=problem.extra_shapes,
+            extra_shapes=problem.trial_shapes(self.target.value),
         )
         self._reference: StageProcess | None = None
         self.reference_info: dict[str, Any] = {}
@@ -417,6 +418,7 @@ class Referee:
             "trials": [t.to_dict() for t in self.trials],
             "init_seed": derive_seed(self._secret, "init"),
             "weights_seed": derive_seed(self._secret, "weights"),
+            "budget_bytes": self.options.cpu_budget_bytes,
         }
         limit_s = self.options.timeouts.reference_start_s
         try:
@@ -771,6 +773,10 @@ class Referee:
 
     def _evaluate(self, source: str, depth: Depth) -> Verdict:
         hints = tuple(static_hints(source, target=self.target.value))
+        unavailable = cuda_unavailable() if self.target is Target.CUDA else None
+        if unavailable:  # the machine's fault, not the candidate's: said before any compile
+            return self._verdict(_Outcome(Status.ERROR, Stage.COMPILE, unavailable, ErrorKind.INFRA),
+                                 hints=hints, depth=depth)
         compiled = self.compile(source)
         base: dict[str, Any] = {"compile": compiled, "hints": hints, "depth": depth}
         if not compiled.ok:

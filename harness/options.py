@@ -107,7 +107,7 @@ class TimingOptions:
     recheck_every: int = 10
     #: ...at most this many (the last call's output is always among them); outputs can be large.
     max_rechecks: int = 3
-    #: Flush the L2 (CUDA) or last-level cache (CPU) before each timed call.
+    #: Flush the L2 before each timed CUDA call (the CPU loop times warm calls: `harness.timing`).
     flush_cache: bool = True
     #: Hardened timing (the trusted side dictates it): exactly this many timed calls after exactly
     #: ``min_warmup_calls`` warm-up calls, whatever the noise or the time cap say. 0: adaptive.
@@ -132,6 +132,10 @@ class HarnessOptions:
             and ``RLIMIT_DATA`` on the cpu target; ``RLIMIT_DATA`` only on cuda, where the
             driver reserves huge address ranges). ``None``: half the host's memory on cpu, no
             limit on cuda (give the GPU worker's container a memory limit; docs/integrity.md).
+        cpu_budget_mb: what one trial of a problem may need on the cpu target (inputs, outputs
+            and parameters, computed on the meta device before anything is allocated); a larger
+            problem is refused with the figure at admission and reference start. ``None``: an
+            eighth of the host's memory (the referee holds several input and output sets).
         hidden_paths: directories no stage may see (the service's data directory, a SQLite
             database's folder, secrets); ``/run`` and other attempts' run directories are
             always hidden from compile and candidate stages.
@@ -181,6 +185,7 @@ class HarnessOptions:
     cuda_transport: str = "file"
     output_limit: int = 16 * 1024
     memory_limit_mb: int | None = None
+    cpu_budget_mb: int | None = None
     hidden_paths: tuple[Path, ...] = ()
     hardened_timing: bool = False
     pch: bool = True
@@ -209,6 +214,16 @@ class HarnessOptions:
         data["timeouts"] = Timeouts(**data["timeouts"])
         data["timing"] = TimingOptions(**data["timing"])
         return cls(**data)
+
+    @property
+    def cpu_budget_bytes(self) -> int:
+        if self.cpu_budget_mb is not None:
+            return self.cpu_budget_mb * 1024 * 1024
+        try:
+            host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            host = 16 * 1024**3
+        return host // 8
 
     @property
     def builds_dir(self) -> Path:

@@ -5,7 +5,12 @@ an L2 flush (a write of > 2x the L2 size) before each timed call, warm-up, adapt
 under `TimingOptions.target_rel_stderr` of the mean or the time cap is reached, input sets
 rotated across calls (written into the same buffers, scaled so that no call repeats another's
 inputs), and copies of sampled outputs handed back for re-checking. CPU: ``perf_counter``
-with the same statistics and a cache flush.
+around each call with the same statistics and no flush: a write of a 32 MB buffer before each
+call woke torch's worker threads and left them parked, so a 26 µs op measured 58.8 ms (the loop
+timed thread scheduling, not the kernel); like ``torch.utils.benchmark`` the CPU loop times warm
+calls, within 5 % of its ``blocked_autorange`` from 20 µs to 100 ms on an idle machine
+(benchmarks/cpu_timing_fidelity.py). On a loaded host (load average over the usable cores) or
+with a wide spread, the timing carries a ``noisy`` warning.
 
 The clock functions are bound when this module is imported, before any candidate code runs,
 so a candidate that patches ``torch.cuda.Event`` or ``time.perf_counter`` does not reach them.
@@ -16,18 +21,22 @@ bounds what such a candidate reports (`harness.evaluate`, docs/integrity.md).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from harness.contract import forward_seed
 from harness.options import TimingOptions
 from harness.verdict import Timing
 
 __all__ = ["TimedRun", "call_scale", "clone_output", "load_inputs", "scaled_inputs", "time_callable"]
 
 _perf_counter = time.perf_counter
+_getloadavg = getattr(os, "getloadavg", None)
+_sched_getaffinity = getattr(os, "sched_getaffinity", None)
 _monotonic = time.monotonic
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
@@ -35,15 +44,32 @@ _event_elapsed = torch.cuda.Event.elapsed_time
 _cuda_sync = torch.cuda.synchronize
 _no_grad = torch.no_grad
 _mul = torch.mul
+_manual_seed = torch.manual_seed
 
-#: CPU flush buffer: larger than the last-level cache of the CI and laptop machines we target.
-_CPU_FLUSH_BYTES = 32 * 1024 * 1024
 #: Fallback when the device does not report its L2 size.
 _DEFAULT_L2_BYTES = 64 * 1024 * 1024
 #: Timed CUDA calls queued between two device synchronisations.
 _CUDA_BATCH = 5
 #: Warn when the run ends noisier than this (relative standard error).
 NOISY_REL_STDERR = 0.02
+#: Warn when a CPU timing's interquartile range exceeds this fraction of its median.
+NOISY_CPU_SPREAD = 0.25
+
+
+def cpu_load_warnings(timing: Timing) -> list[str]:
+    """``noisy`` warnings of a CPU timing taken on a loaded host or with a wide spread: other work
+    on the cores only ever slows calls down, so such a median overstates the kernel's time."""
+    warnings = []
+    try:
+        load, cores = _getloadavg()[0], len(_sched_getaffinity(0))
+    except (OSError, TypeError):  # a platform without them: no load figure
+        load, cores = 0.0, 1
+    if load > cores:
+        warnings.append(f"noisy: the host was loaded (load average {load:.1f} on {cores} usable cores): "
+                        "the CPU figures may be inflated")
+    if timing.median_ms > 0 and timing.iqr_ms / timing.median_ms > NOISY_CPU_SPREAD:
+        warnings.append(f"noisy: interquartile range {100 * timing.iqr_ms / timing.median_ms:.0f}% of the median")
+    return warnings
 
 
 class TimedRun:
@@ -56,10 +82,8 @@ class TimedRun:
 
 
 def _flush_buffer(device: torch.device) -> torch.Tensor:
-    if device.type == "cuda":
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or _DEFAULT_L2_BYTES
-        return torch.empty(int(2.5 * l2) // 4, dtype=torch.int32, device=device)
-    return torch.empty(_CPU_FLUSH_BYTES // 4, dtype=torch.int32)
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or _DEFAULT_L2_BYTES
+    return torch.empty(int(2.5 * l2) // 4, dtype=torch.int32, device=device)
 
 
 def call_scale(call: int) -> float:
@@ -96,7 +120,8 @@ def clone_output(out: Any) -> Any:
 
 
 def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
-                  options: TimingOptions, keep_outputs: bool = False, first_call: int = 0) -> TimedRun:
+                  options: TimingOptions, keep_outputs: bool = False, first_call: int = 0,
+                  seed_calls: bool = False) -> TimedRun:
     """Time ``fn(*inputs)`` over rotating input sets.
 
     The sets are written in turn into one set of call buffers before each call (outside the timed
@@ -117,13 +142,22 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
             more call per input set after the timed calls.
         first_call: the id of the first call (its inputs' scale, `call_scale`): a second timing
             run in the same process continues the ids, so no call repeats an earlier run's inputs.
+        seed_calls: seed torch's RNG before each call with `contract.forward_seed` of its id
+            (outside the timed window), so a RANDOM problem's re-checked outputs can be recomputed.
 
     Returns:
         A `TimedRun` with raw samples (ms) and the kept outputs as ``(call, input set, output)``;
         the comparer recomputes the expected output of a call from `scaled_inputs`.
     """
+    with _no_grad():  # entered once: per call, its cost is 5 % of a 20 µs op
+        return _time_callable(fn, input_sets, device=device, options=options, keep_outputs=keep_outputs,
+                              first_call=first_call, seed_calls=seed_calls)
+
+
+def _time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *, device: torch.device,
+                   options: TimingOptions, keep_outputs: bool, first_call: int, seed_calls: bool) -> TimedRun:
     cuda = device.type == "cuda"
-    flush = _flush_buffer(device) if options.flush_cache else None
+    flush = _flush_buffer(device) if options.flush_cache and cuda else None
     sets = [list(s) for s in input_sets]
     buffers = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     started = _perf_counter()
@@ -139,11 +173,12 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         call_id = counter
         counter += 1
         load_inputs(buffers, sets[i % len(sets)], call_id)
+        if seed_calls:
+            _manual_seed(forward_seed(0, call_id))
         return call_id
 
     def call() -> Any:
-        with _no_grad():
-            return fn(*buffers)
+        return fn(*buffers)
 
     # Warm-up: module loads, autotuning, allocator growth stay out of the samples. Hardened
     # (fixed_calls): exactly min_warmup_calls calls, so the trusted side knows how many ran.
@@ -172,8 +207,11 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
         batch: list[tuple[Any, Any]] = []
         for _ in range(min(per_batch, fixed - i) if fixed else per_batch):
             call_id = load(i)
+            # The previous output is let go before the call, as a caller that drops it would: held,
+            # the allocator must find the call a fresh block (on CPU, page faults of a fresh mmap).
+            out = None
             if flush is not None:
-                flush.zero_() if cuda else flush.add_(1)
+                flush.zero_()
             if cuda:
                 start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 _event_record(start)
@@ -217,6 +255,8 @@ def time_callable(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *
     timing = Timing.from_samples(samples, clock="cuda_events" if cuda else "perf_counter")
     if timing.rel_stderr > NOISY_REL_STDERR:
         warnings.append(f"noisy: relative standard error {100 * timing.rel_stderr:.1f}% after {timing.n} runs")
+    if not cuda:
+        warnings += cpu_load_warnings(timing)
     if timing.median_ms < 0.05:
         warnings.append("under 50 us: launch overhead dominates; figures are indicative only")
     timing = Timing.from_samples(samples, clock=timing.clock, warnings=warnings)

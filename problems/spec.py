@@ -13,10 +13,14 @@ name                   meaning                                                  
                        ``"pure"`` (no torch compute in ``forward``)
 ``ATOL`` / ``RTOL``    tolerance override                                              per dtype
 ``CPU_SIZES``          module constants replaced on the ``cpu`` target, e.g.           ``{}``
-                       ``{"batch_size": 2, "height": 16}`` (include derived ones)
+                       ``{"batch_size": 2, "height": 16}``; constants computed from
+                       them (``input_shape = (batch_size, dim)``) follow
+                       (`problems.constants`)
 ``EXTRA_SHAPES``       list of input-only constant overrides; each adds a trial        ``[]``
 ``INPUT_VARIANTS``     whether a trial with another value distribution is added        ``True``
-``NONDETERMINISTIC``   output varies for fixed inputs (dropout); refused unless True   ``False``
+``RANDOM``             forward draws random numbers (dropout): the RNG is seeded       ``False``
+                       identically before every reference and candidate forward
+``NONDETERMINISTIC``   output varies even with the RNG seeded; refused unless True     ``False``
 ``DESCRIPTION``        one line for listings (else the module docstring's first line)  ``""``
 =====================  ==============================================================  ==========
 
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from problems.constants import DECLARATION_NAMES, assigned_names, resolve_overrides
 
 __all__ = [
     "MAX_SOURCE_BYTES",
@@ -75,6 +81,7 @@ class Problem:
     extra_shapes: tuple[dict[str, Any], ...] = ()
     input_variants: bool = True
     nondeterministic: bool = False
+    random: bool = False
     description: str = ""
     level: int | None = None
 
@@ -95,19 +102,28 @@ class Problem:
             "extra_shapes": [dict(s) for s in self.extra_shapes],
             "input_variants": self.input_variants,
             "nondeterministic": self.nondeterministic,
+            "random": self.random,
             "description": self.description,
             "level": self.level,
         }
+
+    def size_overrides(self, target: str) -> dict[str, Any]:
+        """The constants to set on the loaded module on ``target``: ``CPU_SIZES`` on ``cpu`` plus
+        every constant derived from them."""
+        return resolve_overrides(self.source, self.cpu_sizes) if target == "cpu" else {}
+
+    def trial_shapes(self, target: str) -> tuple[dict[str, Any], ...]:
+        """``EXTRA_SHAPES`` as each trial sets them on ``target``: on top of the CPU sizes there,
+        with the constants derived from both."""
+        base = dict(self.cpu_sizes) if target == "cpu" else {}
+        return tuple(resolve_overrides(self.source, {**base, **shape}) for shape in self.extra_shapes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Problem:
         return parse_problem(data["source"], problem_id=data["id"], level=data.get("level"))
 
 
-_DECLARATIONS = {
-    "MODE", "POLICY", "ATOL", "RTOL", "CPU_SIZES", "EXTRA_SHAPES", "INPUT_VARIANTS",
-    "NONDETERMINISTIC", "DESCRIPTION",
-}
+_DECLARATIONS = DECLARATION_NAMES
 
 
 def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
@@ -135,11 +151,9 @@ def _defined_names(tree: ast.Module) -> set[str]:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
+    return names | assigned_names(tree)
 
 
 def _check_sizes(name: str, value: Any, module_names: set[str]) -> dict[str, Any]:
@@ -206,6 +220,7 @@ def parse_problem(source: str, *, problem_id: str, level: int | None = None) -> 
         extra_shapes=tuple(_check_sizes("EXTRA_SHAPES entry", s, names) for s in extra),
         input_variants=bool(decl.get("INPUT_VARIANTS", True)),
         nondeterministic=bool(decl.get("NONDETERMINISTIC", False)),
+        random=bool(decl.get("RANDOM", False)),
         description=str(description),
         level=level,
     )

@@ -29,7 +29,7 @@ import importlib
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from config import LLMProfile, Settings
 from harness import Depth, ErrorKind, HarnessOptions, Referee, Target, Verdict
+from harness.retime import retime_options
 from problems import Problem, ProblemFormatError, parse_problem
 from store import (
     JobKind,
@@ -76,9 +77,6 @@ EVALUATION_TOOL = "evaluate"
 RETIME_TOOL = "retime"
 #: Quarantined candidates re-timed per job (each costs a fresh reference and a timing run).
 MAX_RETIMES = 3
-#: Timed calls at least, in a re-time (the quick default is 20); hardened timing dictates about
-#: ``max_time_s`` of calls at the eager baseline's speed, between this and ``max_repeats``.
-RETIME_MIN_REPEATS = 50
 
 
 class RunOutcome(StrEnum):
@@ -356,22 +354,6 @@ def _run_agent(
 def _has_best(recorder: StoreRecorder) -> bool:
     with session_scope(recorder.session_factory) as session:
         return get_job(session=session, job_id=recorder.job_id).best_attempt_id is not None
-
-
-def retime_options(options: HarnessOptions) -> HarnessOptions:
-    """The options of a re-time: fresh secret seeds, no speedup ceiling, hardened timing.
-
-    The candidate was quarantined for a speedup over ``suspicious_speedup`` (or for beating the
-    roofline); a re-time in a fresh process with new seeds (new weights and inputs: cached
-    outputs fail) and hardened timing (a number of calls the trusted side dictates, the reported
-    median bounded by the trusted clock less the loop's overhead measured in the reference
-    process: a patched clock or a forged reply fails with ``clock_disagrees``) that passes again is
-    believed. The roofline check stays: beating physics is never believed.
-    """
-    timing = replace(options.timing, min_repeats=max(options.timing.min_repeats, RETIME_MIN_REPEATS),
-                     max_time_s=2 * options.timing.max_time_s)
-    return options.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing,
-                           hardened_timing=True)
 
 
 def _retime(

@@ -204,6 +204,26 @@ def _resume_path(resume: Path) -> Path:
     return resume / "bench.json" if resume.is_dir() else resume
 
 
+def _bench_candidates(entries: Sequence[SuiteEntry], suite: Path, candidates: Path, target: Target | None,
+                      out_dir: Path, cache_dir: Path | None) -> None:
+    """``bench --candidates``: judge given candidates locally (`cli.client.bench_candidates`)."""
+    from cli.client.bench_candidates import CandidateRun, run_candidates, write_report
+    from harness.options import HarnessOptions
+
+    target = target or Target.CPU
+    options = HarnessOptions() if cache_dir is None else HarnessOptions(cache_dir=cache_dir)
+
+    def show(run: CandidateRun) -> None:
+        r = run.result
+        err.print(f"{r.problem}: {r.state}, {fmt_x(r.speedup_vs_eager)} vs eager, {fmt_x(r.speedup_vs_compile)} "
+                  "vs torch.compile" + (" (re-timed)" if run.retimed else ""), highlight=False)
+
+    runs = run_candidates(entries, candidates, target, options, on_result=show)
+    _, markdown = write_report(runs, target, out_dir, suite=suite, candidates_dir=candidates)
+    out.print(markdown, markup=False, highlight=False)
+    err.print(f"wrote {out_dir / 'bench.md'} and {out_dir / 'bench.json'}")
+
+
 def bench(
     suite: Annotated[Path | None, typer.Argument(
         help="a file of problem ids or paths (one a line), or a directory (with --resume: the report's suite)")] = None,
@@ -222,9 +242,16 @@ def bench(
     poll: Annotated[float, typer.Option(min=0.05, help="seconds between polls of the jobs")] = BENCH_POLL_S,
     timeout: Annotated[float | None, typer.Option(min=1, help="give up waiting after this many seconds")] = None,
     as_json: JsonOpt = False,
+    candidates: Annotated[Path | None, typer.Option(
+        "--candidates", help="judge these candidates (DIR/<problem file name>) locally instead of running jobs",
+        file_okay=False)] = None,
+    cache_dir: Annotated[Path | None, typer.Option(
+        "--cache-dir", help="with --candidates: builds, baselines and scratch (default ~/.cache/kernelloop)")] = None,
 ) -> None:
     """One job per problem of a suite, within the key's quota, then a KernelBench-style table (fast_p, geomean
-    speedups) as Markdown + JSON; Ctrl-C writes a partial report that --resume continues."""
+    speedups) as Markdown + JSON; Ctrl-C writes a partial report that --resume continues.
+
+    With --candidates DIR, no jobs: each problem's candidate DIR/<name>.py is judged locally."""
     from cli.versions import local_versions
 
     previous: BenchState | None = None
@@ -246,6 +273,9 @@ def bench(
     except (OSError, ValueError, ProblemFormatError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(ExitCode.USAGE) from None
+    if candidates is not None:
+        _bench_candidates(entries, suite, candidates, target, out_dir or Path("."), cache_dir)
+        return
     extra: dict[str, Any] = {}
     if target is not None:
         extra["target"] = target.value

@@ -7,12 +7,13 @@ from typing import Any
 
 import torch
 
-from harness import contract
+from harness import contract, footprint
 from harness.compare import compare_outputs, flatten_output
 from harness.options import default_tolerance
 from harness.roles.loading import brief_error, load_problem_module
 from harness.sandbox import Channel
 from harness.seeds import TrialSpec
+from problems.constants import resolve_overrides
 
 
 def _outputs(module: Any, model: torch.nn.Module, trial: TrialSpec, device: torch.device,
@@ -33,13 +34,38 @@ def _differs(a: list[torch.Tensor], b: list[torch.Tensor], problem: dict[str, An
     return not result.passed
 
 
+def _footprint(module: Any) -> dict[str, Any]:
+    try:
+        return {"ok": True, **footprint.measure(module).to_dict()}
+    except Exception as exc:  # noqa: BLE001 - the sizes are unknown; the caller says so
+        return {"ok": False, "error": brief_error(exc)}
+
+
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    """Footprints on the meta device of the problem under each override set in turn (each
+    resolved against the source, so derived constants follow); nothing is allocated."""
+    problem = request["problem"]
+    module = load_problem_module(problem, "meta")
+    results = []
+    for overrides in request["measure"]:
+        with contract.overridden(module, resolve_overrides(problem["source"], overrides)):
+            results.append(_footprint(module))
+    return {"ok": True, "footprints": results}
+
+
 def check(request: dict[str, Any]) -> dict[str, Any]:
+    if "measure" in request:
+        return measure(request)
     problem, target = request["problem"], request["target"]
     device = torch.device("cuda" if target == "cuda" else "cpu")
     contract.tf32_off()
     module = load_problem_module(problem, target)
     trials = [TrialSpec.from_dict(t) for t in request["trials"]]
     checks: list[dict[str, Any]] = []
+    if target == "cpu" and request.get("budget_bytes"):
+        reason = footprint.over_budget(module, [t.overrides for t in trials], request["budget_bytes"])
+        if reason:
+            return {"ok": True, "checks": [{"name": "fits_budget", "passed": False, "detail": reason}]}
 
     def build(weights_seed: int) -> torch.nn.Module:
         torch.manual_seed(request["init_seed"])
@@ -61,13 +87,25 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
     finite = all(bool(torch.isfinite(t).all()) for out in outputs for t in out if t.is_floating_point())
     record("finite", finite, "outputs are finite" if finite else "the reference output holds NaN or inf")
 
-    again = _outputs(module, model, trials[0], device, rng_seed=1)
-    deterministic = not _differs(again, outputs[0], problem)
+    # The RNG rule (docs/problems.md): the harness seeds torch's RNG identically before the
+    # reference's and the candidate's forward, so a forward that draws random numbers (dropout)
+    # is a fair test if it declares RANDOM = True and is reproducible under the same seed.
+    again = _outputs(module, model, trials[0], device, rng_seed=0)
+    reseeded = _outputs(module, model, trials[0], device, rng_seed=1)
+    reproducible = not _differs(again, outputs[0], problem)
+    draws_random = _differs(reseeded, outputs[0], problem)
     if problem.get("nondeterministic"):
         record("deterministic", True, "declared NONDETERMINISTIC: determinism not required")
+    elif not reproducible:
+        record("deterministic", False, "two runs with the same inputs and the same RNG seed differ: remove the "
+               "source of nondeterminism or declare NONDETERMINISTIC = True")
+    elif draws_random and not problem.get("random"):
+        record("deterministic", False, "the forward draws random numbers (its output changes with the RNG seed): "
+               "declare RANDOM = True; the harness then seeds the RNG identically before the reference's and "
+               "the candidate's forward")
     else:
-        record("deterministic", deterministic, "same inputs, same output" if deterministic else
-               "two runs on the same inputs differ: declare NONDETERMINISTIC = True or remove the randomness")
+        record("deterministic", True, "same inputs and RNG seed, same output" + (
+            "; draws random numbers (RANDOM)" if draws_random else ""))
 
     depends_inputs = _differs(outputs[0], outputs[1], problem) if len(outputs) > 1 else False
     record("depends_on_inputs", depends_inputs,

@@ -118,6 +118,7 @@ class Candidate:
         self.cache.install()
         self.noop = NoopSwitch()
         self.problem = load_problem_module(request["problem"], self.target)
+        self.random = bool(request["problem"].get("random"))
         candidate = load_candidate_module(Path(request["candidate_path"]))
         for module in self.cache.modules:
             self.noop.wrap_module(module)
@@ -147,6 +148,7 @@ class Candidate:
         flags: list[str] = []
         ops: set[str] = set()
         self.noop.active = noop
+        contract.seed_forward(self.trials[index].seed)
         try:
             with torch.no_grad():
                 if record_ops:
@@ -193,7 +195,7 @@ class Candidate:
     def time(self, options: TimingOptions, set_indices: list[int], first_call: int = 0) -> dict[str, Any]:
         sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
         run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
-                                       first_call=first_call)
+                                       first_call=first_call, seed_calls=self.random)
         self._held = [out for _, _, out in run.kept]
         kept = [{"index": set_indices[s], "call": call,
                  "output": export_output(out, self.workdir, f"timed-{call}", transport=self.transport)}

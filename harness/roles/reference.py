@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness import contract
+from harness import contract, footprint
 from harness.compare import compare_outputs, flatten_output
 from harness.options import TimingOptions, default_tolerance
 from harness.roles.loading import brief_error, load_problem_module
@@ -30,6 +30,10 @@ def _nbytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+class ProblemTooLarge(ValueError):
+    """The problem's trials need more memory than the cpu target's budget (the figure says)."""
+
+
 class Reference:
     def __init__(self, request: dict[str, Any]) -> None:
         self.problem = request["problem"]
@@ -38,14 +42,20 @@ class Reference:
         self.trials = [contract.TrialSpec.from_dict(t) for t in request["trials"]]
         contract.tf32_off()
         self.module = load_problem_module(self.problem, self.target)
+        if self.target == "cpu" and request.get("budget_bytes"):
+            too_large = footprint.over_budget(self.module, [t.overrides for t in self.trials], request["budget_bytes"])
+            if too_large:
+                raise ProblemTooLarge(too_large)
         torch.manual_seed(request["init_seed"])
         self.model = self.module.Model(*self.module.get_init_inputs())
         contract.redraw_weights(self.model, request["weights_seed"])
         self.model.train(self.problem["mode"] == "train").to(self.device)
         self.expected: list[list[torch.Tensor]] = []
         for trial in self.trials:
+            inputs = contract.make_inputs(self.module, trial, self.device)
+            contract.seed_forward(trial.seed)
             with torch.no_grad():
-                out = self.model(*contract.make_inputs(self.module, trial, self.device))
+                out = self.model(*inputs)
             flat = flatten_output(out)
             if flat is None:
                 raise TypeError(f"the reference Model returned {type(out).__name__}, not tensor(s)")
@@ -102,7 +112,8 @@ class Reference:
         the request with its own clock and takes this process's samples off to learn what the
         loop itself costs (flushes, input scaling, syncs, re-check copies, exports) on this device."""
         sets = [contract.make_inputs(self.module, self.trials[i], self.device) for i in set_indices]
-        run = time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True)
+        run = time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
+                            seed_calls=bool(self.problem.get("random")))
         with tempfile.TemporaryDirectory() as scratch:
             for call, _, out in run.kept:
                 export_output(out, Path(scratch), f"timed-{call}", transport=transport)
@@ -111,6 +122,7 @@ class Reference:
     def _expected_for_call(self, index: int, call: int) -> list[torch.Tensor]:
         """The output of a re-checked timed call: the trial's inputs as that call saw them."""
         inputs = scaled_inputs(contract.make_inputs(self.module, self.trials[index], self.device), call)
+        contract.seed_forward(self.trials[index].seed, call)
         with torch.no_grad():
             out = self.model(*inputs)
         flat = flatten_output(out)
@@ -140,6 +152,9 @@ def serve(channel: Channel) -> None:
     request = channel.recv()
     try:
         ref = Reference(request)
+    except ProblemTooLarge as exc:
+        channel.send({"ok": False, "message": f"the problem is too large for the cpu target: {exc}", "errors": ""})
+        return
     except BaseException as exc:  # noqa: BLE001 - a broken problem is reported, not raised
         channel.send({"ok": False, "message": "the reference problem failed to run", "errors": brief_error(exc)})
         return

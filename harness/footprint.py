@@ -1,0 +1,97 @@
+"""What one trial of a problem needs in memory, computed on the meta device (runs in stages).
+
+``get_inputs``, ``Model(*get_init_inputs())`` and, where the ops allow, the forward run under
+``torch.device("meta")``: tensors get shapes and dtypes but no storage, so a problem sized for a
+GPU (KernelBench's ``19_ReLU`` draws a 6.4 GB input) is measured without allocating it, and
+refused on the cpu target with the figure before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.compare import flatten_output
+from harness.contract import overridden
+
+__all__ = ["Footprint", "format_bytes", "measure", "over_budget", "refusal"]
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes of one trial: its inputs, the model's parameters and buffers, its outputs (``None``
+    when the forward does not run on the meta device)."""
+
+    inputs: int
+    parameters: int
+    outputs: int | None
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.parameters + (self.outputs or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": self.inputs, "parameters": self.parameters, "outputs": self.outputs}
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _nbytes(values: Any) -> int:
+    flat = flatten_output(values) if not isinstance(values, (list, tuple)) else [
+        v for v in values if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in flat or [])
+
+
+def measure(module: types.ModuleType) -> Footprint:
+    """The footprint of the module's ``get_inputs`` and ``Model`` as its constants are now.
+
+    Raises:
+        Exception: whatever ``get_inputs`` or ``Model`` raise on the meta device (``.item()``,
+            a data-dependent shape): the caller treats the footprint as unknown.
+    """
+    with torch.device("meta"):
+        inputs = list(module.get_inputs())
+        model = module.Model(*module.get_init_inputs())
+    parameters = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    outputs: int | None
+    try:
+        with torch.no_grad(), torch.device("meta"):
+            outputs = _nbytes(model(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs]))
+    except Exception:  # noqa: BLE001 - an op without a meta kernel: the output's size stays unknown
+        outputs = None
+    return Footprint(_nbytes(inputs), parameters, outputs)
+
+
+def refusal(footprint: Footprint, budget_bytes: int) -> str | None:
+    """Why a problem with this footprint is refused on the cpu target, or None if it fits."""
+    if footprint.total <= budget_bytes:
+        return None
+    parts = f"inputs {format_bytes(footprint.inputs)}, parameters {format_bytes(footprint.parameters)}" + (
+        f", outputs {format_bytes(footprint.outputs)}" if footprint.outputs is not None else "")
+    return (f"inputs need {format_bytes(footprint.total)} ({parts}); the CPU budget is "
+            f"{format_bytes(budget_bytes)}: declare CPU_SIZES (`kernelloop problems import` finds them)")
+
+
+def over_budget(module: types.ModuleType, trial_overrides: list[dict[str, Any]], budget_bytes: int) -> str | None:
+    """Why the trials (one override set each, as `harness.seeds.TrialSpec` holds them) do not
+    fit the budget, or None; a footprint the meta device cannot compute is not refused here (the
+    stage's memory limit still holds)."""
+    for overrides in {json.dumps(o, sort_keys=True): o for o in trial_overrides}.values():
+        with overridden(module, overrides):
+            try:
+                found = measure(module)
+            except Exception:  # noqa: BLE001 - unknown sizes
+                continue
+        reason = refusal(found, budget_bytes)
+        if reason:
+            return reason
+    return None
