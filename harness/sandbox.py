@@ -118,7 +118,10 @@ class Channel:
 
     def send(self, message: Mapping[str, Any]) -> None:
         data = json.dumps(message, allow_nan=True).encode()
-        self._sock.sendall(struct.pack(">I", len(data)) + data)
+        try:
+            self._sock.sendall(struct.pack(">I", len(data)) + data)
+        except OSError as exc:  # the stage died, or a cancel closed the channel first
+            raise ChannelClosed(str(exc)) from None
 
     def _read_exact(self, size: int, deadline: float | None) -> bytes:
         chunks = bytearray()

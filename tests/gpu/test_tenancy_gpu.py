@@ -50,6 +50,7 @@ def get_init_inputs():
 """
 PROBE = '''
 import os
+import subprocess
 import time
 import torch
 from torch import nn
@@ -98,7 +99,10 @@ def _options(cache: Path, data_dir: Path, **changes: object) -> HarnessOptions:
                           timeouts=Timeouts(reference_start_s=120.0, compile_s=300.0)).replace(**changes)
 
 
-def _processes(marker: str) -> list[int]:
+def _processes(marker: str, within: Path | None = None) -> list[int]:
+    """Live processes whose command line holds ``marker``; with ``within``, only those of stages
+    under that cache (the warden names its stage's directory, a role runs in it): other tests'
+    stages may run beside this one (pytest-xdist)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -110,8 +114,16 @@ def _processes(marker: str) -> list[int]:
                 zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
             continue
-        if marker in cmd and not zombie and int(entry) != os.getpid():
-            found.append(int(entry))
+        if marker not in cmd or zombie or int(entry) == os.getpid():
+            continue
+        if within is not None:
+            try:
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                cwd = ""
+            if str(within) not in cmd and not cwd.startswith(str(within)):
+                continue
+        found.append(int(entry))
     return found
 
 
@@ -172,7 +184,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     worker = threading.Thread(target=timed_evaluation, daemon=True)
     worker.start()
     deadline = time.monotonic() + 300
-    while not _processes("harness.roles reference "):
+    while not _processes("harness.roles reference ", cache):
         assert time.monotonic() < deadline and worker.is_alive(), "the reference stage never started"
         time.sleep(0.1)
     time.sleep(3.0)  # CUDA initialised, spinning in get_inputs
@@ -192,7 +204,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     assert not lock_free()
     cancelled_at = time.monotonic()
     referee.cancel()
-    while _processes("harness.roles reference ") or _processes("warden.py"):
+    while _processes("harness.roles reference ", cache) or _processes("warden.py", cache):
         assert time.monotonic() - cancelled_at < 30, "the reference stage survived the cancel"
         time.sleep(0.05)
     gone_s = time.monotonic() - cancelled_at
