@@ -10,7 +10,7 @@ Importing this package needs torch-free stdlib plus the harness's result types; 
 package is imported only when an ``openai`` provider is built.
 """
 
-from agent.job import Budgets, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.loop import run_job, trajectory_plan
 from agent.protocols import Evaluator, Recorder
 from agent.providers import (
@@ -24,12 +24,13 @@ from agent.providers import (
     make_provider,
 )
 from agent.serial import SerialEvaluator
-from agent.tools import TOOL_SCHEMAS, ToolName, is_verified, source_sha256
+from agent.tools import TOOL_SCHEMAS, ToolName, source_sha256
 
 __all__ = [
     "TOOL_SCHEMAS",
     "AssistantTurn",
     "Budgets",
+    "CandidateRecord",
     "ContextOverflow",
     "Evaluator",
     "Failure",
@@ -46,7 +47,6 @@ __all__ = [
     "Totals",
     "TrajectoryResult",
     "Usage",
-    "is_verified",
     "make_provider",
     "run_job",
     "source_sha256",

@@ -54,13 +54,13 @@ class Recorder(Protocol):
         paid for all the same, so it counts towards the job's totals."""
         ...
 
-    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
-        """The stored verdict dict of this job's newest attempt with this source and tool, if any
+    def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
+        """The stored verdict of this job's newest attempt with this source and tool, if any
         (verdicts with ``error_kind == "infra"`` excluded)."""
         ...
 
     def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
-                verdict: dict[str, Any]) -> None: ...
+                verdict: Verdict) -> None: ...
 
     def trajectory_finished(self, *, index: int, reason: str) -> None: ...
 

@@ -56,7 +56,7 @@ from problems import Problem
 from store import (
     ApiKey,
     JobKind,
-    JobSpec,
+    NewJob,
     KeyLimits,
     KeyUsage,
     StoredProblem,
@@ -308,7 +308,7 @@ class SubmissionWriter:
             if item.problem.source not in problems:
                 problems[item.problem.source] = _store_problem(session, item.problem, bundled=item.bundled)
         jobs = create_jobs(session=session, specs=[
-            JobSpec(
+            NewJob(
                 problem_id=problems[item.problem.source].id,
                 target=item.target,
                 owner_id=item.key.id,

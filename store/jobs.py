@@ -28,8 +28,8 @@ from store.states import JobKind, JobState, Target, transition
 __all__ = [
     "CancelOutcome",
     "JobProblem",
-    "JobSpec",
     "LeaseStatus",
+    "NewJob",
     "ReapedJob",
     "add_job_usage",
     "cancel_job",
@@ -98,6 +98,21 @@ def _refresh(session: Session, job_id: int) -> Job:
     return job
 
 
+@dataclass(frozen=True)
+class NewJob:
+    """One job to queue: `create_jobs`'s (and `create_job`'s) arguments."""
+
+    problem_id: int
+    target: Target
+    owner_id: int | None = None
+    kind: JobKind = JobKind.AGENT
+    llm_profile: str | None = None
+    llm_model: str | None = None
+    budgets: dict[str, Any] | None = None
+    trajectories_count: int = 1
+    candidate_source: str | None = None
+
+
 def create_job(
     *,
     session: Session,
@@ -112,58 +127,25 @@ def create_job(
     candidate_source: str | None = None,
     now: datetime | None = None,
 ) -> Job:
-    """Queue a job. An agent job needs at least one trajectory; an evaluation job needs its candidate.
+    """Queue one job (`create_jobs` with one `NewJob`).
 
     Raises:
         ValueError: the arguments do not describe a runnable job.
     """
-    if kind is JobKind.AGENT and trajectories_count < 1:
-        raise ValueError(f"an agent job needs at least one trajectory, got {trajectories_count}")
-    if kind is JobKind.EVALUATION and not candidate_source:
-        raise ValueError("an evaluation job needs candidate_source")
-    now = now or utcnow()
-    job = Job(
-        kind=kind,
-        owner_id=owner_id,
-        problem_id=problem_id,
-        target=Target(target),
-        candidate_source=candidate_source,
-        llm_profile=llm_profile,
-        llm_model=llm_model,
-        budgets=dict(budgets or {}),
-        trajectories_count=trajectories_count if kind is JobKind.AGENT else 0,
-        state=JobState.QUEUED,
-        created_at=now,
-    )
-    session.add(job)
-    session.flush()
-    payload = {"state": JobState.QUEUED.value}
-    append_event(session=session, job_id=job.id, type=EventType.STATE, payload=payload, now=now)
-    return job
+    spec = NewJob(problem_id=problem_id, target=target, owner_id=owner_id, kind=kind, llm_profile=llm_profile,
+                  llm_model=llm_model, budgets=budgets, trajectories_count=trajectories_count,
+                  candidate_source=candidate_source)
+    return create_jobs(session=session, specs=[spec], now=now)[0]
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """One job for `create_jobs`: `create_job`'s arguments."""
-
-    problem_id: int
-    target: Target
-    owner_id: int | None = None
-    kind: JobKind = JobKind.AGENT
-    llm_profile: str | None = None
-    llm_model: str | None = None
-    budgets: dict[str, Any] | None = None
-    trajectories_count: int = 1
-    candidate_source: str | None = None
-
-
-def create_jobs(*, session: Session, specs: Sequence[JobSpec], now: datetime | None = None) -> list[Job]:
+def create_jobs(*, session: Session, specs: Sequence[NewJob], now: datetime | None = None) -> list[Job]:
     """Queue many jobs, each with its ``queued`` event, in two multi-row ``INSERT``s (what the API's
     group commit uses: one transaction for a burst of submissions instead of one each).
 
-    The same rows as `create_job` one by one. Each job's first event gets id 1 and the job's
-    ``last_event_id`` is set to 1 by the insert itself rather than by `append_event`'s ``UPDATE``:
-    no one can append to a job before the transaction that creates it commits.
+    An agent job needs at least one trajectory; an evaluation job needs its candidate. Each job's
+    first event gets id 1 and the job's ``last_event_id`` is set to 1 by the insert itself rather
+    than by `append_event`'s ``UPDATE``: no one can append to a job before the transaction that
+    creates it commits.
 
     Raises:
         ValueError: a spec does not describe a runnable job (nothing is added).

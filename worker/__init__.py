@@ -21,7 +21,7 @@ Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedde
 """
 
 from worker.evaluator import RefereeEvaluator
-from worker.lease import LeaseKeeper, StopReason, new_worker_id
+from worker.lease import LeaseKeeper, StopSignal, new_worker_id
 from worker.recorder import StoreRecorder, WorkerEvent
 from worker.runner import RunOutcome, harness_options_for, run_job
 
@@ -29,7 +29,7 @@ __all__ = [
     "LeaseKeeper",
     "RefereeEvaluator",
     "RunOutcome",
-    "StopReason",
+    "StopSignal",
     "StoreRecorder",
     "WorkerEvent",
     "harness_options_for",

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store import LeaseStatus, heartbeat, session_scope
 
-__all__ = ["LeaseKeeper", "StopReason", "check_lease_settings", "new_worker_id"]
+__all__ = ["LeaseKeeper", "StopSignal", "check_lease_settings", "new_worker_id"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def new_worker_id(kind: str = "worker") -> str:
     return f"{kind}@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class StopReason(StrEnum):
+class StopSignal(StrEnum):
     """Why the job's code should stop at its next safe point."""
 
     #: The job's owner asked to cancel; finish it as ``cancelled``.
@@ -87,24 +87,24 @@ class LeaseKeeper:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        self._stop_reason: StopReason | None = None
+        self._stop_reason: StopSignal | None = None
         self._last_held = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
 
     # -- what the job's code asks at its safe points --------------------------------------
     @property
-    def stop_reason(self) -> StopReason | None:
+    def stop_reason(self) -> StopSignal | None:
         """``None`` while the job should carry on."""
         with self._lock:
             return self._stop_reason
 
     @property
     def lost(self) -> bool:
-        return self.stop_reason is StopReason.LOST
+        return self.stop_reason is StopSignal.LOST
 
     @property
     def cancel_requested(self) -> bool:
-        return self.stop_reason is StopReason.CANCEL
+        return self.stop_reason is StopSignal.CANCEL
 
     def should_stop(self) -> bool:
         return self.stop_reason is not None
@@ -148,11 +148,11 @@ class LeaseKeeper:
     def _note(self, status: LeaseStatus) -> None:
         with self._lock:
             if status is LeaseStatus.LOST:
-                self._stop_reason = StopReason.LOST
+                self._stop_reason = StopSignal.LOST
                 return
             self._last_held = time.monotonic()
             if status is LeaseStatus.CANCEL_REQUESTED and self._stop_reason is None:
-                self._stop_reason = StopReason.CANCEL
+                self._stop_reason = StopSignal.CANCEL
 
     def _run(self) -> None:
         while not self._stopped.is_set():

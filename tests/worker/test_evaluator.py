@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent.retry import NO_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
 from worker.devicelock import device_key, device_lock
 from worker.evaluator import RefereeEvaluator
@@ -66,7 +67,7 @@ class Referee:
 
 
 def _evaluator(referee: Referee, cache: Path, **kw: Any) -> RefereeEvaluator:
-    kw.setdefault("retry_delays_s", (0.0, 0.0))
+    kw.setdefault("retry", InfraRetry(delays_s=(0.0, 0.0)))
     return RefereeEvaluator(referee, cache_dir=cache, device_key="gpu-0", **kw)
 
 
@@ -106,7 +107,7 @@ def test_infra_failures_restart_the_reference_and_are_not_charged(tmp_path: Path
     assert evaluator.evaluate("s") is PASSED  # one more infra, then a pass
     assert evaluator.infra_failures == 4 and evaluator.charged_seconds > 0
 
-    no_retries = _evaluator(Referee(Target.CPU, {"benchmark": [INFRA]}), tmp_path, retry_delays_s=())
+    no_retries = _evaluator(Referee(Target.CPU, {"benchmark": [INFRA]}), tmp_path, retry=NO_RETRY)
     assert no_retries.evaluate("s").error_kind is ErrorKind.INFRA
 
 
@@ -125,7 +126,7 @@ def test_escaping_errors_become_infra_verdicts(tmp_path: Path) -> None:
         def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
             raise OSError(28, "No space left on device")
 
-    verdict = _evaluator(Broken(Target.CPU, {}), tmp_path, retry_delays_s=()).evaluate("s", "correctness")
+    verdict = _evaluator(Broken(Target.CPU, {}), tmp_path, retry=NO_RETRY).evaluate("s", "correctness")
     assert verdict.error_kind is ErrorKind.INFRA and "No space left" in verdict.message
     assert verdict.depth == "correctness"
 
