@@ -56,9 +56,9 @@ from problems import Problem
 from store import (
     ApiKey,
     JobKind,
-    NewJob,
     KeyLimits,
     KeyUsage,
+    NewJob,
     StoredProblem,
     Target,
     cancel_job,

@@ -58,7 +58,8 @@ def names_in_two_packages(root: Path, files: list[Path]) -> list[str]:
         package = path.relative_to(root).parts[0]
         for node in ast.parse(path.read_text()).body:
             # Private names (a leading underscore) are each module's own business.
-            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
+            public = not node.name.startswith("_") if hasattr(node, "name") else False
+            if public and isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
                 packages_of[node.name].add(package)
     return sorted(name for name, packages in packages_of.items() if len(packages) > 1)
 

@@ -28,7 +28,7 @@ from harness import HarnessOptions
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Reaper
-from worker.runner import AgentAPI, RunOutcome, harness_options_for, run_job
+from worker.runner import AgentRunner, RunOutcome, harness_options_for, run_claimed_job
 from worker.warmup import start_header_warmup
 
 __all__ = ["EmbeddedWorker", "main"]
@@ -46,7 +46,7 @@ class EmbeddedWorker:
         target: the jobs this worker runs.
         worker_id: its unique id (default: a new one for this process).
         harness_options: overrides the harness options built from the settings (tests).
-        agent: the agent package (default ``import agent`` at the first agent job).
+        run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
         reap: also run the lease reaper in this process.
     """
 
@@ -58,7 +58,7 @@ class EmbeddedWorker:
         target: Target,
         worker_id: str | None = None,
         harness_options: HarnessOptions | None = None,
-        agent: AgentAPI | None = None,
+        run_agent: AgentRunner | None = None,
         reap: bool = True,
     ) -> None:
         check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
@@ -67,7 +67,7 @@ class EmbeddedWorker:
         self.target = Target(target)
         self.worker_id = worker_id or new_worker_id(f"embedded-{self.target.value}")
         self._harness_options = harness_options
-        self._agent = agent
+        self._run_agent = run_agent
         self._reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
                               interval_s=settings.reaper_interval_s) if reap else None
         self._stop = threading.Event()
@@ -81,8 +81,9 @@ class EmbeddedWorker:
         if job_id is None:
             return None
         log.info("job %s claimed by %s", job_id, self.worker_id)
-        outcome = run_job(job_id, settings=self.settings, session_factory=self._factory, worker_id=self.worker_id,
-                          harness_options=self._harness_options, agent=self._agent)
+        outcome = run_claimed_job(job_id, settings=self.settings, session_factory=self._factory,
+                                  worker_id=self.worker_id, harness_options=self._harness_options,
+                                  run_agent=self._run_agent)
         log.info("job %s: %s", job_id, outcome.value)
         return job_id, outcome
 

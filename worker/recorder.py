@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent import StopReason
 from harness import Verdict
 from store import (
     LeaseLost,
@@ -60,21 +61,16 @@ class WorkerEvent(StrEnum):
 
 
 def trajectory_state_for(reason: str) -> TrajectoryState:
-    """The final state of a trajectory that ended for ``reason`` (an ``agent.StopReason`` value).
-
-    A reason that is a state's value is that state; ``…_error`` and ``…_overflow`` reasons (the
-    LLM, the context, our infrastructure, a bug) are ``failed``; any other reason is a budget or a
-    goal reached without submitting (``turns``, ``tool_calls``, ``tokens``, ``cost``,
-    ``wall_clock``, ``target_reached``): ``exhausted``. The same mapping as
-    ``agent.StopReason.outcome``, without importing the agent.
-    """
-    text = reason.strip().lower()
-    for state in TrajectoryState:
-        if text == state.value:
-            return state
-    if text.endswith(("error", "overflow")) or text.startswith(("error", "fail")):
+    """The final state of a trajectory that ended for ``reason``: `agent.StopReason.outcome`, the
+    one mapping (a reason that is already a state's value is that state; anything else, ``failed``)."""
+    try:
+        return TrajectoryState(StopReason(reason).outcome)
+    except ValueError:
+        pass
+    try:
+        return TrajectoryState(reason)
+    except ValueError:
         return TrajectoryState.FAILED
-    return TrajectoryState.EXHAUSTED
 
 
 def _tool_names(tool_calls: list[dict[str, Any]] | None) -> list[str]:
@@ -177,11 +173,12 @@ class StoreRecorder:
             add_job_usage(session=session, job_id=self.job_id, tokens_in=tokens_in, tokens_out=tokens_out,
                           cost_usd=cost_usd, tokens_reasoning=tokens_reasoning, tokens_cached=tokens_cached)
 
-    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
-        """The stored verdict of this job for the same source and tool (infra failures excepted)."""
+    def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
+        """The stored verdict of this job for the same source and tool (infra failures excepted),
+        read back from its JSON column."""
         with session_scope(self._factory) as session:
             found = find_attempt_by_source(session=session, job_id=self.job_id, sha256=source_sha256, tool=tool)
-            return dict(found.verdict) if found is not None else None
+            return Verdict.from_dict(found.verdict) if found is not None else None
 
     def attempt(
         self,
@@ -190,10 +187,9 @@ class StoreRecorder:
         tool: str,
         source: str,
         parent_sha256: str | None,
-        verdict: Verdict | dict[str, Any],
+        verdict: Verdict,
     ) -> None:
         """Store one evaluated candidate (its ``attempt`` event comes from the store)."""
-        verdict_dict = verdict.to_dict() if isinstance(verdict, Verdict) else dict(verdict)
         with self._guarded() as session:
             trajectory_id = self._trajectory_id(session, trajectory) if trajectory is not None else None
             parent_id = None
@@ -202,7 +198,7 @@ class StoreRecorder:
                                                 include_infra_errors=True)
                 parent_id = parent.id if parent is not None else None
             record_attempt(session=session, job_id=self.job_id, trajectory_id=trajectory_id, tool=tool,
-                           source=source, parent_id=parent_id, verdict_dict=verdict_dict)
+                           source=source, parent_id=parent_id, verdict=verdict)
 
     def trajectory_finished(self, *, index: int, reason: str) -> None:
         """Record how trajectory ``index`` ended (``reason``: an ``agent.StopReason`` value)."""
