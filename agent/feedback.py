@@ -40,7 +40,7 @@ _SPLIT_ADVICE = ("kernels and a C launcher in cuda_sources with CUDA headers onl
                  "an edit of the kernels alone then recompiles only cuda.cu")
 
 #: What each integrity flag means, and what to do about it.
-FLAG_MEANING: dict[Flag, str] = {
+FLAG_MEANING: dict[str, str] = {
     Flag.TF32_ENABLED: "the candidate switched TF32 on; leave torch.backends' TF32 switches alone (TF32 is off)",
     Flag.MUTATED_INPUTS: "forward modified its input tensors in place; write to new tensors",
     Flag.BACKGROUND_THREADS: "threads were left running after forward (deferred work is not allowed)",
@@ -168,7 +168,8 @@ def _compile_cost_lines(extensions: Sequence[Mapping[str, Any]]) -> list[str]:
         fresh = [u for u in units if not u.get("reused")]
         heavy_cu = [u for u in fresh if str(u.get("source", "")).endswith(".cu") and u.get("torch_headers")]
         binding = [u for u in fresh if str(u.get("source", "")).endswith(_CPP_SUFFIXES)]
-        pch = ext.get("pch") if isinstance(ext.get("pch"), Mapping) else {}
+        pch_record = ext.get("pch")
+        pch: Mapping[str, Any] = pch_record if isinstance(pch_record, Mapping) else {}
         if heavy_cu:
             lines.append(f"  compile cost: cuda.cu includes torch headers (an #include <torch/...>, or load_inline's "
                          f"implicit ones without no_implicit_headers=True), so nvcc parses them again on every kernel "
@@ -195,8 +196,7 @@ def _budget_lines(total_s: float | None, compiles: int | None) -> list[str]:
 def _flag_lines(verdict: Verdict) -> list[str]:
     lines = []
     for flag in verdict.flags:
-        meaning = FLAG_MEANING[Flag(flag)] if flag in FLAG_MEANING else "see the message"
-        lines.append(f"flag {flag}: {meaning}")
+        lines.append(f"flag {flag}: {FLAG_MEANING.get(flag, 'see the message')}")
     for hint in verdict.hints:
         lines.append(f"hint: {hint}")
     return lines
@@ -292,7 +292,7 @@ def _profile_lines(verdict: Verdict) -> list[str]:
     def ms(row: Mapping[str, Any]) -> float:
         return float(row.get("ms_per_forward", row.get("total_ms", 0.0)) or 0.0)
 
-    def table(title: str, picked: list[Mapping[str, Any]]) -> list[str]:
+    def table(title: str, picked: Sequence[Mapping[str, Any]]) -> list[str]:
         total = sum(ms(r) for r in picked) or 1.0
         out = [title, f"  {'ms':>9} {'share':>6} {'calls':>5}  name"]
         for row in picked[:PROFILE_ROWS]:

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -43,7 +43,7 @@ from config import Settings, load_settings
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
 
 err = Console(stderr=True)
-_UVICORN_OPTIONS = {"log_level": "info", "proxy_headers": True}
+_UVICORN_OPTIONS: dict[str, Any] = {"log_level": "info", "proxy_headers": True}
 
 
 @dataclass(frozen=True)

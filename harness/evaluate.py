@@ -369,7 +369,8 @@ class Referee:
     @property
     def device_specs(self) -> dict[str, Any]:
         """``get_gpu_specs()`` of the agent: the device the reference runs on."""
-        return self.start_reference()["specs"]
+        specs: dict[str, Any] = self.start_reference()["specs"]
+        return specs
 
     def _baseline_key(self) -> str:
         env = self.reference_info.get("environment", {})

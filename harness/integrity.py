@@ -28,7 +28,8 @@ class Flag(StrEnum):
     FASTER_THAN_ROOFLINE = "faster_than_roofline"
 
 
-FLAG_TEXT: dict[Flag, str] = {
+#: Keyed by `Flag` (typed by its ``str`` values: the pipe and the column carry strings).
+FLAG_TEXT: dict[str, str] = {
     Flag.TF32_ENABLED: "the candidate switched TF32 on",
     Flag.MUTATED_INPUTS: "the candidate modified its inputs",
     Flag.BACKGROUND_THREADS: "the candidate left threads running after forward (deferred work)",

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -109,7 +110,7 @@ def _mount_points() -> list[str]:
     return sorted(set(points), key=len)
 
 
-def _prepare_mounts(cfg: dict) -> None:
+def _prepare_mounts(cfg: dict[str, Any]) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for path in cfg.get("writable_paths", []):
         _mount(path, path, None, MS_BIND | MS_REC)

@@ -321,7 +321,8 @@ def _run_agent(
         trajectories=job.trajectories_count,
         random_trials=options.trials,
     )
-    result = run_agent(spec, evaluator=evaluator, recorder=recorder, provider=None)
+    # RefereeEvaluator gains cancel() (agent.Evaluator) with the referee's own (issue 13's branch).
+    result = run_agent(spec, evaluator=evaluator, recorder=recorder, provider=None)  # type: ignore[arg-type]
     quarantined = result.quarantined[:MAX_RETIMES]
     if quarantined and not recorder.cancelled():
         _retime(quarantined, problem, job, options, recorder, referee_factory)

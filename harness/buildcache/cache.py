@@ -91,13 +91,13 @@ class BuildCache(_PchSupport, _ObjectReuse):
         """Route ``load_inline`` and ``load`` of ``torch.utils.cpp_extension`` through us."""
         from torch.utils import cpp_extension
 
-        self._orig_load_inline = cpp_extension.load_inline
-        self._orig_load = cpp_extension.load
+        self._orig_load_inline: Callable[..., Any] = cpp_extension.load_inline
+        self._orig_load: Callable[..., Any] = cpp_extension.load
         cpp_extension.load_inline = self.load_inline  # type: ignore[assignment]
         cpp_extension.load = self.load  # type: ignore[assignment]
         if self.mode == "builder":
             # A builder builds and never loads: loading runs the library's static initialisers.
-            cpp_extension._import_module_from_library = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+            cpp_extension._import_module_from_library = lambda *args, **kwargs: None
         os.environ["TORCH_CUDA_ARCH_LIST"] = self.arch_list
         os.environ["MAX_JOBS"] = str(self.max_jobs)
 
@@ -124,10 +124,11 @@ class BuildCache(_PchSupport, _ObjectReuse):
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
             record["extra_cflags"] = [f for f in _as_list(kwargs.get("extra_cflags")) if f.strip()]
             with self._ninja_hooks(record):
-                return self._orig_load_inline(
+                built: ModuleType = self._orig_load_inline(
                     name, cpp_sources, cuda_sources=cuda_sources, functions=functions,
                     build_directory=str(directory), verbose=True, extra_cuda_cflags=cflags or None, **kwargs,
                 )
+            return built
 
         return self._get(name, parts, build, request=request, refusal=refusal)
 
@@ -171,8 +172,9 @@ class BuildCache(_PchSupport, _ObjectReuse):
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
             record["extra_cflags"] = [f for f in _as_list(kwargs.get("extra_cflags")) if f.strip()]
             with self._ninja_hooks(record):
-                return self._orig_load(name, paths, build_directory=str(directory), verbose=True,
-                                       extra_cuda_cflags=cflags or None, **kwargs)
+                loaded: ModuleType = self._orig_load(name, paths, build_directory=str(directory), verbose=True,
+                                                     extra_cuda_cflags=cflags or None, **kwargs)
+            return loaded
 
         return self._get(name, parts, build, refusal="load() of source files")
 
@@ -300,7 +302,8 @@ class BuildCache(_PchSupport, _ObjectReuse):
         assert self.delegate is not None
         record["via"] = "builder"
         answer = self.delegate(request)
-        built = answer.get("record") if isinstance(answer.get("record"), dict) else {}
+        record_answer = answer.get("record")
+        built: dict[str, Any] = record_answer if isinstance(record_answer, dict) else {}
         record["seconds"] = float(built.get("seconds") or answer.get("seconds") or 0.0)
         for field_name in ("pch", "objects", "kernels"):
             if field_name in built:
