@@ -67,7 +67,7 @@ from store.models import (
     Trajectory,
     utcnow,
 )
-from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, check_limit, keyset_page, offset_page
+from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, RowPage, check_limit, keyset_page, offset_page
 from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
 from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, Target, TrajectoryState, transition
 from store.stats import StoreCounts, read_store_counts
@@ -107,6 +107,7 @@ __all__ = [
     "NotFound",
     "Page",
     "ReapedJob",
+    "RowPage",
     "StoreCounts",
     "StoreError",
     "StoredProblem",

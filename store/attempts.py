@@ -20,7 +20,7 @@ from store._sql import bump_counter, finite_or_none, write_row
 from store.errors import NotFound
 from store.events import EventType, append_event
 from store.models import Attempt, Job, Trajectory, utcnow
-from store.pagination import DEFAULT_PAGE_SIZE, Page, check_limit, keyset_page
+from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
 
 __all__ = [
     "find_attempt_by_source",
@@ -168,7 +168,7 @@ def get_attempt(*, session: Session, job_id: int, n: int) -> Attempt:
 
 def list_attempts(
     *, session: Session, job_id: int, after_n: int = 0, limit: int = DEFAULT_PAGE_SIZE
-) -> Page[Attempt]:
+) -> RowPage[Attempt]:
     """A job's attempts in order, numbers above ``after_n``; ``next_cursor`` is the next ``after_n``."""
     check_limit(limit)
     stmt = (

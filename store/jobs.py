@@ -32,7 +32,7 @@ from store.leases import (
     redispatch_stale_jobs,
 )
 from store.models import Job, JobEvent, StoredProblem, utcnow
-from store.pagination import DEFAULT_PAGE_SIZE, Page, offset_page
+from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
 from store.states import JobKind, JobState, Target, transition
 
 __all__ = [
@@ -195,7 +195,7 @@ def list_jobs(
     problem: str | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
     offset: int = 0,
-) -> Page[Job]:
+) -> RowPage[Job]:
     """Jobs, newest first; ``owner_id=None`` lists every owner's (for admin keys).
 
     ``problem`` is a bundled id (``level1/softmax``) or a problem's sha256 (posted sources have
