@@ -61,7 +61,7 @@ def optimize(
     data_dir: Annotated[Path | None, typer.Option(help="the embedded database and caches")] = None,
 ) -> None:
     """Let an LLM optimise a problem on this machine (embedded store, no Redis), with live progress."""
-    from cli.main import default_target
+    from cli.common import default_target
     from config import load_settings
     from store import (
         Attempt,

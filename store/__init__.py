@@ -4,6 +4,14 @@ The one place that knows the schema. Everything public is re-exported here; impo
 ``store``, not from its modules. Data-access functions are keyword-only, take a `Session`,
 flush but never commit: the caller's `session_scope` is the unit of work (see `store.db`).
 Exceptions: `StoreError` and its subclasses (`store.errors`).
+
+Owns: the schema, sessions, job states and their transitions (`store.states`), claims and leases
+(`store.leases`), attempts (`store.attempts`: the best-attempt rule is `Verdict.is_verified`),
+events, API keys.
+May import: SQLAlchemy and `harness`'s value types (`Verdict`, `Target`, `source_sha256`); never
+the agent, the worker or the API.
+In and out: plain values and `Verdict`s come in (serialised at the column: ``Verdict.to_dict()``);
+ORM rows and frozen `RowPage`s go out.
 """
 
 from store.apikeys import (
