@@ -21,6 +21,7 @@ from store.errors import NotFound
 from store.events import EventType, append_event
 from store.models import Attempt, Job, Trajectory, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
+from store.payloads import AttemptPayload
 
 __all__ = [
     "find_attempt_by_source",
@@ -120,19 +121,13 @@ def record_attempt(
         best = _promote(session, Job, job_id, attempt)
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)
-    payload = {
-        "n": seq,
-        "attempt_id": attempt.id,
-        "trajectory_id": trajectory_id,
-        "tool": tool,
-        **{
-            k: figures[k]
-            for k in ("stage", "correct", "median_ms", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")
-        },
-        "status": attempt.status.value,
-        "best": best,
-    }
-    append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload, now=now)
+    payload = AttemptPayload(
+        n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool, status=attempt.status.value,
+        stage=figures["stage"], correct=figures["correct"], median_ms=figures["median_ms"],
+        speedup_vs_eager=figures["speedup_vs_eager"], speedup_vs_compile=figures["speedup_vs_compile"],
+        pct_of_sol=figures["pct_of_sol"], best=best,
+    )
+    append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload.to_dict(), now=now)
     return attempt
 
 

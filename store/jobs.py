@@ -33,6 +33,7 @@ from store.leases import (
 )
 from store.models import Job, JobEvent, StoredProblem, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
+from store.payloads import CancelRequestedPayload, StatePayload
 from store.states import JobKind, JobState, Target, transition
 
 __all__ = [
@@ -148,7 +149,7 @@ def create_jobs(*, session: Session, specs: Sequence[NewJob], now: datetime | No
     ]
     session.add_all(jobs)
     session.flush()
-    payload = {"state": JobState.QUEUED.value}
+    payload = StatePayload(state=JobState.QUEUED.value).to_dict()
     session.add_all([
         JobEvent(job_id=job.id, id=1, type=EventType.STATE.value, payload=dict(payload), created_at=now)
         for job in jobs
@@ -275,7 +276,8 @@ def cancel_job(
             .returning(Job.id)
         )
         if write_row(session, Job, job_id, stmt) is not None:
-            append_event(session=session, job_id=job_id, type=EventType.CANCEL_REQUESTED, payload={}, now=now)
+            append_event(session=session, job_id=job_id, type=EventType.CANCEL_REQUESTED,
+                         payload=CancelRequestedPayload().to_dict(), now=now)
             return CancelOutcome.REQUESTED
     raise StoreError(f"job {job_id} kept changing state while being cancelled; try again")
 

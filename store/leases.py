@@ -21,6 +21,7 @@ from store._sql import dialect_name, write_row
 from store.errors import IllegalTransition, LeaseLost, NotFound
 from store.events import EventType, append_event
 from store.models import Job, UTCDateTime, utcnow
+from store.payloads import StatePayload
 from store.states import JobState, Target, transition
 
 __all__ = [
@@ -42,8 +43,8 @@ _CLAIM_TRIES = 5
 def _state_event(
     session: Session, job_id: int, state: JobState, previous: JobState, now: datetime, **extra: Any
 ) -> None:
-    payload = {"state": state.value, "previous": previous.value, **{k: v for k, v in extra.items() if v}}
-    append_event(session=session, job_id=job_id, type=EventType.STATE, payload=payload, now=now)
+    payload = StatePayload(state=state.value, previous=previous.value, **extra)
+    append_event(session=session, job_id=job_id, type=EventType.STATE, payload=payload.to_dict(), now=now)
 
 
 def _refresh(session: Session, job_id: int) -> Job:

@@ -5,15 +5,11 @@ the job row until commit): a worker that lost its job (reaped, cancelled and fin
 writes nothing more and gets `store.LeaseLost`, which the runner turns into "stop quietly".
 
 Events this module appends to the job's stream (the store already appends ``state``,
-``cancel_requested`` and ``attempt``), with their payloads:
-
-- ``trajectory``: ``{"index", "trajectory_id", "state", "temperature"?, "strategy"?, "reason"?}``
-- ``message``: ``{"trajectory", "trajectory_id", "message_id", "seq", "role", "tool_calls",
-  "tool_call_id", "tokens_in", "tokens_out", "tokens_reasoning", "tokens_cached", "latency_ms",
-  "cost_usd", "preview"}``; ``tool_calls``
-  lists the called functions' names, ``preview`` is the content's first characters (the whole
-  message is at ``GET /jobs/{id}/messages``).
-- ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
+``cancel_requested`` and ``attempt``), with their payloads as `store.payloads` types them:
+``trajectory`` (`TrajectoryPayload`: a start with its temperature and strategy, an end with its
+reason), ``message`` (`MessagePayload`: the called functions' names, the content's first
+characters in ``preview``; the whole message is at ``GET /jobs/{id}/messages``) and ``progress``
+(`ProgressPayload`: the runner's milestones and infra retries).
 """
 
 from __future__ import annotations
@@ -43,6 +39,7 @@ from store import (
     session_scope,
     set_trajectory_state,
 )
+from store.payloads import MessagePayload, ProgressPayload, TrajectoryPayload
 from worker import metrics
 from worker.lease import LeaseKeeper
 
@@ -121,9 +118,9 @@ class StoreRecorder:
                 trajectory = create_trajectory(session=session, job_id=self.job_id, index=index,
                                                temperature=temperature, strategy_hint=strategy)
             set_trajectory_state(session=session, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING)
-            payload = {"index": index, "trajectory_id": trajectory.id, "state": TrajectoryState.RUNNING.value,
-                       "temperature": temperature, "strategy": strategy}
-            self._event(session, WorkerEvent.TRAJECTORY, payload)
+            payload = TrajectoryPayload(index=index, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING.value,
+                                        temperature=temperature, strategy=strategy)
+            self._event(session, WorkerEvent.TRAJECTORY, payload.to_dict())
             self._trajectory_ids[index] = trajectory.id
 
     def message(
@@ -152,15 +149,13 @@ class StoreRecorder:
                 latency_ms=latency_ms, cost_usd=cost_usd, tokens_reasoning=tokens_reasoning if llm else None,
                 tokens_cached=tokens_cached if llm else None,
             )
-            payload = {
-                "trajectory": trajectory, "trajectory_id": trajectory_id, "message_id": stored.id,
-                "seq": stored.seq, "role": role, "tool_calls": _tool_names(tool_calls),
-                "tool_call_id": tool_call_id, "tokens_in": tokens_in, "tokens_out": tokens_out,
-                "tokens_reasoning": stored.tokens_reasoning, "tokens_cached": stored.tokens_cached,
-                "latency_ms": latency_ms, "cost_usd": cost_usd,
-                "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
-            }
-            self._event(session, WorkerEvent.MESSAGE, payload)
+            payload = MessagePayload(
+                trajectory=trajectory, trajectory_id=trajectory_id, message_id=stored.id, seq=stored.seq, role=role,
+                tool_calls=_tool_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
+                tokens_out=tokens_out, tokens_reasoning=stored.tokens_reasoning, tokens_cached=stored.tokens_cached,
+                latency_ms=latency_ms, cost_usd=cost_usd, preview=(content or "")[:MESSAGE_PREVIEW_CHARS],
+            )
+            self._event(session, WorkerEvent.MESSAGE, payload.to_dict())
         metrics.LLM_TOKENS.labels("in").inc(max(0, tokens_in))
         metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
         metrics.LLM_COST.inc(max(0.0, cost_usd))
@@ -207,8 +202,8 @@ class StoreRecorder:
             trajectory_id = self._trajectory_id(session, index)
             error = None if state is TrajectoryState.SUBMITTED else reason
             set_trajectory_state(session=session, trajectory_id=trajectory_id, state=state, error=error)
-            payload = {"index": index, "trajectory_id": trajectory_id, "state": state.value, "reason": reason}
-            self._event(session, WorkerEvent.TRAJECTORY, payload)
+            ended = TrajectoryPayload(index=index, trajectory_id=trajectory_id, state=state.value, reason=reason)
+            self._event(session, WorkerEvent.TRAJECTORY, ended.to_dict())
 
     def cancelled(self) -> bool:
         """Whether the agent should stop at this safe point (cancel requested, or the job lost)."""
@@ -218,7 +213,7 @@ class StoreRecorder:
     def progress(self, phase: str, **details: Any) -> None:
         """Append a ``progress`` event (the runner's milestones)."""
         with self._guarded() as session:
-            self._event(session, WorkerEvent.PROGRESS, {"phase": phase, **details})
+            self._event(session, WorkerEvent.PROGRESS, ProgressPayload(phase=phase, details=details).to_dict())
 
     # -- internals -------------------------------------------------------------------------
     @contextmanager

@@ -25,6 +25,7 @@ from cli.client.output import (
     problem_name,
     status_text,
 )
+from store.payloads import AttemptPayload, CancelRequestedPayload, StatePayload, parse_payload
 
 #: Reconnections in a row without receiving anything before ``watch`` gives up.
 MAX_RECONNECTS = 5
@@ -42,20 +43,21 @@ class JobView:
 
     def apply(self, event: SseEvent) -> str | None:
         """Take one event in; returns a one-line summary of it for a log, if it says anything."""
-        if event.type == "attempt" and isinstance(event.data, dict) and "n" in event.data:
-            a = event.data
-            self.attempts[int(a["n"])] = {**self.attempts.get(int(a["n"]), {}), **a}
-            best = "  [bold green]best[/]" if a.get("best") else ""
+        payload = parse_payload(event.type, event.data)
+        if isinstance(payload, AttemptPayload):
+            a = payload
+            self.attempts[a.n] = {**self.attempts.get(a.n, {}), **a.to_dict()}
+            best = "  [bold green]best[/]" if a.best else ""
             return (
-                f"attempt {a['n']:>3}  {a.get('tool', ''):<10} {a.get('status', ''):<10} "
-                f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_x(a.get('speedup_vs_eager')):>8} vs eager  "
-                f"{fmt_x(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
+                f"attempt {a.n:>3}  {a.tool:<10} {a.status:<10} "
+                f"{fmt_ms(a.median_ms):>9} ms  {fmt_x(a.speedup_vs_eager):>8} vs eager  "
+                f"{fmt_x(a.speedup_vs_compile):>8} vs compile  {fmt_pct(a.pct_of_sol):>7} of SOL{best}"
             )
-        if event.type == "state" and isinstance(event.data, dict):
-            self.job["state"] = event.data.get("state", self.job.get("state"))
-            reason = event.data.get("error") or event.data.get("reason")
+        if isinstance(payload, StatePayload):
+            self.job["state"] = payload.state
+            reason = payload.error or payload.reason
             return f"job {self.job['id']} is {self.job['state']}" + (f": {reason}" if reason else "")
-        if event.type == "cancel_requested":
+        if isinstance(payload, CancelRequestedPayload):
             return f"job {self.job['id']}: cancel requested"
         return None
 
