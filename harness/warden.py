@@ -256,7 +256,7 @@ def _reap(block: bool) -> None:
             return
 
 
-def main() -> int:
+def run_warden() -> int:
     cfg = json.loads(sys.argv[1])
     parent = os.getppid()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -325,4 +325,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_warden())

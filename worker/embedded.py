@@ -31,7 +31,7 @@ from worker.reaper import Reaper
 from worker.runner import AgentRunner, RunOutcome, harness_options_for, run_claimed_job
 from worker.warmup import start_header_warmup
 
-__all__ = ["EmbeddedWorker", "main"]
+__all__ = ["EmbeddedWorker", "main", "run_embedded_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_embedded_worker(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--target", choices=[t.value for t in Target], default=None,
                         help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
@@ -144,5 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: The name ``kernelloop up`` imports this wave (cli/service.py); `run_embedded_worker` is the one definition.
+main = run_embedded_worker
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_embedded_worker())
