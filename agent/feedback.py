@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.devices import DeviceSpecs
 from harness.integrity import Flag
 from harness.verdict import Status, Timing, Trial, Verdict
 
@@ -379,29 +380,29 @@ def verdict_feedback(tool: str, verdict: Verdict, *, reused_from: str | None = N
 
 
 # -- the device ---------------------------------------------------------------------------------
-def gpu_summary(specs: Mapping[str, Any]) -> str:
+def gpu_summary(specs: DeviceSpecs) -> str:
     """A few lines about the device, with the ridge point (FLOP per byte) the playbook asks for."""
-    peaks = specs.get("peak_flops") or {}
+    peaks = specs.peak_flops
     fp32 = peaks.get("fp32")
-    bandwidth = specs.get("measured_bandwidth")
-    parts = [str(specs.get("name") or "unknown device")]
-    if specs.get("target") == "cuda":
-        if specs.get("compute_capability"):
-            parts.append(f"compute capability {specs['compute_capability']}")
-        if specs.get("multiprocessors"):
-            parts.append(f"{specs['multiprocessors']} SMs")
-        if specs.get("l2_bytes"):
-            parts.append(f"L2 {specs['l2_bytes'] / 2**20:.0f} MiB")
-        if specs.get("memory_bytes"):
-            parts.append(f"{specs['memory_bytes'] / 2**30:.0f} GiB memory")
-        if specs.get("shared_memory_per_block_optin"):
-            parts.append(f"{specs['shared_memory_per_block_optin'] // 1024} KiB shared memory per block (opt-in)")
-    elif specs.get("cores"):
-        parts.append(f"{specs['cores']} cores")
+    bandwidth = specs.measured_bandwidth
+    parts = [specs.name or "unknown device"]
+    if specs.target == "cuda":
+        if specs.compute_capability:
+            parts.append(f"compute capability {specs.compute_capability}")
+        if specs.multiprocessors:
+            parts.append(f"{specs.multiprocessors} SMs")
+        if specs.l2_bytes:
+            parts.append(f"L2 {specs.l2_bytes / 2**20:.0f} MiB")
+        if specs.memory_bytes:
+            parts.append(f"{specs.memory_bytes / 2**30:.0f} GiB memory")
+        if specs.shared_memory_per_block_optin:
+            parts.append(f"{specs.shared_memory_per_block_optin // 1024} KiB shared memory per block (opt-in)")
+    elif specs.cores:
+        parts.append(f"{specs.cores} cores")
     lines = [", ".join(parts)]
     if peaks:
         rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in peaks.items())
-        lines.append(f"peak rates ({specs.get('peak_source', '?')}): {rates}; TF32 is off, so fp32 math runs at "
+        lines.append(f"peak rates ({specs.peak_source}): {rates}; TF32 is off, so fp32 math runs at "
                      "the fp32 rate")
     if bandwidth:
         lines.append(f"memory bandwidth (measured copy): {bandwidth / 1e9:.0f} GB/s")
@@ -470,5 +471,5 @@ def tool_error(text: str) -> str:
     return f"error: {text}"
 
 
-def dumps_specs(specs: Mapping[str, Any]) -> str:
-    return json.dumps(dict(specs), indent=1, sort_keys=True, default=str)
+def dumps_specs(specs: DeviceSpecs) -> str:
+    return json.dumps(specs.to_dict(), indent=1, sort_keys=True, default=str)

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,6 +31,7 @@ from agent.providers import make_provider
 from agent.providers.base import AssistantTurn, ContextOverflow, Interrupted, LLMProvider, ProviderError, Usage
 from agent.serial import SerialEvaluator
 from agent.tools import Ledger, ToolExecutor, source_sha256, tool_schemas
+from harness.devices import DeviceSpecs
 from harness.evaluate import Referee
 from harness.verdict import Verdict
 
@@ -195,7 +196,7 @@ class _Trajectory:
 
     def __init__(self, *, index: int, temperature: float, strategy: str, strategy_text: str | None, spec: JobSpec,
                  job: _JobState, executor: ToolExecutor, provider: LLMProvider, recorder: Any,
-                 specs: Mapping[str, Any] | None) -> None:
+                 specs: DeviceSpecs | None) -> None:
         self.index = index
         self.temperature = temperature
         self.strategy = strategy

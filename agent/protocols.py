@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from harness.devices import DeviceSpecs
     from harness.options import Depth
     from harness.verdict import Verdict
 
@@ -23,7 +24,7 @@ class Evaluator(Protocol):
     def evaluate(self, source: str, depth: Depth | str) -> Verdict: ...
 
     @property
-    def device_specs(self) -> dict[str, Any]: ...
+    def device_specs(self) -> DeviceSpecs: ...
 
     def cancel(self) -> None:
         """Stop for good: an evaluation in flight returns an error verdict soon after, later ones at

@@ -22,6 +22,7 @@ from agent.job import CandidateRecord
 from agent.protocols import Evaluator, Recorder
 from agent.providers.base import ToolCall
 from agent.retry import INFRA_RETRY, InfraRetry
+from harness.devices import DeviceSpecs
 from harness.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
 from problems.spec import MAX_SOURCE_BYTES
 
@@ -209,18 +210,18 @@ class ToolExecutor:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._inflight: dict[tuple[str, str], threading.Lock] = {}
-        self._specs: dict[str, Any] | None = None
+        self._specs: DeviceSpecs | None = None
         self.evaluations = 0
 
     # -- device specs ------------------------------------------------------------------------
-    def device_specs(self) -> dict[str, Any] | None:
+    def device_specs(self) -> DeviceSpecs | None:
         """The evaluator's device specs (asked once per job; None if they cannot be had now)."""
         with self._lock:
             if self._specs is not None:
                 return self._specs
         for attempt, pause in enumerate(self.retry.pauses()):
             try:
-                specs = dict(self.evaluator.device_specs)
+                specs = self.evaluator.device_specs
             except Exception:  # the reference could not start: infra, retried
                 log.warning("device_specs failed (try %d)", attempt + 1, exc_info=True)
                 if pause is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.buildcache import build_directory, copy_build, publish_staged
+from harness.devices import DeviceSpecs
 from harness.hardened import calls_made as _calls_made
 from harness.hardened import dictated_calls
 from harness.hardened import hardened_bound as _hardened_bound
@@ -338,10 +339,9 @@ class Referee:
         return reply
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         """``get_gpu_specs()`` of the agent: the device the reference runs on."""
-        specs: dict[str, Any] = self.start_reference()["specs"]
-        return specs
+        return DeviceSpecs.from_dict(self.start_reference()["specs"])
 
     def _baseline_key(self) -> str:
         env = self.reference_info.get("environment", {})

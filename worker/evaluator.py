@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from agent.retry import INFRA_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from harness.devices import DeviceSpecs
 from worker import metrics
 from worker.devicelock import device_lock
 
@@ -48,7 +49,7 @@ class RefereeLike(Protocol):
     def evaluate(self, source: str, depth: Depth | str = ...) -> Verdict: ...
 
     @property
-    def device_specs(self) -> dict[str, Any]: ...
+    def device_specs(self) -> DeviceSpecs: ...
 
     def close(self) -> None: ...
 
@@ -101,7 +102,7 @@ class RefereeEvaluator:
 
     # -- agent.Evaluator -------------------------------------------------------------------
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         """The device the reference runs on; starting the reference is retried like an evaluation.
 
         Raises:

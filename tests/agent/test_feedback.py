@@ -7,6 +7,7 @@ from typing import Any
 from agent.feedback import gpu_summary, verdict_feedback
 from agent.testing import make_verdict
 from agent.testing.fakes import FAKE_SPECS
+from harness.devices import DeviceSpecs
 from harness.verdict import CompileResult, Stage, Status, Trial, Verdict
 
 
@@ -122,8 +123,8 @@ def test_gpu_summary_has_the_ridge_point() -> None:
     text = gpu_summary(FAKE_SPECS)
     assert "NVIDIA H200" in text and "132 SMs" in text and "4200 GB/s" in text
     assert "ridge point: 16.0 FLOP/byte" in text
-    cpu = gpu_summary({"target": "cpu", "name": "x86_64", "cores": 2, "peak_flops": {"fp32": 4.9e10},
-                       "measured_bandwidth": 1.1e10, "peak_source": "measured"})
+    cpu = gpu_summary(DeviceSpecs(target="cpu", name="x86_64", cores=2, peak_flops={"fp32": 4.9e10},
+                                  measured_bandwidth=1.1e10, peak_source="measured"))
     assert "2 cores" in cpu and "ridge point: 4.5 FLOP/byte" in cpu
 
 

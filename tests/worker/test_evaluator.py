@@ -15,6 +15,7 @@ import pytest
 
 from agent.retry import NO_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from harness.devices import DeviceSpecs
 from worker.devicelock import device_key, device_lock
 from worker.evaluator import RefereeEvaluator
 
@@ -56,11 +57,12 @@ class Referee:
         return self.answers[depth].pop(0)
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         if self.specs_failures:
             self.specs_failures -= 1
             raise ReferenceFailed("the reference process failed to start")
-        return {"name": "fake", "thread": threading.current_thread().name}
+        # The name says which thread asked (the reference's own, not the caller's).
+        return DeviceSpecs(target="cpu", name=threading.current_thread().name)
 
     def close(self) -> None:
         self.closed += 1
@@ -115,7 +117,7 @@ def test_device_specs_retry_a_reference_that_failed_to_start(tmp_path: Path) -> 
     referee = Referee(Target.CPU, {})
     referee.specs_failures = 2
     specs = _evaluator(referee, tmp_path).device_specs
-    assert specs["thread"].startswith("referee") and referee.closed == 2
+    assert specs.name.startswith("referee") and referee.closed == 2
     referee.specs_failures = 3
     with pytest.raises(ReferenceFailed):
         _ = _evaluator(referee, tmp_path).device_specs

@@ -17,6 +17,7 @@ from agent import Budgets
 from agent.retry import InfraRetry
 from config import Settings
 from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
+from harness.devices import DeviceSpecs
 from store import (
     JobState,
     TrajectoryState,
@@ -96,8 +97,8 @@ class ScriptedReferee:
         return self.verdicts.pop(0)
 
     @property
-    def device_specs(self) -> dict[str, Any]:
-        return {"name": "fake"}
+    def device_specs(self) -> DeviceSpecs:
+        return DeviceSpecs(target="cpu", name="fake")
 
     def close(self) -> None:
         self.closed += 1
