@@ -23,7 +23,7 @@ _EVENT_SCHEMA = {
     "type": "object",
     "properties": {
         "data": {"type": "string", "contentMediaType": "application/json",
-                 "contentSchema": {"oneOf": [TypeAdapter(cls).json_schema() for cls in EVENT_PAYLOADS.values()]}},
+                 "contentSchema": {"anyOf": [TypeAdapter(cls).json_schema() for cls in EVENT_PAYLOADS.values()]}},
         "event": {"type": "string"},
         "id": {"type": "string"},
         "retry": {"type": "integer", "minimum": 0},

@@ -329,7 +329,7 @@ def record_session(recorder: Any, trajectory: int, turns: Sequence[Turn], *, use
         if turn.source is not None and turn.verdict is not None:
             parent = None if turn.parent is None else source_sha256(turn.parent)
             recorder.attempt(trajectory=trajectory, tool=turn.tool, source=turn.source, parent_sha256=parent,
-                             verdict=turn.verdict)
+                             verdict=Verdict.from_dict(turn.verdict))
             feedback = turn.feedback or f"{turn.verdict['status']}: {turn.verdict['message'] or 'correct'}"
         else:
             feedback = turn.feedback
