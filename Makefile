@@ -29,6 +29,7 @@ test: setup
 	scripts/ensure-browser
 	scripts/ensure-compose || echo "no Compose implementation: the compose file check will be skipped"
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not gpu" -q
 
 ## On a GPU machine: the harness's GPU tests (torch + pytest only).

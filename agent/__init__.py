@@ -8,9 +8,19 @@ Public surface::
 and an LLM provider (built from the job's `config.settings.LLMProfile` unless one is passed).
 Importing this package needs torch-free stdlib plus the harness's result types; the ``openai``
 package is imported only when an ``openai`` provider is built.
+
+Owns: the job's values (`JobSpec`, `Budgets`, `StopReason`, `JobResult`, `CandidateRecord`:
+`agent.job`), the tools and their feedback, the one infra-retry policy (`agent.retry`), the
+`Evaluator`/`Recorder` protocols it is driven through.
+May import: `harness` (its value types; `Referee` only to type the default evaluator), `problems`,
+`config` (the LLM profile), the standard library, and ``openai`` lazily.
+In and out: a `JobSpec` comes in; `Verdict` values come from the `Evaluator`; everything that
+happens goes out through the `Recorder` (verdicts as `Verdict`s), and `run_job` returns a
+`JobResult` whose best and quarantined candidates are `CandidateRecord`s. JSON only towards the
+LLM (tool calls and messages).
 """
 
-from agent.job import Budgets, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.loop import run_job, trajectory_plan
 from agent.protocols import Evaluator, Recorder
 from agent.providers import (
@@ -24,12 +34,13 @@ from agent.providers import (
     make_provider,
 )
 from agent.serial import SerialEvaluator
-from agent.tools import TOOL_SCHEMAS, ToolName, is_verified, source_sha256
+from agent.tools import TOOL_SCHEMAS, ToolName, source_sha256
 
 __all__ = [
     "TOOL_SCHEMAS",
     "AssistantTurn",
     "Budgets",
+    "CandidateRecord",
     "ContextOverflow",
     "Evaluator",
     "Failure",
@@ -46,7 +57,6 @@ __all__ = [
     "Totals",
     "TrajectoryResult",
     "Usage",
-    "is_verified",
     "make_provider",
     "run_job",
     "source_sha256",

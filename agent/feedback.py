@@ -1,7 +1,7 @@
 """What the model reads after each tool call, and the attempt log a compacted history keeps.
 
-Everything here works on verdict dicts (``Verdict.to_dict()``), the form verdicts are stored in,
-so a verdict served again from the store reads exactly like a fresh one.
+Everything here works on `harness.Verdict` values; a verdict served again from the store is read
+back into one (``Verdict.from_dict`` at the column), so it reads exactly like a fresh one.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from harness.devices import DeviceSpecs
+from harness.integrity import Flag
+from harness.verdict import Status, Timing, Trial, Verdict
 
 __all__ = [
     "FLAG_MEANING",
@@ -37,19 +41,21 @@ _SPLIT_ADVICE = ("kernels and a C launcher in cuda_sources with CUDA headers onl
                  "an edit of the kernels alone then recompiles only cuda.cu")
 
 #: What each integrity flag means, and what to do about it.
-FLAG_MEANING = {
-    "tf32_enabled": "the candidate switched TF32 on; leave torch.backends' TF32 switches alone (TF32 is off)",
-    "mutated_inputs": "forward modified its input tensors in place; write to new tensors",
-    "background_threads": "threads were left running after forward (deferred work is not allowed)",
-    "no_custom_kernel": "no extension was built: the file must build its own kernel with load_inline",
-    "extension_does_no_work": "replacing your extension's functions with no-ops still gave the right output: "
-                              "your extension does no real work (torch computes the result)",
-    "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch ops",
-    "clock_disagrees": "the reported times disagree with the trusted clock (timers must not be patched; a "
-                       "quarantined speedup is re-timed with a call count and clock the harness controls)",
-    "timed_output_mismatch": "outputs of timed calls differ from the reference (caching or races?)",
-    "speedup_over_limit": "the speedup over eager is above the quarantine limit (10x)",
-    "faster_than_roofline": "the time is below the roofline's lower bound for this device",
+FLAG_MEANING: dict[str, str] = {
+    Flag.TF32_ENABLED: "the candidate switched TF32 on; leave torch.backends' TF32 switches alone (TF32 is off)",
+    Flag.MUTATED_INPUTS: "forward modified its input tensors in place; write to new tensors",
+    Flag.BACKGROUND_THREADS: "threads were left running after forward (deferred work is not allowed)",
+    Flag.DEFERRED_WORK: "the output kept changing after forward returned: finish all work on forward's stream "
+                        "before returning (no side streams or threads left running)",
+    Flag.NO_CUSTOM_KERNEL: "no extension was built: the file must build its own kernel with load_inline",
+    Flag.EXTENSION_DOES_NO_WORK: "replacing your extension's functions with no-ops still gave the right output: "
+                                 "your extension does no real work (torch computes the result)",
+    Flag.TORCH_COMPUTE_IN_PURE_FORWARD: "the problem's policy is pure, but forward computes with torch ops",
+    Flag.CLOCK_DISAGREES: "the reported times disagree with the trusted clock (timers must not be patched; a "
+                          "quarantined speedup is re-timed with a call count and clock the harness controls)",
+    Flag.TIMED_OUTPUT_MISMATCH: "outputs of timed calls differ from the reference (caching or races?)",
+    Flag.SPEEDUP_OVER_LIMIT: "the speedup over eager is above the quarantine limit (10x)",
+    Flag.FASTER_THAN_ROOFLINE: "the time is below the roofline's lower bound for this device",
 }
 
 
@@ -91,8 +97,8 @@ def _kernel_name(name: str) -> str:
     return name
 
 
-def _trial_label(trial: Mapping[str, Any]) -> str:
-    kind = str(trial.get("kind", "random"))
+def _trial_label(trial: Trial) -> str:
+    kind = trial.kind
     if kind == "random":
         what = "random inputs"
     elif kind == "variant":
@@ -101,26 +107,27 @@ def _trial_label(trial: Mapping[str, Any]) -> str:
         what = f"extra shape {kind.removeprefix('shape:')}"
     else:
         what = kind
-    return f"trial {trial.get('seed_index')} ({what})"
+    return f"trial {trial.seed_index} ({what})"
 
 
-def _tolerance_text(verdict: Mapping[str, Any]) -> str:
-    tol = (verdict.get("provenance") or {}).get("tolerance") or {}
+def _tolerance_text(verdict: Verdict) -> str:
+    tol = verdict.provenance.get("tolerance") or {}
     atol, rtol = tol.get("atol"), tol.get("rtol")
     if atol is None and rtol is None:
         return "|out - ref| <= atol + rtol*|ref| with atol = rtol = 1e-4 for float32 (1e-2 for fp16/bf16)"
     return f"|out - ref| <= atol + rtol*|ref| with atol = {atol}, rtol = {rtol}"
 
 
-def _build_lines(verdict: Mapping[str, Any]) -> list[str]:
-    compile_info = verdict.get("compile") or {}
-    lines = []
-    extensions = compile_info.get("extensions") or []
+def _build_lines(verdict: Verdict) -> list[str]:
+    lines: list[str] = []
+    if verdict.compile is None:
+        return lines
+    extensions = verdict.compile.extensions
     if extensions:
         built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'})" for e in extensions)
-        lines.append(f"build: {built}; compile stage {compile_info.get('seconds', 0.0):.1f} s")
+        lines.append(f"build: {built}; compile stage {verdict.compile.seconds:.1f} s")
         lines.extend(_compile_cost_lines(extensions))
-    kernels = compile_info.get("kernels") or []
+    kernels = verdict.compile.kernels
     if kernels:
         groups: dict[str, list[Mapping[str, Any]]] = {}
         for k in kernels:
@@ -162,7 +169,8 @@ def _compile_cost_lines(extensions: Sequence[Mapping[str, Any]]) -> list[str]:
         fresh = [u for u in units if not u.get("reused")]
         heavy_cu = [u for u in fresh if str(u.get("source", "")).endswith(".cu") and u.get("torch_headers")]
         binding = [u for u in fresh if str(u.get("source", "")).endswith(_CPP_SUFFIXES)]
-        pch = ext.get("pch") if isinstance(ext.get("pch"), Mapping) else {}
+        pch_record = ext.get("pch")
+        pch: Mapping[str, Any] = pch_record if isinstance(pch_record, Mapping) else {}
         if heavy_cu:
             lines.append(f"  compile cost: cuda.cu includes torch headers (an #include <torch/...>, or load_inline's "
                          f"implicit ones without no_implicit_headers=True), so nvcc parses them again on every kernel "
@@ -186,60 +194,60 @@ def _budget_lines(total_s: float | None, compiles: int | None) -> list[str]:
             "measuring kernels: reuse unchanged parts)"]
 
 
-def _flag_lines(verdict: Mapping[str, Any]) -> list[str]:
+def _flag_lines(verdict: Verdict) -> list[str]:
     lines = []
-    for flag in verdict.get("flags") or ():
+    for flag in verdict.flags:
         lines.append(f"flag {flag}: {FLAG_MEANING.get(flag, 'see the message')}")
-    for hint in verdict.get("hints") or ():
+    for hint in verdict.hints:
         lines.append(f"hint: {hint}")
     return lines
 
 
-def _trial_lines(verdict: Mapping[str, Any]) -> list[str]:
-    trials = list(verdict.get("trials") or ())
-    failed = [t for t in trials if not t.get("passed")]
+def _trial_lines(verdict: Verdict) -> list[str]:
+    trials = list(verdict.trials)
+    failed = [t for t in trials if not t.passed]
     lines = []
-    messages = {t.get("message") for t in failed}
-    if len(failed) > 1 and len(messages) == 1 and all(t.get("max_abs_err") is None for t in failed):
-        lines.append(f"  every failing trial ({', '.join(str(t.get('seed_index')) for t in failed)}): "
+    messages = {t.message for t in failed}
+    if len(failed) > 1 and len(messages) == 1 and all(t.max_abs_err is None for t in failed):
+        lines.append(f"  every failing trial ({', '.join(str(t.seed_index) for t in failed)}): "
                      f"{next(iter(messages)) or 'no comparable output'}")
         lines.extend(_failure_pattern(trials))
         return lines
     for trial in (failed or trials)[:MAX_TRIAL_LINES]:
-        state = "FAIL" if not trial.get("passed") else "ok"
-        err = (f"max abs err {_fmt_num(trial.get('max_abs_err'))}, mean abs err "
-               f"{_fmt_num(trial.get('mean_abs_err'))}, {100 * float(trial.get('mismatch_frac') or 0):.1f}% "
+        state = "FAIL" if not trial.passed else "ok"
+        err = (f"max abs err {_fmt_num(trial.max_abs_err)}, mean abs err "
+               f"{_fmt_num(trial.mean_abs_err)}, {100 * float(trial.mismatch_frac or 0):.1f}% "
                "of elements outside tolerance")
-        if trial.get("max_abs_err") is None and not trial.get("passed"):
-            err = trial.get("message") or "no comparable output"
+        if trial.max_abs_err is None and not trial.passed:
+            err = trial.message or "no comparable output"
         lines.append(f"  {_trial_label(trial)}: {state}: {err}")
     hidden = len(failed or trials) - MAX_TRIAL_LINES
     if hidden > 0:
         lines.append(f"  [... {hidden} more]")
-    passed = [t for t in trials if t.get("passed")]
+    passed = [t for t in trials if t.passed]
     if failed and passed:
         lines.append("  passing: " + ", ".join(_trial_label(t) for t in passed))
     lines.extend(_failure_pattern(trials))
     return lines
 
 
-def _failure_pattern(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+def _failure_pattern(trials: Sequence[Trial]) -> list[str]:
     """One line of diagnosis from which kinds of trials failed."""
-    failed = [t for t in trials if not t.get("passed")]
+    failed = [t for t in trials if not t.passed]
     if not failed:
         return []
-    kinds = {str(t.get("kind", "random")).split(":")[0] for t in failed}
-    all_kinds = {str(t.get("kind", "random")).split(":")[0] for t in trials}
+    kinds = {t.kind.split(":")[0] for t in failed}
+    all_kinds = {t.kind.split(":")[0] for t in trials}
     if kinds == {"shape"} and "random" in all_kinds:
         return ["diagnosis: only the extra-shape trials fail: something assumes the main sizes "
                 "(hard-coded sizes, tails not handled, alignment or vector width assumptions)"]
     if kinds == {"variant"}:
         return ["diagnosis: only the other value distribution fails: a range or sign assumption, or an "
                 "approximation (fast-math, low precision accumulation) that breaks on larger values"]
-    if all(t.get("max_abs_err") is None for t in failed):
+    if all(t.max_abs_err is None for t in failed):
         return ["diagnosis: no output could be compared (see the message): wrong shape, dtype or device, a "
                 "non-tensor result, or an output that could not be handed over"]
-    fracs = [float(t.get("mismatch_frac") or 0) for t in failed]
+    fracs = [float(t.mismatch_frac or 0) for t in failed]
     if len(failed) == len(trials) and min(fracs) > 0.5:
         return ["diagnosis: every trial fails on most elements: a systematic error (a missing term, a wrong "
                 "parameter, wrong statistics for the mode, wrong layout/indexing)"]
@@ -248,25 +256,25 @@ def _failure_pattern(trials: Sequence[Mapping[str, Any]]) -> list[str]:
     return []
 
 
-def _timing_lines(verdict: Mapping[str, Any], best_ms: float | None) -> list[str]:
-    timing = verdict.get("timing") or {}
-    baselines = verdict.get("baselines") or {}
-    median = timing.get("median_ms")
-    lines = [f"time: {_fmt_ms(median)} median (IQR {_fmt_ms(timing.get('iqr_ms'))}, n={timing.get('n')})"]
-    eager, compiled = baselines.get("eager_ms"), baselines.get("compile_ms")
-    if eager is not None:
-        lines.append(f"vs eager PyTorch {_fmt_ms(eager)}: {_fmt_speedup(verdict.get('speedup_vs_eager'))}")
-    if compiled is not None:
-        lines.append(f"vs torch.compile {_fmt_ms(compiled)}: {_fmt_speedup(verdict.get('speedup_vs_compile'))}")
-    for note in baselines.get("notes") or ():
+def _timing_lines(verdict: Verdict, timing: Timing, best_ms: float | None) -> list[str]:
+    median = timing.median_ms
+    lines = [f"time: {_fmt_ms(median)} median (IQR {_fmt_ms(timing.iqr_ms)}, n={timing.n})"]
+    baselines = verdict.baselines
+    if baselines is not None and baselines.eager is not None:
+        lines.append(f"vs eager PyTorch {_fmt_ms(baselines.eager.median_ms)}: "
+                     f"{_fmt_speedup(verdict.speedup_vs_eager)}")
+    if baselines is not None and baselines.compiled is not None:
+        lines.append(f"vs torch.compile {_fmt_ms(baselines.compiled.median_ms)}: "
+                     f"{_fmt_speedup(verdict.speedup_vs_compile)}")
+    for note in baselines.notes if baselines is not None else ():
         lines.append(f"baseline note: {note}")
-    if verdict.get("sol_ms") is not None:
-        lines.append(f"roofline: speed-of-light {_fmt_ms(verdict['sol_ms'])} "
-                     f"({_fmt_num(verdict.get('flops'))} FLOP, {_fmt_num(verdict.get('min_bytes'))} B minimum "
-                     f"traffic): you are at {_fmt_num(verdict.get('pct_of_sol'))}% of SOL")
-    for warning in timing.get("warnings") or ():
+    if verdict.sol_ms is not None:
+        lines.append(f"roofline: speed-of-light {_fmt_ms(verdict.sol_ms)} "
+                     f"({_fmt_num(verdict.flops)} FLOP, {_fmt_num(verdict.min_bytes)} B minimum "
+                     f"traffic): you are at {_fmt_num(verdict.pct_of_sol)}% of SOL")
+    for warning in timing.warnings:
         lines.append(f"timing warning: {warning}")
-    if best_ms is not None and median is not None and verdict.get("status") == "pass":
+    if best_ms is not None and verdict.status is Status.PASS:
         if median < best_ms:
             lines.append(f"new best of this session (previous {_fmt_ms(best_ms)})")
         else:
@@ -277,15 +285,15 @@ def _timing_lines(verdict: Mapping[str, Any], best_ms: float | None) -> list[str
 _NOT_KERNELS = ("aten::", "cuda", "Activity Buffer", "Memcpy", "Memset", "ProfilerStep")
 
 
-def _profile_lines(verdict: Mapping[str, Any]) -> list[str]:
-    rows = list(verdict.get("profile") or ())
+def _profile_lines(verdict: Verdict) -> list[str]:
+    rows = list(verdict.profile)
     if not rows:
         return ["profile: no rows (nothing took measurable time?)"]
 
     def ms(row: Mapping[str, Any]) -> float:
         return float(row.get("ms_per_forward", row.get("total_ms", 0.0)) or 0.0)
 
-    def table(title: str, picked: list[Mapping[str, Any]]) -> list[str]:
+    def table(title: str, picked: Sequence[Mapping[str, Any]]) -> list[str]:
         total = sum(ms(r) for r in picked) or 1.0
         out = [title, f"  {'ms':>9} {'share':>6} {'calls':>5}  name"]
         for row in picked[:PROFILE_ROWS]:
@@ -295,7 +303,7 @@ def _profile_lines(verdict: Mapping[str, Any]) -> list[str]:
             out.append(f"  [... {len(picked) - PROFILE_ROWS} more rows]")
         return out
 
-    if (verdict.get("provenance") or {}).get("target") != "cuda":
+    if verdict.provenance.get("target") != "cuda":
         return table("profile (self CPU time per forward):", rows)
     # On CUDA a torch op's device time includes its kernels': list the kernels, then the ops apart.
     kernels = [r for r in rows if not str(r.get("name", "")).startswith(_NOT_KERNELS)]
@@ -307,28 +315,27 @@ def _profile_lines(verdict: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str | None = None,
+def verdict_feedback(tool: str, verdict: Verdict, *, reused_from: str | None = None,
                      best_ms: float | None = None, compile_s_total: float | None = None,
                      compiles: int | None = None) -> str:
     """The tool message for one code-running call.
 
     Args:
         tool: the tool the model called.
-        verdict: the verdict dict.
+        verdict: the referee's verdict (fresh, or read back from the store).
         reused_from: the tool of the earlier identical attempt whose verdict is served again.
         best_ms: the fastest verified time of this trajectory before this call.
         compile_s_total: seconds this trajectory's attempts have spent compiling so far (this one
             included), and ``compiles`` how many compiles that was: the model's compile budget.
     """
-    status = str(verdict.get("status", "error"))
-    stage = str(verdict.get("stage", "?"))
-    message = str(verdict.get("message") or "")
+    status = verdict.status.value
+    stage = verdict.stage.value
+    message = verdict.message
     lines = [f"{tool}: {status.upper()} (stage {stage}) - {message.splitlines()[0] if message else ''}".rstrip(" -")]
     if reused_from:
         lines.append(f"(identical source to an earlier {reused_from} call: its stored verdict, not re-run)")
-    compile_info = verdict.get("compile") or {}
     if status == "error" and stage == "compile":
-        errors = str(compile_info.get("errors") or verdict.get("log") or message).strip()
+        errors = str((verdict.compile.errors if verdict.compile else "") or verdict.log or message).strip()
         if errors:
             lines.append("the extension did not build; first compiler errors:")
             lines.append(_clip(errors, MAX_ERROR_CHARS))
@@ -347,58 +354,58 @@ def verdict_feedback(tool: str, verdict: Mapping[str, Any], *, reused_from: str 
         detail = "\n".join(message.splitlines()[1:])
         if detail:
             lines.append(_clip(detail, MAX_ERROR_CHARS))
-        log = str(verdict.get("log") or "")
+        log = verdict.log
         if log and log.strip() not in detail:
             lines.append("log tail:\n" + _clip(log, MAX_LOG_CHARS, tail=True))
         if stage == "load":
             lines.append("(loading = importing your file, building ModelNew(*get_init_inputs()), loading the "
                          "reference state_dict into it, moving it to the device)")
-    if verdict.get("trials"):
-        trials = verdict["trials"]
-        passed = sum(1 for t in trials if t.get("passed"))
+    if verdict.trials:
+        trials = verdict.trials
+        passed = sum(1 for t in trials if t.passed)
         lines.append(f"correctness: {passed}/{len(trials)} trials pass ({_tolerance_text(verdict)})")
         if passed < len(trials):
             lines.extend(_trial_lines(verdict))
         else:
-            worst = max((t.get("max_abs_err") or 0.0) for t in trials)
+            worst = max((t.max_abs_err or 0.0) for t in trials)
             lines.append(f"  largest abs error over all trials: {_fmt_num(worst)}")
     lines.extend(_flag_lines(verdict))
-    if verdict.get("timing"):
-        lines.extend(_timing_lines(verdict, best_ms))
-    if verdict.get("profile"):
+    if verdict.timing is not None:
+        lines.extend(_timing_lines(verdict, verdict.timing, best_ms))
+    if verdict.profile:
         lines.extend(_profile_lines(verdict))
     if status == "suspicious":
         lines.append("QUARANTINED: this result will be re-timed in a fresh process with fresh seeds before it "
                      "can count; if it skips or caches work, it will be rejected.")
-    elif status == "pass" and verdict.get("depth") in ("compile", "correctness"):
+    elif status == "pass" and verdict.depth in ("compile", "correctness"):
         lines.append("(not timed: call benchmark for timing, or profile for a per-kernel breakdown)")
     return "\n".join(lines)
 
 
 # -- the device ---------------------------------------------------------------------------------
-def gpu_summary(specs: Mapping[str, Any]) -> str:
+def gpu_summary(specs: DeviceSpecs) -> str:
     """A few lines about the device, with the ridge point (FLOP per byte) the playbook asks for."""
-    peaks = specs.get("peak_flops") or {}
+    peaks = specs.peak_flops
     fp32 = peaks.get("fp32")
-    bandwidth = specs.get("measured_bandwidth")
-    parts = [str(specs.get("name") or "unknown device")]
-    if specs.get("target") == "cuda":
-        if specs.get("compute_capability"):
-            parts.append(f"compute capability {specs['compute_capability']}")
-        if specs.get("multiprocessors"):
-            parts.append(f"{specs['multiprocessors']} SMs")
-        if specs.get("l2_bytes"):
-            parts.append(f"L2 {specs['l2_bytes'] / 2**20:.0f} MiB")
-        if specs.get("memory_bytes"):
-            parts.append(f"{specs['memory_bytes'] / 2**30:.0f} GiB memory")
-        if specs.get("shared_memory_per_block_optin"):
-            parts.append(f"{specs['shared_memory_per_block_optin'] // 1024} KiB shared memory per block (opt-in)")
-    elif specs.get("cores"):
-        parts.append(f"{specs['cores']} cores")
+    bandwidth = specs.measured_bandwidth
+    parts = [specs.name or "unknown device"]
+    if specs.target == "cuda":
+        if specs.compute_capability:
+            parts.append(f"compute capability {specs.compute_capability}")
+        if specs.multiprocessors:
+            parts.append(f"{specs.multiprocessors} SMs")
+        if specs.l2_bytes:
+            parts.append(f"L2 {specs.l2_bytes / 2**20:.0f} MiB")
+        if specs.memory_bytes:
+            parts.append(f"{specs.memory_bytes / 2**30:.0f} GiB memory")
+        if specs.shared_memory_per_block_optin:
+            parts.append(f"{specs.shared_memory_per_block_optin // 1024} KiB shared memory per block (opt-in)")
+    elif specs.cores:
+        parts.append(f"{specs.cores} cores")
     lines = [", ".join(parts)]
     if peaks:
         rates = ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in peaks.items())
-        lines.append(f"peak rates ({specs.get('peak_source', '?')}): {rates}; TF32 is off, so fp32 math runs at "
+        lines.append(f"peak rates ({specs.peak_source}): {rates}; TF32 is off, so fp32 math runs at "
                      "the fp32 rate")
     if bandwidth:
         lines.append(f"memory bandwidth (measured copy): {bandwidth / 1e9:.0f} GB/s")
@@ -440,12 +447,12 @@ class AttemptNote:
         return text + (f" [{self.changed}]" if self.changed else "")
 
     @classmethod
-    def from_verdict(cls, tool: str, verdict: Mapping[str, Any], *, source_sha256: str = "",
+    def from_verdict(cls, tool: str, verdict: Verdict, *, source_sha256: str = "",
                      changed: str = "") -> AttemptNote:
-        timing = verdict.get("timing") or {}
-        message = str(verdict.get("message") or "").splitlines()
-        return cls(tool=tool, status=str(verdict.get("status")), stage=str(verdict.get("stage")),
-                   median_ms=timing.get("median_ms"), speedup=verdict.get("speedup_vs_eager"),
+        message = verdict.message.splitlines()
+        return cls(tool=tool, status=verdict.status.value, stage=verdict.stage.value,
+                   median_ms=verdict.timing.median_ms if verdict.timing else None,
+                   speedup=verdict.speedup_vs_eager,
                    note=(message[0][:120] if message else ""), source_sha256=source_sha256, changed=changed)
 
 
@@ -467,5 +474,5 @@ def tool_error(text: str) -> str:
     return f"error: {text}"
 
 
-def dumps_specs(specs: Mapping[str, Any]) -> str:
-    return json.dumps(dict(specs), indent=1, sort_keys=True, default=str)
+def dumps_specs(specs: DeviceSpecs) -> str:
+    return json.dumps(specs.to_dict(), indent=1, sort_keys=True, default=str)

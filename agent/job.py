@@ -6,12 +6,15 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from harness.verdict import Verdict
+
 if TYPE_CHECKING:
     from config.settings import LLMProfile
     from problems.spec import Problem
 
 __all__ = [
     "Budgets",
+    "CandidateRecord",
     "Failure",
     "JobResult",
     "JobSpec",
@@ -146,6 +149,32 @@ class JobSpec:
             raise ValueError("trajectories must be at least 1")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CandidateRecord:
+    """One evaluated candidate as the agent keeps it: the source, where it came from, its verdict.
+
+    What `JobResult.best` and `JobResult.quarantined` hold, and what the worker re-times. It becomes
+    JSON only at an edge (``to_dict()``: the verdict's keys plus the record's own).
+    """
+
+    source: str
+    source_sha256: str
+    #: The tool that produced the verdict (``benchmark``, ``submit`` …).
+    tool: str
+    trajectory: int | None
+    #: The source this one was derived from in its trajectory, if any.
+    parent_sha256: str | None
+    verdict: Verdict
+
+    @property
+    def median_ms(self) -> float | None:
+        return self.verdict.timing.median_ms if self.verdict.timing is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.verdict.to_dict(), "source": self.source, "source_sha256": self.source_sha256,
+                "tool": self.tool, "trajectory": self.trajectory, "parent_sha256": self.parent_sha256}
+
+
 @dataclass(frozen=True)
 class Totals:
     """What a job consumed."""
@@ -178,32 +207,32 @@ class TrajectoryResult:
     reason: StopReason
     turns: int
     tool_calls: int
-    #: The trajectory's fastest verified attempt (same shape as `JobResult.best`).
-    best: dict[str, Any] | None = None
+    #: The trajectory's fastest verified attempt.
+    best: CandidateRecord | None = None
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "temperature": self.temperature, "strategy": self.strategy,
                 "reason": self.reason.value, "outcome": self.reason.outcome, "turns": self.turns,
-                "tool_calls": self.tool_calls, "best": self.best, "error": self.error}
+                "tool_calls": self.tool_calls, "best": self.best.to_dict() if self.best else None,
+                "error": self.error}
 
 
 @dataclass(frozen=True)
 class JobResult:
     """The outcome of `run_job`.
 
-    ``best`` is the fastest ``pass`` verdict of depth ``benchmark`` across trajectories (compile- or
-    correctness-only passes and ``suspicious`` verdicts never count), as the verdict dict plus
-    ``source``, ``source_sha256``, ``tool`` and ``trajectory``. ``quarantined`` lists the
-    ``suspicious`` ones in the same shape, for the worker to re-time. A job without a best has a
+    ``best`` is the fastest verified candidate across trajectories (`Verdict.is_verified`: a timed
+    ``pass`` of a benchmark; compile- or correctness-only passes and ``suspicious`` verdicts never
+    count). ``quarantined`` lists the ``suspicious`` ones, for the worker to re-time. A job without a best has a
     ``failure`` and an ``error`` that says what happened and what to change.
     """
 
-    best: dict[str, Any] | None
+    best: CandidateRecord | None
     reason: StopReason
     totals: Totals
     trajectories: tuple[TrajectoryResult, ...] = ()
-    quarantined: tuple[dict[str, Any], ...] = ()
+    quarantined: tuple[CandidateRecord, ...] = ()
     error: str | None = None
     failure: Failure | None = None
 
@@ -212,7 +241,8 @@ class JobResult:
         return self.best is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "reason": self.reason.value, "totals": self.totals.to_dict(),
+        return {"best": self.best.to_dict() if self.best else None, "reason": self.reason.value,
+                "totals": self.totals.to_dict(),
                 "trajectories": [t.to_dict() for t in self.trajectories],
-                "quarantined": list(self.quarantined), "error": self.error,
+                "quarantined": [q.to_dict() for q in self.quarantined], "error": self.error,
                 "failure": self.failure.value if self.failure else None, "succeeded": self.succeeded}

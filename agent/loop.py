@@ -19,19 +19,21 @@ import re
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agent.history import History, HistoryTooLong, SummaryFacts
-from agent.job import Budgets, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.prompt import problem_message, system_prompt
 from agent.protocols import Evaluator, Recorder
 from agent.providers import make_provider
 from agent.providers.base import AssistantTurn, ContextOverflow, Interrupted, LLMProvider, ProviderError, Usage
 from agent.serial import SerialEvaluator
-from agent.tools import Ledger, ToolExecutor, is_verified, source_sha256, tool_schemas
+from agent.tools import Ledger, ToolExecutor, source_sha256, tool_schemas
+from harness.devices import DeviceSpecs
 from harness.evaluate import Referee
+from harness.verdict import Verdict
 
 __all__ = ["MONITOR_INTERVAL_S", "STRATEGIES", "TEMPERATURES", "run_job", "trajectory_plan"]
 
@@ -139,10 +141,10 @@ class _JobState:
         with self.lock:
             self.tool_calls += 1
 
-    def observe(self, verdict: Mapping[str, Any] | None) -> None:
+    def observe(self, verdict: Verdict | None) -> None:
         target = self.budgets.target_speedup
-        if target is not None and verdict and is_verified(dict(verdict)):
-            speedup = verdict.get("speedup_vs_eager")
+        if target is not None and verdict is not None and verdict.is_verified:
+            speedup = verdict.speedup_vs_eager
             if speedup is not None and speedup >= target:
                 self.stop(StopReason.TARGET_REACHED)
 
@@ -194,7 +196,7 @@ class _Trajectory:
 
     def __init__(self, *, index: int, temperature: float, strategy: str, strategy_text: str | None, spec: JobSpec,
                  job: _JobState, executor: ToolExecutor, provider: LLMProvider, recorder: Any,
-                 specs: Mapping[str, Any] | None) -> None:
+                 specs: DeviceSpecs | None) -> None:
         self.index = index
         self.temperature = temperature
         self.strategy = strategy
@@ -251,10 +253,10 @@ class _Trajectory:
         best = self.ledger.best
         best_line = None
         if best:
-            best_line = (f"{best['tool']} of source {best['source_sha256'][:8]}: {best['timing']['median_ms']:.4g} ms, "
-                         f"{best.get('speedup_vs_eager') or 0:.2f}x vs eager")
+            best_line = (f"{best.tool} of source {best.source_sha256[:8]}: {best.median_ms or 0:.4g} ms, "
+                         f"{best.verdict.speedup_vs_eager or 0:.2f}x vs eager")
         latest = self.ledger.latest_source
-        return SummaryFacts(notes=tuple(self.ledger.notes), best_source=best["source"] if best else None,
+        return SummaryFacts(notes=tuple(self.ledger.notes), best_source=best.source if best else None,
                             best_line=best_line, latest_source=latest,
                             latest_sha256=source_sha256(latest) if latest else None)
 
@@ -410,9 +412,9 @@ class _Trajectory:
         return ended
 
 
-def _best(candidates: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
-    found = [c for c in candidates if c is not None]
-    return min(found, key=lambda c: c["timing"]["median_ms"]) if found else None
+def _best(candidates: Sequence[CandidateRecord | None]) -> CandidateRecord | None:
+    found = [c for c in candidates if c is not None and c.median_ms is not None]
+    return min(found, key=lambda c: c.median_ms or 0.0) if found else None
 
 
 def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder, provider: LLMProvider | None = None,
@@ -472,10 +474,10 @@ def _run(spec: JobSpec, evaluator: Evaluator, recorder: Recorder, provider: LLMP
         reason = results[0].reason
     else:
         reason = StopReason.COMPLETED
-    quarantined: dict[str, dict[str, Any]] = {}
+    quarantined: dict[str, CandidateRecord] = {}
     for t in trajectories:
         for entry in t.ledger.quarantined:
-            quarantined.setdefault(entry["source_sha256"], entry)
+            quarantined.setdefault(entry.source_sha256, entry)
     used = job.usage
     totals = Totals(tokens_in=used.tokens_in, tokens_out=used.tokens_out, cost_usd=used.cost_usd,
                     wall_s=clock() - job.started, llm_calls=job.llm_calls, tool_calls=job.tool_calls,

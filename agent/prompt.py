@@ -8,11 +8,11 @@ weights are copied, the tolerance, whether torch ops may stay, whether TF32 is o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agent.feedback import gpu_summary
 from agent.playbook import playbook
+from harness.devices import DeviceSpecs
 
 if TYPE_CHECKING:
     from agent.job import Budgets
@@ -148,7 +148,7 @@ def _tools_and_budget(budgets: Budgets) -> str:
 """
 
 
-def system_prompt(problem: Problem, target: str, *, specs: Mapping[str, Any] | None, budgets: Budgets,
+def system_prompt(problem: Problem, target: str, *, specs: DeviceSpecs | None, budgets: Budgets,
                   random_trials: int, strategy: str | None = None) -> str:
     """The system message of a trajectory."""
     if target == "cuda":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from harness.devices import DeviceSpecs
     from harness.options import Depth
     from harness.verdict import Verdict
 
@@ -23,7 +24,7 @@ class Evaluator(Protocol):
     def evaluate(self, source: str, depth: Depth | str) -> Verdict: ...
 
     @property
-    def device_specs(self) -> dict[str, Any]: ...
+    def device_specs(self) -> DeviceSpecs: ...
 
     def cancel(self) -> None:
         """Stop for good: an evaluation in flight returns an error verdict soon after, later ones at
@@ -54,13 +55,13 @@ class Recorder(Protocol):
         paid for all the same, so it counts towards the job's totals."""
         ...
 
-    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
-        """The stored verdict dict of this job's newest attempt with this source and tool, if any
+    def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
+        """The stored verdict of this job's newest attempt with this source and tool, if any
         (verdicts with ``error_kind == "infra"`` excluded)."""
         ...
 
     def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
-                verdict: dict[str, Any]) -> None: ...
+                verdict: Verdict) -> None: ...
 
     def trajectory_finished(self, *, index: int, reason: str) -> None: ...
 

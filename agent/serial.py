@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from agent.protocols import Evaluator
 
 if TYPE_CHECKING:
+    from harness.devices import DeviceSpecs
     from harness.options import Depth
     from harness.verdict import Verdict
 
@@ -68,7 +69,7 @@ class SerialEvaluator:
         return self._thread.submit(self._serial, source, depth, depth_name).result()
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         return self._thread.submit(lambda: self.inner.device_specs).result()
 
     def cancel(self) -> None:

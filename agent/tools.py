@@ -9,7 +9,6 @@ retried, recorded, never shown to the model and never charged to its budget.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -19,9 +18,12 @@ from enum import StrEnum
 from typing import Any
 
 from agent.feedback import AttemptNote, change_summary, dumps_specs, gpu_summary, tool_error, verdict_feedback
+from agent.job import CandidateRecord
 from agent.protocols import Evaluator, Recorder
 from agent.providers.base import ToolCall
-from harness.verdict import ErrorKind, Stage, Status, Verdict
+from agent.retry import INFRA_RETRY, InfraRetry
+from harness.devices import DeviceSpecs
+from harness.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
 from problems.spec import MAX_SOURCE_BYTES
 
 __all__ = [
@@ -31,7 +33,6 @@ __all__ = [
     "ToolExecutor",
     "ToolName",
     "ToolResult",
-    "is_verified",
     "source_sha256",
     "tool_schemas",
 ]
@@ -109,28 +110,16 @@ def tool_schemas() -> list[dict[str, Any]]:
     return [copy.deepcopy(s) for s in TOOL_SCHEMAS]
 
 
-def source_sha256(source: str) -> str:
-    """The digest attempts are deduplicated by (the store's ``source_sha256``)."""
-    return hashlib.sha256(source.encode()).hexdigest()
-
-
-def is_verified(verdict: dict[str, Any]) -> bool:
-    """Whether a verdict can be a job's best: a timed ``pass`` (not suspicious, not untimed)."""
-    timing = verdict.get("timing") or {}
-    return (verdict.get("status") == Status.PASS.value and verdict.get("depth") == "benchmark"
-            and timing.get("median_ms") is not None)
-
-
 def _rejected(text: str) -> ToolResult:
     return ToolResult(tool_error(text) + " (not run, not charged)", charged=False)
 
 
-def _answers(stored_tool: ToolName, verdict: dict[str, Any], wanted: ToolName) -> bool:
-    if verdict.get("error_kind") == ErrorKind.INFRA.value:
+def _answers(stored_tool: ToolName, verdict: Verdict, wanted: ToolName) -> bool:
+    if verdict.error_kind is ErrorKind.INFRA:
         return False
     if stored_tool in _ANSWERED_BY[wanted]:
         return True
-    return verdict.get("status") in ("fail", "error") and verdict.get("stage") in _EARLY_STAGES
+    return verdict.status in (Status.FAIL, Status.ERROR) and verdict.stage in _EARLY_STAGES
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,7 @@ class ToolResult:
     #: failures do not).
     charged: bool = True
     ends_trajectory: bool = False
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     source: str | None = None
     infra_failure: bool = False
 
@@ -155,8 +144,8 @@ class Ledger:
     parent_of: dict[str, str | None] = field(default_factory=dict)
     last_sha: str | None = None
     notes: list[AttemptNote] = field(default_factory=list)
-    best: dict[str, Any] | None = None
-    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    best: CandidateRecord | None = None
+    quarantined: list[CandidateRecord] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     #: The source of the latest attempt.
     latest_source: str | None = None
@@ -164,9 +153,9 @@ class Ledger:
     compile_s: float = 0.0
     compiles: int = 0
 
-    def charge_compile(self, verdict: dict[str, Any]) -> None:
+    def charge_compile(self, verdict: Verdict) -> None:
         """Add a fresh evaluation's compile seconds (a stored verdict served again costs none)."""
-        seconds = float((verdict.get("compile") or {}).get("seconds") or 0.0)
+        seconds = verdict.compile.seconds if verdict.compile is not None else 0.0
         if seconds > 0:
             self.compile_s += seconds
             self.compiles += 1
@@ -180,23 +169,23 @@ class Ledger:
 
     @property
     def best_ms(self) -> float | None:
-        return (self.best.get("timing") or {}).get("median_ms") if self.best else None
+        return self.best.median_ms if self.best else None
 
-    def observe(self, tool: str, verdict: dict[str, Any], source: str, trajectory: int) -> None:
+    def observe(self, tool: str, verdict: Verdict, source: str, trajectory: int) -> None:
         sha = source_sha256(source)
         parent = self.parent_of.get(sha)
         self.sources[sha] = source
         self.latest_source = source
         changed = change_summary(source, self.sources.get(parent) if parent else None, parent)
         self.notes.append(AttemptNote.from_verdict(tool, verdict, source_sha256=sha, changed=changed))
-        entry = {**verdict, "source": source, "source_sha256": sha, "tool": tool, "trajectory": trajectory}
-        if is_verified(verdict):
-            median = verdict["timing"]["median_ms"]
-            if self.best_ms is None or median < self.best_ms:
-                self.best = entry
-        elif verdict.get("status") == Status.SUSPICIOUS.value and all(
-                q["source_sha256"] != entry["source_sha256"] for q in self.quarantined):
-            self.quarantined.append(entry)
+        record = CandidateRecord(source=source, source_sha256=sha, tool=tool, trajectory=trajectory,
+                                 parent_sha256=parent, verdict=verdict)
+        if verdict.is_verified:
+            median = record.median_ms
+            if median is not None and (self.best_ms is None or median < self.best_ms):
+                self.best = record
+        elif verdict.status is Status.SUSPICIOUS and all(q.source_sha256 != sha for q in self.quarantined):
+            self.quarantined.append(record)
 
 
 class ToolExecutor:
@@ -205,49 +194,43 @@ class ToolExecutor:
     Args:
         evaluator: judges candidates.
         recorder: stores attempts and finds earlier ones (already serialised by the caller).
-        infra_retries: further tries after an ``infra`` verdict.
-        infra_backoff_s: waits before those tries (the last value repeats).
+        retry: the infra-retry policy (`agent.retry.INFRA_RETRY`).
         sleep: how to wait (tests pass a no-op).
         stopping: whether the job is stopping (then an infra failure is not retried: the
             evaluation was most likely cut on purpose).
     """
 
-    def __init__(self, evaluator: Evaluator, recorder: Recorder, *, infra_retries: int = 2,
-                 infra_backoff_s: tuple[float, ...] = (2.0, 10.0),
+    def __init__(self, evaluator: Evaluator, recorder: Recorder, *, retry: InfraRetry = INFRA_RETRY,
                  sleep: Callable[[float], None] = time.sleep,
                  stopping: Callable[[], bool] = lambda: False) -> None:
         self.evaluator = evaluator
         self.stopping = stopping
         self.recorder = recorder
-        self.infra_retries = infra_retries
-        self.infra_backoff_s = infra_backoff_s or (0.0,)
+        self.retry = retry
         self._sleep = sleep
         self._lock = threading.Lock()
         self._inflight: dict[tuple[str, str], threading.Lock] = {}
-        self._specs: dict[str, Any] | None = None
+        self._specs: DeviceSpecs | None = None
         self.evaluations = 0
 
     # -- device specs ------------------------------------------------------------------------
-    def device_specs(self) -> dict[str, Any] | None:
+    def device_specs(self) -> DeviceSpecs | None:
         """The evaluator's device specs (asked once per job; None if they cannot be had now)."""
         with self._lock:
             if self._specs is not None:
                 return self._specs
-        for attempt in range(self.infra_retries + 1):
+        for attempt, pause in enumerate(self.retry.pauses()):
             try:
-                specs = dict(self.evaluator.device_specs)
+                specs = self.evaluator.device_specs
             except Exception:  # the reference could not start: infra, retried
                 log.warning("device_specs failed (try %d)", attempt + 1, exc_info=True)
-                if attempt < self.infra_retries:
-                    self._sleep(self._backoff(attempt))
+                if pause is not None:
+                    self._sleep(pause)
                 continue
             with self._lock:
                 self._specs = specs
             return specs
         return None
-
-    def _backoff(self, attempt: int) -> float:
-        return self.infra_backoff_s[min(attempt, len(self.infra_backoff_s) - 1)]
 
     # -- one call ----------------------------------------------------------------------------
     def execute(self, call: ToolCall, *, trajectory: int, ledger: Ledger) -> ToolResult:
@@ -277,7 +260,7 @@ class ToolExecutor:
             return _rejected(f"the source is {len(source.encode())} bytes; the limit is {MAX_SOURCE_BYTES}")
         return self._run_code_tool(tool, source, trajectory=trajectory, ledger=ledger)
 
-    def _stored(self, tool: ToolName, sha: str) -> tuple[ToolName, dict[str, Any]] | None:
+    def _stored(self, tool: ToolName, sha: str) -> tuple[ToolName, Verdict] | None:
         order = [tool, *(t for t in ToolName if t is not tool and t is not ToolName.GET_GPU_SPECS)]
         for stored_tool in order:
             verdict = self.recorder.find_attempt(source_sha256=sha, tool=stored_tool.value)
@@ -304,7 +287,7 @@ class ToolExecutor:
                                         compile_s_total=ledger.compile_s, compiles=ledger.compiles)
                 return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
             verdict = self._evaluate_with_retries(tool, source, trajectory=trajectory, parent=parent)
-        if verdict.get("error_kind") == ErrorKind.INFRA.value:
+        if verdict.error_kind is ErrorKind.INFRA:
             return ToolResult(f"{tool.value} could not run because of a problem on our side (not your code); it "
                               "was not charged to your budget. Call it again.", charged=False, infra_failure=True)
         if verdict.get("error_kind") == ErrorKind.PROBLEM.value:
@@ -319,22 +302,23 @@ class ToolExecutor:
         return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
 
     def _evaluate_with_retries(self, tool: ToolName, source: str, *, trajectory: int,
-                               parent: str | None) -> dict[str, Any]:
+                               parent: str | None) -> Verdict:
         depth = DEPTH_OF[tool]
-        verdict: dict[str, Any] = {}
-        for attempt in range(self.infra_retries + 1):
+        verdict: Verdict | None = None
+        for pause in self.retry.pauses():
             try:
-                verdict = self.evaluator.evaluate(source, depth).to_dict()
+                verdict = self.evaluator.evaluate(source, depth)
             except Exception as exc:  # an evaluator that raises is our failure, not the model's
                 log.warning("evaluate(%s) raised", depth, exc_info=True)
                 verdict = Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
-                                  message=f"the evaluator raised {type(exc).__name__}: {exc}", depth=depth).to_dict()
+                                  message=f"the evaluator raised {type(exc).__name__}: {exc}", depth=depth)
             with self._lock:
                 self.evaluations += 1
             self.recorder.attempt(trajectory=trajectory, tool=tool.value, source=source, parent_sha256=parent,
                                   verdict=verdict)
-            if verdict.get("error_kind") != ErrorKind.INFRA.value or self.stopping():
+            if not self.retry.retryable(verdict) or self.stopping():
                 return verdict
-            if attempt < self.infra_retries:
-                self._sleep(self._backoff(attempt))
+            if pause is not None:
+                self._sleep(pause)
+        assert verdict is not None  # the loop ran at least once
         return verdict

@@ -3,6 +3,13 @@ metrics. It reads and writes `store` and enqueues work; it never executes proble
 
     from api import create_app
     app = create_app(load_settings())
+
+Owns: HTTP and its schemas (`api.schemas`: pydantic models, the OpenAPI contract), the dashboard,
+submission batching, live event streams.
+May import: `store`, `config`, `problems` (static checks only), `harness`'s value types; never
+`worker` or `agent` code that runs anything.
+In and out: JSON requests come in and become store writes and queued jobs; store rows go out as
+JSON responses, server-sent events and HTML pages.
 """
 
 from api.app import create_app

@@ -171,7 +171,7 @@ def exposition(
         forget_dead_processes(directory)
         MultiProcessCollector(registry, path=str(directory))
     else:
-        registry.register(_Forward(metrics.registry))  # type: ignore[arg-type]
-    registry.register(_StoreCollector(counts, job_states, statuses))  # type: ignore[arg-type]
+        registry.register(_Forward(metrics.registry))
+    registry.register(_StoreCollector(counts, job_states, statuses))
     encoder, content_type = choose_encoder(accept or "")
     return encoder(registry), content_type

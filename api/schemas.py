@@ -21,7 +21,7 @@ __all__ = [
     "AttemptDetail",
     "AttemptPublic",
     "BestPublic",
-    "Budgets",
+    "BudgetsInput",
     "CancelPublic",
     "ComponentHealth",
     "ErrorPublic",
@@ -84,7 +84,7 @@ class ErrorPublic(BaseModel):
 # -- input -----------------------------------------------------------------------------------------
 
 
-class Budgets(BaseModel):
+class BudgetsInput(BaseModel):
     """Limits of a job; anything left out takes the server's default."""
 
     model_config = _INPUT
@@ -140,7 +140,7 @@ class JobCreate(_ProblemRef):
         max_length=MAX_PROFILE_CHARS,
         description="A server-side LLM profile name (the server holds the keys); default: the server's.",
     )
-    budgets: Budgets = Budgets()
+    budgets: BudgetsInput = BudgetsInput()
     trajectories: int | None = Field(
         None, ge=1, le=MAX_TRAJECTORIES, description="Independent chats; the best attempt across them wins."
     )

@@ -50,15 +50,15 @@ from api.dispatch import Dispatcher, DispatchError
 from api.errors import ApiError, QueueUnavailable, QuotaExceeded, Unauthorized
 from api.metrics import RequestMetrics
 from api.middleware import add_server_timing
-from api.schemas import Budgets, JobPublic
+from api.schemas import BudgetsInput, JobPublic
 from config import Settings
 from problems import Problem
 from store import (
     ApiKey,
     JobKind,
-    JobSpec,
     KeyLimits,
     KeyUsage,
+    NewJob,
     StoredProblem,
     Target,
     cancel_job,
@@ -92,7 +92,7 @@ class PendingSubmission:
     charge_cost: bool
     llm_profile: str | None = None
     llm_model: str | None = None
-    budgets: Budgets | None = None
+    budgets: BudgetsInput | None = None
     trajectories: int = 0
     candidate_source: str | None = None
     future: asyncio.Future[JobPublic] | None = field(default=None, repr=False)
@@ -100,7 +100,7 @@ class PendingSubmission:
     marks: dict[str, float] = field(default_factory=dict, repr=False)
 
 
-def resolve_budgets(budgets: Budgets | None, settings: Settings, *, cost_left: float | None) -> dict[str, Any]:
+def resolve_budgets(budgets: BudgetsInput | None, settings: Settings, *, cost_left: float | None) -> dict[str, Any]:
     """The job's budgets: the request's, else the server's defaults; the cost bounded by the key's cap."""
     if budgets is None:
         return {}
@@ -311,7 +311,7 @@ class SubmissionWriter:
             if item.problem.source not in problems:
                 problems[item.problem.source] = _store_problem(session, item.problem, bundled=item.bundled)
         jobs = create_jobs(session=session, specs=[
-            JobSpec(
+            NewJob(
                 problem_id=problems[item.problem.source].id,
                 target=item.target,
                 owner_id=item.key.id,

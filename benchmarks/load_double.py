@@ -1,6 +1,6 @@
-"""A stand-in for the ``agent`` package for the load run: a short agent job, no LLM, no harness.
+"""The load run's `worker.runner.AgentRunner`: a short agent job, no LLM, no harness.
 
-It has the agent's interface (``JobSpec``, ``Budgets``, ``run_job``) and drives the real
+``run_job`` takes the agent's real `JobSpec` and returns its real `JobResult`, and drives the real
 `worker.recorder.StoreRecorder` the worker hands it, so every event it causes is a real store
 write through the same code an agent job uses (lease renewal in each transaction, single-writer
 event ids). One job is one trajectory of three turns, ``STEP_S`` apart:
@@ -17,12 +17,11 @@ job ends with a verified kernel and succeeds as an agent job does), never evalua
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
+from agent import Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
 from harness import Baselines, CompileResult, Stage, Status, Timing, Trial, Verdict
 
-__all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "Budgets", "JobResult", "JobSpec", "run_job"]
+__all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "run_job"]
 
 #: The pause between the job's turns (an LLM answers in seconds; this keeps the run short).
 STEP_S = 0.1
@@ -42,33 +41,8 @@ _VERDICT = Verdict(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Budgets:
-    turns: int = 10
-    tool_calls: int = 30
-    max_tokens: int = 400_000
-    max_cost_usd: float = 5.0
-    wall_clock_s: float = 3600.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSpec:
-    problem: Any
-    target: str
-    llm: Any
-    budgets: Budgets = field(default_factory=Budgets)
-    trajectories: int = 1
-    random_trials: int = 3
-
-
-@dataclass(frozen=True)
-class JobResult:
-    reason: str
-    error: str | None = None
-    quarantined: tuple[dict[str, Any], ...] = ()
-
-
-def run_job(spec: JobSpec, *, evaluator: Any, recorder: Any, provider: Any) -> JobResult:
+def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
+            provider: LLMProvider | None = None) -> JobResult:
     """One trajectory: a system message, a tool call, its (failed) compile attempt, the tool's answer."""
     recorder.trajectory_started(index=0, temperature=0.2, strategy="load double")
     recorder.message(trajectory=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
@@ -83,4 +57,4 @@ def run_job(spec: JobSpec, *, evaluator: Any, recorder: Any, provider: Any) -> J
                      tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     time.sleep(STEP_S)
     recorder.trajectory_finished(index=0, reason="submitted")
-    return JobResult(reason="submitted")
+    return JobResult(best=None, reason=StopReason.SUBMITTED, totals=Totals())

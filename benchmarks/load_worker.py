@@ -13,18 +13,12 @@ import logging
 import signal
 import sys
 from types import FrameType
-from typing import cast
 
 from benchmarks import load_double
 from config import load_settings
 from store import Target, make_engine, make_session_factory
 from worker.embedded import EmbeddedWorker
-from worker.runner import AgentAPI
 from worker.wiring import create_worker_app
-
-# The module has the agent package's interface (mypy cannot match a module to a Protocol whose
-# members are callables of any signature).
-AGENT = cast(AgentAPI, load_double)
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -37,14 +31,14 @@ def embedded() -> None:
     engine = make_engine(settings.resolved_database_url)
     try:
         EmbeddedWorker(settings=settings, session_factory=make_session_factory(engine), target=Target.CPU,
-                       agent=AGENT).serve()
+                       run_agent=load_double.run_job).serve()
     finally:
         engine.dispose()
 
 
 def celery(name: str) -> None:
     settings = load_settings()
-    app = create_worker_app(settings, target=Target.CPU, agent=AGENT)
+    app = create_worker_app(settings, target=Target.CPU, run_agent=load_double.run_job)
     app.worker_main(["worker", "--queues", "cpu", "--concurrency", "1", "--pool", "solo", "--hostname",
                      f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"])
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.common import default_target, fmt_number, render_verdict
 from harness import HarnessOptions, Status, Target, Verdict
 from harness.admission import admit
 from harness.retime import evaluate_with_retime
@@ -47,11 +47,6 @@ err = Console(stderr=True)
 out = Console()
 
 
-def default_target() -> Target:
-    """``cuda`` when an NVIDIA device is present, else ``cpu`` (without importing torch)."""
-    return Target.CUDA if os.path.exists("/dev/nvidiactl") else Target.CPU
-
-
 def _load_problem_or_exit(ref: str) -> Problem:
     try:
         return load_problem(ref)
@@ -80,64 +75,6 @@ def machine_cache_dir(cache_dir: Path | None = None) -> Path:
 
 def _options(cache_dir: Path | None, **changes: object) -> HarnessOptions:
     return HarnessOptions(cache_dir=machine_cache_dir(cache_dir)).replace(**changes)
-
-
-def _fmt(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
-    return "—" if value is None else f"{value:{spec}}{suffix}"
-
-
-def render_verdict(verdict: Verdict, console: Console) -> None:
-    """A readable summary of a verdict."""
-    colour = {"pass": "green", "fail": "red", "error": "red", "suspicious": "yellow"}[verdict.status.value]
-    console.print(f"[bold {colour}]{verdict.status.value.upper()}[/] at stage [bold]{verdict.stage.value}[/]"
-                  + (f" ({verdict.error_kind.value} error)" if verdict.error_kind else "")
-                  + f": {verdict.message}")
-    if verdict.compile is not None:
-        cached = all(e.get("cached") for e in verdict.compile.extensions) and verdict.compile.extensions
-        console.print(f"compile: {'ok' if verdict.compile.ok else 'failed'} in {verdict.compile.seconds:.1f} s"
-                      + (" (cached build)" if cached else ""))
-        for k in verdict.compile.kernels:
-            if "registers" in k:
-                console.print(f"  {k['kernel']}: {k['registers']} registers, "
-                              f"{k.get('spill_stores', 0)} B spill stores, {k.get('spill_loads', 0)} B spill loads")
-        if verdict.compile.errors and not verdict.compile.ok:
-            console.print(verdict.compile.errors, markup=False, highlight=False)
-    if verdict.trials:
-        table = Table(title="correctness trials")
-        for col in ("trial", "inputs", "result", "max abs err", "mean abs err", "mismatch"):
-            table.add_column(col)
-        for t in verdict.trials:
-            table.add_row(str(t.seed_index), t.kind, "[green]pass[/]" if t.passed else "[red]fail[/]",
-                          _fmt(t.max_abs_err, ".3g"), _fmt(t.mean_abs_err, ".3g"), f"{100 * t.mismatch_frac:.3g}%")
-        console.print(table)
-    if verdict.timing is not None:
-        table = Table(title="timing (median of n runs)")
-        for col in ("", "median ms", "IQR ms", "n", "speedup"):
-            table.add_column(col)
-        table.add_row("candidate", _fmt(verdict.timing.median_ms, ".4f"), _fmt(verdict.timing.iqr_ms, ".4f"),
-                      str(verdict.timing.n), "")
-        if verdict.baselines:
-            for name, timing, speedup in (("eager", verdict.baselines.eager, verdict.speedup_vs_eager),
-                                          ("torch.compile", verdict.baselines.compiled, verdict.speedup_vs_compile)):
-                if timing is not None:
-                    table.add_row(name, _fmt(timing.median_ms, ".4f"), _fmt(timing.iqr_ms, ".4f"), str(timing.n),
-                                  _fmt(speedup, ".2f", "x"))
-        console.print(table)
-        console.print(f"roofline: {_fmt(verdict.sol_ms, '.4f', ' ms')} at speed of light, "
-                      f"{_fmt(verdict.pct_of_sol, '.1f', '%')} of it reached")
-        for warning in verdict.timing.warnings:
-            console.print(f"[yellow]timing:[/] {warning}")
-    for flag in verdict.flags:
-        console.print(f"[yellow]flag:[/] {flag}")
-    for hint in verdict.hints:
-        console.print(f"[cyan]hint:[/] {hint}")
-    prov = verdict.provenance
-    console.print(f"[dim]{prov.get('device')} · torch {prov.get('torch')} · CUDA {prov.get('cuda')} · "
-                  f"mode {prov.get('mode')} · policy {prov.get('policy')} · seeds {prov.get('seeds')} · "
-                  f"sandbox {prov.get('sandbox')}[/]")
-    if verdict.log and verdict.status is Status.ERROR and verdict.stage.value != "compile":
-        console.print("[dim]log:[/]")
-        console.print(verdict.log[-3000:], markup=False, highlight=False)
 
 
 @app.command("eval")
@@ -215,7 +152,7 @@ def problems_check(
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict()) + "\n")
         table.add_row(problem.id, "[green]yes[/]" if report.admitted else "[red]no[/]",
-                      _fmt(report.forward_ms, ".1f"), " ".join(str(list(s)) for s in report.output_shapes),
+                      fmt_number(report.forward_ms, ".1f"), " ".join(str(list(s)) for s in report.output_shapes),
                       "; ".join(report.reasons))
     if not as_json:
         out.print(table)

@@ -94,8 +94,8 @@ def optimize(
     """Let an LLM optimise a problem on this machine (embedded store, no Redis), with live progress."""
     from agent.providers.replay import has_script, no_script_message
     from api.schemas import JobPublic
+    from cli.common import default_target
     from cli.keys import ensure_local_key
-    from cli.main import default_target
     from config import load_settings
     from store import (
         JobKind,

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
 
 err = Console(stderr=True)
-_UVICORN_OPTIONS = {"log_level": "info", "proxy_headers": True}
+_UVICORN_OPTIONS: dict[str, Any] = {"log_level": "info", "proxy_headers": True}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,11 @@
 
 The harness does not use this (it takes a frozen `harness.HarnessOptions`); the API, the worker
 and the CLI's service commands build everything they need from a `Settings`.
+
+Owns: `Settings` and the LLM profiles (`LLMProfile`).
+May import: pydantic-settings and the standard library; no other package of this service.
+In and out: the environment comes in; a frozen-ish `Settings` goes out to the API, the worker
+and the CLI (the harness takes its own `HarnessOptions` instead).
 """
 
 from config.settings import LLMProfile, Settings, default_data_dir, load_settings

@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.buildcache import build_directory, copy_build, publish_staged
+from harness.devices import DeviceSpecs
+from harness.hardened import calls_made as _calls_made
+from harness.hardened import dictated_calls
+from harness.hardened import hardened_bound as _hardened_bound
 from harness.hints import static_hints
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS
 from harness.options import Depth, HarnessOptions, Target
@@ -59,15 +63,6 @@ _NAMESPACES = {
 }
 #: Over this, the trusted clock says the candidate's reported samples cannot be right.
 _CLOCK_SLACK = 1.02
-#: Hardened timing: the trusted wall clock of the candidate's timing request, less the loop's
-#: overhead measured in the reference process, must be explained by the reported median times the
-#: calls made, up to this factor (noise spikes are in the wall but not in a median)...
-_HARDENED_MARGIN = 3.0
-#: ...plus this fraction of the measured overhead (the candidate's loop may cost up to twice what
-#: the reference's did: a busier host, other caches)...
-_HARDENED_OVERHEAD_SLACK = 1.0
-#: ...plus this many seconds (replies, exports and process scheduling differ a little).
-_HARDENED_FIXED_S = 0.05
 #: Binding flags whose torch header the trusted warm-up precompiles, per target (a PCH serves only
 #: the flags it was built with, normalised: ``""`` and ``-v`` are nothing, each ``-O`` level its own).
 #: The first is what the playbook prescribes: a Referee builds it before its first compile if it is
@@ -110,29 +105,6 @@ def _known_flags(reply: dict[str, Any]) -> list[str]:
     """The integrity flags a stage reported, ignoring anything that is not one."""
     flags = reply.get("flags", [])
     return [f for f in flags if isinstance(f, str) and f in FLAG_TEXT] if isinstance(flags, list) else []
-
-
-def _calls_made(timing: dict[str, Any], sets: list[int]) -> int:
-    """Calls of forward in a hardened timing request: warm-up, timed, one re-checked per set."""
-    return int(timing["min_warmup_calls"]) + int(timing["fixed_calls"]) + len(sets)
-
-
-def _hardened_bound(timing: Timing, wall_s: float, overhead_s: float, request: dict[str, Any],
-                    sets: list[int]) -> tuple[bool, str]:
-    """Whether the reported median is far below what the trusted clock allows (one-sided: noise
-    only ever makes the wall longer, so it can only make an honest median look more plausible),
-    and the figures, for the verdict's message."""
-    calls = _calls_made(request, sets)
-    unexplained_s = wall_s - overhead_s
-    allowed_s = (_HARDENED_MARGIN * calls * timing.median_ms / 1e3 + _HARDENED_OVERHEAD_SLACK * overhead_s
-                 + _HARDENED_FIXED_S)
-    detail = (f" (hardened timing: {calls} calls took {wall_s:.3f} s by the trusted clock, of which "
-              f"{overhead_s:.3f} s is the loop's overhead measured in the reference process; a reported "
-              f"median of {timing.median_ms:.4g} ms explains at most {allowed_s:.3f} s of the "
-              f"{unexplained_s:.3f} s left)")
-    if timing.n != int(request["fixed_calls"]):
-        return True, f" (hardened timing: {timing.n} samples reported, {request['fixed_calls']} dictated)"
-    return unexplained_s > allowed_s, detail
 
 
 class ReferenceFailed(RuntimeError):
@@ -457,9 +429,9 @@ class Referee:
         return f"{limit}: {what}" if limit else what
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         """``get_gpu_specs()`` of the agent: the device the reference runs on."""
-        return self.start_reference()["specs"]
+        return DeviceSpecs.from_dict(self.start_reference()["specs"])
 
     def _baseline_key(self) -> str:
         env = self.reference_info.get("environment", {})
@@ -706,11 +678,8 @@ class Referee:
         """The timing request of a hardened re-time: a number of calls the trusted side dictates,
         enough for about ``max_time_s`` of calls as slow as eager (a candidate no faster than eager
         that claims otherwise leaves that much time the reported median cannot explain)."""
-        timing = self.options.timing
         eager_ms = baselines.eager.median_ms if baselines is not None and baselines.eager is not None else 0.0
-        wanted = math.ceil(timing.max_time_s * 1e3 / eager_ms) if eager_ms > 0 else timing.min_repeats
-        calls = max(timing.min_repeats, min(max(timing.max_repeats, timing.min_repeats), wanted))
-        return {**self.options.to_dict()["timing"], "fixed_calls": max(1, calls)}
+        return {**self.options.to_dict()["timing"], "fixed_calls": dictated_calls(eager_ms, self.options.timing)}
 
     def _loop_overhead(self, timing: dict[str, Any], sets: list[int]) -> float:
         """Seconds the timing request of ``timing`` costs beyond the calls it times: the reference

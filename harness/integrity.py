@@ -6,27 +6,48 @@ advise. See docs/integrity.md for the threat model.
 
 from __future__ import annotations
 
-__all__ = ["DECISIVE_FLAGS", "FLAG_TEXT", "PURE_ALLOWED_OPS", "QUARANTINE_FLAGS"]
+from enum import StrEnum
 
-FLAG_TEXT = {
-    "tf32_enabled": "the candidate switched TF32 on",
-    "mutated_inputs": "the candidate modified its inputs",
-    "background_threads": "the candidate left threads running after forward (deferred work)",
-    "deferred_work": "the output kept changing after forward returned: work left running on another "
-                     "stream or thread is not finished when forward's stream is",
-    "no_custom_kernel": "the candidate built no extension: no custom kernel ran",
-    "extension_does_no_work": "replacing the candidate's kernels with no-ops leaves the output correct: "
-                              "its extension does no real work",
-    "torch_compute_in_pure_forward": "the problem's policy is pure, but forward computes with torch",
-    "clock_disagrees": "the reported kernel times are impossible (not positive, more than the trusted "
-                       "wall clock, or, in a hardened re-time, far less than the trusted clock measured "
-                       "for the dictated calls): the timer was tampered with",
-    "timed_output_mismatch": "outputs of timed calls differ from the reference",
-    "speedup_over_limit": "speedup over eager above the quarantine limit",
-    "faster_than_roofline": "faster than the device's roofline allows",
+__all__ = ["DECISIVE_FLAGS", "FLAG_TEXT", "PURE_ALLOWED_OPS", "QUARANTINE_FLAGS", "Flag"]
+
+
+class Flag(StrEnum):
+    """An integrity finding in `Verdict.flags`: keys `FLAG_TEXT` here and the agent's advice
+    (``agent.feedback.FLAG_MEANING``); a test checks both cover every flag."""
+
+    TF32_ENABLED = "tf32_enabled"
+    MUTATED_INPUTS = "mutated_inputs"
+    BACKGROUND_THREADS = "background_threads"
+    DEFERRED_WORK = "deferred_work"
+    NO_CUSTOM_KERNEL = "no_custom_kernel"
+    EXTENSION_DOES_NO_WORK = "extension_does_no_work"
+    TORCH_COMPUTE_IN_PURE_FORWARD = "torch_compute_in_pure_forward"
+    CLOCK_DISAGREES = "clock_disagrees"
+    TIMED_OUTPUT_MISMATCH = "timed_output_mismatch"
+    SPEEDUP_OVER_LIMIT = "speedup_over_limit"
+    FASTER_THAN_ROOFLINE = "faster_than_roofline"
+
+
+#: Keyed by `Flag` (typed by its ``str`` values: the pipe and the column carry strings).
+FLAG_TEXT: dict[str, str] = {
+    Flag.TF32_ENABLED: "the candidate switched TF32 on",
+    Flag.MUTATED_INPUTS: "the candidate modified its inputs",
+    Flag.BACKGROUND_THREADS: "the candidate left threads running after forward (deferred work)",
+    Flag.DEFERRED_WORK: "the output kept changing after forward returned: work left running on another "
+                        "stream or thread is not finished when forward's stream is",
+    Flag.NO_CUSTOM_KERNEL: "the candidate built no extension: no custom kernel ran",
+    Flag.EXTENSION_DOES_NO_WORK: "replacing the candidate's kernels with no-ops leaves the output correct: "
+                                 "its extension does no real work",
+    Flag.TORCH_COMPUTE_IN_PURE_FORWARD: "the problem's policy is pure, but forward computes with torch",
+    Flag.CLOCK_DISAGREES: "the reported kernel times are impossible (not positive, more than the trusted "
+                          "wall clock, or, in a hardened re-time, far less than the trusted clock measured "
+                          "for the dictated calls): the timer was tampered with",
+    Flag.TIMED_OUTPUT_MISMATCH: "outputs of timed calls differ from the reference",
+    Flag.SPEEDUP_OVER_LIMIT: "speedup over eager above the quarantine limit",
+    Flag.FASTER_THAN_ROOFLINE: "faster than the device's roofline allows",
 }
 #: Not failures: a suspicious verdict waits for a re-timing in a fresh process.
-QUARANTINE_FLAGS = frozenset({"speedup_over_limit", "faster_than_roofline"})
+QUARANTINE_FLAGS = frozenset({Flag.SPEEDUP_OVER_LIMIT, Flag.FASTER_THAN_ROOFLINE})
 DECISIVE_FLAGS = frozenset(FLAG_TEXT) - QUARANTINE_FLAGS
 
 #: aten ops a "pure" forward may dispatch: allocation, views and metadata — no compute.

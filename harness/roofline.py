@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+
+from harness.devices import DeviceSpecs
 
 __all__ = ["DeviceSpecs", "count_flops", "device_specs", "min_bytes", "sol_ms"]
 
@@ -27,36 +28,6 @@ _PEAKS = {
 }
 _BW_BYTES_CUDA = 1 << 30
 _BW_BYTES_CPU = 1 << 27
-
-
-@dataclass(frozen=True)
-class DeviceSpecs:
-    """What the agent's ``get_gpu_specs()`` returns, and what the roofline uses."""
-
-    target: str
-    name: str
-    compute_capability: str | None
-    multiprocessors: int | None
-    l2_bytes: int | None
-    memory_bytes: int | None
-    shared_memory_per_block_optin: int | None
-    peak_flops: dict[str, float]
-    measured_bandwidth: float
-    peak_source: str
-    driver: str | None
-    cuda: str | None
-    cores: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeviceSpecs:
-        return cls(**data)
-
-    def peak_for(self, dtype: torch.dtype) -> float:
-        key = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
-        return self.peak_flops.get(key) or self.peak_flops["fp32"]
 
 
 def _measure_bandwidth(device: torch.device) -> float:
@@ -183,6 +154,6 @@ def min_bytes(inputs: list[Any], outputs: Any, model: torch.nn.Module) -> float:
 
 def sol_ms(flops: float, nbytes: float, specs: DeviceSpecs, dtype: torch.dtype) -> float:
     """The speed-of-light time: the larger of the compute and the memory floor."""
-    compute_s = flops / specs.peak_for(dtype) if flops else 0.0
+    compute_s = flops / specs.peak_for(str(dtype)) if flops else 0.0
     memory_s = nbytes / specs.measured_bandwidth if specs.measured_bandwidth else 0.0
     return 1e3 * max(compute_s, memory_s)

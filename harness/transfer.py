@@ -100,7 +100,7 @@ def export_output(output: Any, directory: Path, name: str, *, transport: str = "
             specs.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                           "device": t.device.type})
             if cpu.numel():
-                fh.write(memoryview(cpu.reshape(-1).view(torch.uint8).numpy()))
+                fh.write(cpu.reshape(-1).view(torch.uint8).numpy().data)
     return {"kind": "file", "name": path.name, "tensors": specs, "single": single}
 
 
@@ -148,7 +148,7 @@ def _import_file(desc: dict[str, Any], directory: Path, expected_bytes: int, dev
             raise OutputRejected("output file size does not match its description")
         for dtype, shape, _, nbytes in specs:
             raw = torch.empty(nbytes, dtype=torch.uint8)
-            view, filled = memoryview(raw.numpy()), 0
+            view, filled = raw.numpy().data, 0
             while filled < nbytes:
                 got = fh.readinto(view[filled:])
                 if not got:
@@ -232,8 +232,8 @@ def _import_ipc(desc: dict[str, Any], expected_bytes: int, device: torch.device)
             copies.append(view.clone())
         torch.cuda.synchronize(device)
     finally:
-        for ptr in opened.values():
-            cudart.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr))
+        for address in opened.values():
+            cudart.cudaIpcCloseMemHandle(ctypes.c_void_p(address))
     return copies[0] if desc.get("single") and len(copies) == 1 else copies
 
 

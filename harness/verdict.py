@@ -7,6 +7,7 @@ shape is the contract of DESIGN §3, the same everywhere.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ __all__ = [
     "Timing",
     "Trial",
     "Verdict",
+    "source_sha256",
 ]
 
 
@@ -56,6 +58,11 @@ class ErrorKind(StrEnum):
     #: reference stage: no candidate can be judged against it. Never retried, never fed back as
     #: the candidate's fault; the message names the problem's file and line, or the limit.
     PROBLEM = "problem"
+
+
+def source_sha256(source: str) -> str:
+    """A candidate's identity: SHA-256 of its UTF-8 source, hex (attempts are deduplicated by it)."""
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -246,6 +253,13 @@ class Verdict:
     @property
     def correct(self) -> bool:
         return bool(self.trials) and all(t.passed for t in self.trials)
+
+    @property
+    def is_verified(self) -> bool:
+        """Whether this can be a job's best: a timed ``pass`` of a full benchmark (compile- or
+        correctness-only passes, profiles and ``suspicious`` verdicts never are). The one rule the
+        agent, the worker and the store use."""
+        return self.status is Status.PASS and self.depth == "benchmark" and self.timing is not None
 
     def _speedup(self, baseline: Timing | None) -> float | None:
         if baseline is None or self.timing is None or self.timing.median_ms <= 0:

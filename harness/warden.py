@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -112,7 +113,7 @@ def _mount_points() -> list[str]:
     return sorted(set(points), key=len)
 
 
-def _prepare_mounts(cfg: dict) -> None:
+def _prepare_mounts(cfg: dict[str, Any]) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for path in cfg.get("writable_paths", []):
         _mount(path, path, None, MS_BIND | MS_REC)
@@ -305,7 +306,7 @@ def _watch(stage: int, process_limit: int | None) -> int:
         signal.sigtimedwait([signal.SIGCHLD], _WATCH_S if process_limit else 3600)
 
 
-def main() -> int:
+def run_warden() -> int:
     global _PROC_FD
     _PROC_FD = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cfg = json.loads(sys.argv[1])
@@ -369,4 +370,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_warden())

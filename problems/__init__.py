@@ -1,6 +1,11 @@
 """Reference problems: the file format, the bundled set and lookup by id or path.
 
 Nothing here executes problem code; admission checks run inside the harness's sandbox.
+
+Owns: `Problem` (the parsed problem file), the bundled set and its registry.
+May import: the standard library only (problem code is parsed, never run here).
+In and out: a problem file's source comes in; a frozen `Problem` goes out (to the harness as plain
+data, to the agent's prompt, to the store as its declarations).
 """
 
 from problems.registry import (

@@ -4,6 +4,14 @@ The one place that knows the schema. Everything public is re-exported here; impo
 ``store``, not from its modules. Data-access functions are keyword-only, take a `Session`,
 flush but never commit: the caller's `session_scope` is the unit of work (see `store.db`).
 Exceptions: `StoreError` and its subclasses (`store.errors`).
+
+Owns: the schema, sessions, job states and their transitions (`store.states`), claims and leases
+(`store.leases`), attempts (`store.attempts`: the best-attempt rule is `Verdict.is_verified`),
+events, API keys.
+May import: SQLAlchemy and `harness`'s value types (`Verdict`, `Target`, `source_sha256`); never
+the agent, the worker or the API.
+In and out: plain values and `Verdict`s come in (serialised at the column: ``Verdict.to_dict()``);
+ORM rows and frozen `RowPage`s go out.
 """
 
 from store.apikeys import (
@@ -34,23 +42,25 @@ from store.events import EventType, JobHead, append_event, events_after, job_hea
 from store.jobs import (
     CancelOutcome,
     JobProblem,
-    JobSpec,
-    LeaseStatus,
-    ReapedJob,
+    NewJob,
     add_job_usage,
     cancel_job,
-    claim_job,
-    claim_next_job,
     create_job,
     create_jobs,
     delete_job,
     discard_new_jobs,
-    finish_job,
     get_job,
-    heartbeat,
-    lease_status,
     list_job_problems,
     list_jobs,
+)
+from store.leases import (
+    LeaseStatus,
+    ReapedJob,
+    claim_job,
+    claim_next_job,
+    finish_job,
+    heartbeat,
+    lease_status,
     reap_expired_leases,
     redispatch_stale_jobs,
 )
@@ -66,7 +76,18 @@ from store.models import (
     Trajectory,
     utcnow,
 )
-from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, check_limit, keyset_page, offset_page
+from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, RowPage, check_limit, keyset_page, offset_page
+from store.payloads import (
+    EVENT_PAYLOADS,
+    AttemptPayload,
+    CancelRequestedPayload,
+    EventPayload,
+    MessagePayload,
+    ProgressPayload,
+    StatePayload,
+    TrajectoryPayload,
+    parse_payload,
+)
 from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
 from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, Target, TrajectoryState, transition
 from store.stats import StoreCounts, read_store_counts
@@ -82,12 +103,16 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "API_KEY_PREFIX",
     "DEFAULT_PAGE_SIZE",
+    "EVENT_PAYLOADS",
     "MAX_PAGE_SIZE",
     "ApiKey",
     "Attempt",
+    "AttemptPayload",
     "Base",
     "Baseline",
     "CancelOutcome",
+    "CancelRequestedPayload",
+    "EventPayload",
     "EventType",
     "IllegalTransition",
     "IssuedKey",
@@ -96,21 +121,26 @@ __all__ = [
     "JobHead",
     "JobKind",
     "JobProblem",
-    "JobSpec",
     "JobState",
     "KeyLimits",
     "KeyUsage",
     "LeaseLost",
     "LeaseStatus",
     "Message",
+    "MessagePayload",
+    "NewJob",
     "NotFound",
     "Page",
+    "ProgressPayload",
     "ReapedJob",
+    "RowPage",
+    "StatePayload",
     "StoreCounts",
     "StoreError",
     "StoredProblem",
     "Target",
     "Trajectory",
+    "TrajectoryPayload",
     "TrajectoryState",
     "add_job_usage",
     "append_event",
@@ -150,6 +180,7 @@ __all__ = [
     "make_engine",
     "make_session_factory",
     "offset_page",
+    "parse_payload",
     "put_baseline",
     "read_store_counts",
     "reap_expired_leases",

@@ -15,12 +15,13 @@ from typing import Any
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from harness.verdict import ErrorKind, Status
-from store._sql import bump_counter, finite_or_none, sha256_hex, write_row
+from harness.verdict import ErrorKind, Verdict, source_sha256
+from store._sql import bump_counter, finite_or_none, write_row
 from store.errors import NotFound
 from store.events import EventType, append_event
 from store.models import Attempt, Job, Trajectory, utcnow
-from store.pagination import DEFAULT_PAGE_SIZE, Page, check_limit, keyset_page
+from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
+from store.payloads import AttemptPayload
 
 __all__ = [
     "find_attempt_by_source",
@@ -32,34 +33,18 @@ __all__ = [
 ]
 
 
-def source_sha256(source: str) -> str:
-    """The digest attempts are deduplicated by: SHA-256 of the UTF-8 source, hex."""
-    return sha256_hex(source)
-
-
-def verdict_figures(verdict: dict[str, Any]) -> dict[str, Any]:
-    """The column values of an attempt taken from ``Verdict.to_dict()``.
-
-    Raises:
-        ValueError: the dict has no valid ``status`` or ``stage`` (not a verdict).
-    """
-    try:
-        status = Status(verdict["status"])
-        stage = str(verdict["stage"])
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"not a verdict dict (Verdict.to_dict()): {exc}") from None
-    timing = verdict.get("timing") or {}
-    error_kind = verdict.get("error_kind")
+def verdict_figures(verdict: Verdict) -> dict[str, Any]:
+    """The column values of an attempt taken from its verdict (non-finite figures become NULL)."""
     return {
-        "status": status,
-        "stage": stage,
-        "error_kind": ErrorKind(error_kind) if error_kind else None,
-        "correct": bool(verdict.get("correct")),
-        "median_ms": finite_or_none(timing.get("median_ms")),
-        "speedup_vs_eager": finite_or_none(verdict.get("speedup_vs_eager")),
-        "speedup_vs_compile": finite_or_none(verdict.get("speedup_vs_compile")),
-        "pct_of_sol": finite_or_none(verdict.get("pct_of_sol")),
-        "compile_s": finite_or_none(verdict.get("compile_s")),
+        "status": verdict.status,
+        "stage": verdict.stage.value,
+        "error_kind": verdict.error_kind,
+        "correct": verdict.correct,
+        "median_ms": finite_or_none(verdict.timing.median_ms if verdict.timing else None),
+        "speedup_vs_eager": finite_or_none(verdict.speedup_vs_eager),
+        "speedup_vs_compile": finite_or_none(verdict.speedup_vs_compile),
+        "pct_of_sol": finite_or_none(verdict.pct_of_sol),
+        "compile_s": finite_or_none(verdict.compile.seconds if verdict.compile else None),
     }
 
 
@@ -89,7 +74,7 @@ def record_attempt(
     tool: str,
     source: str,
     parent_id: int | None,
-    verdict_dict: dict[str, Any],
+    verdict: Verdict,
     now: datetime | None = None,
 ) -> Attempt:
     """Store one evaluated candidate, number it within its job, and promote it if it is the best.
@@ -98,14 +83,14 @@ def record_attempt(
     (numbering goes through it), so concurrent trajectories of one job record one at a time.
 
     Args:
-        verdict_dict: ``Verdict.to_dict()``; stored whole, its key figures copied to columns.
+        verdict: the referee's verdict; stored whole as JSON (``to_dict()``), its key figures
+            copied to columns.
 
     Raises:
-        ValueError: ``verdict_dict`` is not a verdict, or the trajectory or parent belongs to
-            another job.
+        ValueError: the trajectory or parent belongs to another job.
         NotFound: no job with that id.
     """
-    figures = verdict_figures(verdict_dict)
+    figures = verdict_figures(verdict)
     now = now or utcnow()
     if trajectory_id is not None:
         owner = session.scalar(select(Trajectory.job_id).where(Trajectory.id == trajectory_id))
@@ -124,31 +109,25 @@ def record_attempt(
         source=source,
         sha256=source_sha256(source),
         parent_id=parent_id,
-        verdict=verdict_dict,
+        verdict=verdict.to_dict(),
         created_at=now,
         **figures,
     )
     session.add(attempt)
     session.flush()
     best = False
-    # Only a timed pass is a verified kernel: compile- or correctness-only passes never become best.
-    if attempt.status is Status.PASS and attempt.median_ms is not None:
+    # Only a verified kernel (a timed pass) can become the best; a non-finite time is no time.
+    if verdict.is_verified and attempt.median_ms is not None:
         best = _promote(session, Job, job_id, attempt)
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)
-    payload = {
-        "n": seq,
-        "attempt_id": attempt.id,
-        "trajectory_id": trajectory_id,
-        "tool": tool,
-        **{
-            k: figures[k]
-            for k in ("stage", "correct", "median_ms", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")
-        },
-        "status": attempt.status.value,
-        "best": best,
-    }
-    append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload, now=now)
+    payload = AttemptPayload(
+        n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool, status=attempt.status.value,
+        stage=figures["stage"], correct=figures["correct"], median_ms=figures["median_ms"],
+        speedup_vs_eager=figures["speedup_vs_eager"], speedup_vs_compile=figures["speedup_vs_compile"],
+        pct_of_sol=figures["pct_of_sol"], best=best,
+    )
+    append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload.to_dict(), now=now)
     return attempt
 
 
@@ -184,7 +163,7 @@ def get_attempt(*, session: Session, job_id: int, n: int) -> Attempt:
 
 def list_attempts(
     *, session: Session, job_id: int, after_n: int = 0, limit: int = DEFAULT_PAGE_SIZE
-) -> Page[Attempt]:
+) -> RowPage[Attempt]:
     """A job's attempts in order, numbers above ``after_n``; ``next_cursor`` is the next ``after_n``."""
     check_limit(limit)
     stmt = (

@@ -36,13 +36,8 @@ _HEADS_CHUNK = 500
 
 
 class EventType(StrEnum):
-    """The events the store itself appends. Payloads:
-
-    - ``state``: ``{"state", "previous", "reason"?, "error"?, "worker_id"?}``
-    - ``cancel_requested``: ``{}``
-    - ``attempt``: ``{"n", "attempt_id", "trajectory_id", "tool", "status", "stage", "correct",
-      "median_ms", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol", "best"}``
-    """
+    """The events the store itself appends; their payloads are `store.payloads`' `StatePayload`,
+    `CancelRequestedPayload` and `AttemptPayload`."""
 
     STATE = "state"
     CANCEL_REQUESTED = "cancel_requested"

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "Page", "check_limit", "keyset_page", "offset_page"]
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "Page", "RowPage", "check_limit", "keyset_page", "offset_page"]
 
 DEFAULT_PAGE_SIZE = 50
 #: A page larger than this is refused: a job has at most a few hundred attempts, and one
@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Page(Generic[T]):
+class RowPage(Generic[T]):
     """One page of rows.
 
     ``next_cursor`` is what to pass back (an offset for offset pages, the last key seen for keyset
@@ -40,7 +40,7 @@ def check_limit(limit: int) -> int:
     return limit
 
 
-def offset_page(session: Session, stmt: Select[Any], *, limit: int, offset: int) -> Page[Any]:
+def offset_page(session: Session, stmt: Select[Any], *, limit: int, offset: int) -> RowPage[Any]:
     """Run an ordered ``select(Model)`` as one offset page, with the total count."""
     check_limit(limit)
     if offset < 0:
@@ -48,12 +48,16 @@ def offset_page(session: Session, stmt: Select[Any], *, limit: int, offset: int)
     total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
     items = list(session.scalars(stmt.limit(limit).offset(offset)))
     next_offset = offset + len(items)
-    return Page(items=items, next_cursor=next_offset if next_offset < total else None, total=total)
+    return RowPage(items=items, next_cursor=next_offset if next_offset < total else None, total=total)
 
 
-def keyset_page(items: Sequence[T], *, limit: int, key: Callable[[T], int]) -> Page[T]:
+def keyset_page(items: Sequence[T], *, limit: int, key: Callable[[T], int]) -> RowPage[T]:
     """Cut rows fetched with ``LIMIT limit + 1`` into a page; the extra row says another follows."""
     if len(items) > limit:
         kept = list(items[:limit])
-        return Page(items=kept, next_cursor=key(kept[-1]))
-    return Page(items=list(items), next_cursor=None)
+        return RowPage(items=kept, next_cursor=key(kept[-1]))
+    return RowPage(items=list(items), next_cursor=None)
+
+
+#: The name of this wave's importers (the API's `api.schemas.Page` is the public page).
+Page = RowPage

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from harness.options import Target
 from store.errors import IllegalTransition
 
 __all__ = ["ALLOWED_TRANSITIONS", "JobKind", "JobState", "Target", "TrajectoryState", "transition"]
@@ -74,11 +75,6 @@ class JobKind(StrEnum):
     AGENT = "agent"
     #: ``POST /evaluations``: one candidate given by the user, no LLM.
     EVALUATION = "evaluation"
-
-
-class Target(StrEnum):
-    CUDA = "cuda"
-    CPU = "cpu"
 
 
 class TrajectoryState(StrEnum):

@@ -12,7 +12,7 @@ from store._sql import bump_counter
 from store.errors import NotFound
 from store.jobs import add_job_usage
 from store.models import Message, Trajectory, utcnow
-from store.pagination import DEFAULT_PAGE_SIZE, Page, check_limit, keyset_page
+from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
 from store.states import TrajectoryState
 
 __all__ = [
@@ -150,7 +150,7 @@ def list_messages(
     trajectory_index: int | None = None,
     after_id: int = 0,
     limit: int = DEFAULT_PAGE_SIZE,
-) -> Page[Message]:
+) -> RowPage[Message]:
     """A job's messages in the order they were stored (all trajectories, or one by index).
 
     Keyset pages on the message id: ``next_cursor`` is the next ``after_id``.

@@ -18,10 +18,17 @@ Nothing here imports torch: the harness drives every stage that touches a device
 subprocess, so a worker process never initialises CUDA. Importing this package does not import
 Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedded` (run as
 ``python -m worker.embedded``).
+
+Owns: running a claimed job (`runner.run_claimed_job`), leases' heartbeats, the device lock, the
+worker's events (`recorder.WorkerEvent`).
+May import: `agent` (its types and `run_job`, directly), `harness`, `store`, `problems`, `config`,
+Celery (only in the modules above); never `api`.
+In and out: a job id comes in (a Celery task or the embedded loop's claim); verdicts, messages,
+events and the job's final state go out to the store, as values (JSON only at the columns).
 """
 
 from worker.evaluator import RefereeEvaluator
-from worker.lease import LeaseKeeper, StopReason, new_worker_id
+from worker.lease import LeaseKeeper, StopSignal, new_worker_id
 from worker.recorder import StoreRecorder, WorkerEvent
 from worker.runner import RunOutcome, harness_options_for, run_job
 
@@ -29,7 +36,7 @@ __all__ = [
     "LeaseKeeper",
     "RefereeEvaluator",
     "RunOutcome",
-    "StopReason",
+    "StopSignal",
     "StoreRecorder",
     "WorkerEvent",
     "harness_options_for",

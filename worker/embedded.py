@@ -29,10 +29,10 @@ from harness import HarnessOptions, cancel_all
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Reaper
-from worker.runner import AgentAPI, RunOutcome, harness_options_for, run_job
+from worker.runner import AgentRunner, RunOutcome, harness_options_for, run_claimed_job
 from worker.warmup import start_header_warmup
 
-__all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "main", "stop_now"]
+__all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "main", "run_embedded_worker", "stop_now"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class EmbeddedWorker:
         target: the jobs this worker runs.
         worker_id: its unique id (default: a new one for this process).
         harness_options: overrides the harness options built from the settings (tests).
-        agent: the agent package (default ``import agent`` at the first agent job).
+        run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
         reap: also run the lease reaper in this process.
     """
 
@@ -59,7 +59,7 @@ class EmbeddedWorker:
         target: Target,
         worker_id: str | None = None,
         harness_options: HarnessOptions | None = None,
-        agent: AgentAPI | None = None,
+        run_agent: AgentRunner | None = None,
         reap: bool = True,
     ) -> None:
         check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
@@ -68,7 +68,7 @@ class EmbeddedWorker:
         self.target = Target(target)
         self.worker_id = worker_id or new_worker_id(f"embedded-{self.target.value}")
         self._harness_options = harness_options
-        self._agent = agent
+        self._run_agent = run_agent
         self._reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
                               interval_s=settings.reaper_interval_s) if reap else None
         self._stop = threading.Event()
@@ -82,8 +82,9 @@ class EmbeddedWorker:
         if job_id is None:
             return None
         log.info("job %s claimed by %s", job_id, self.worker_id)
-        outcome = run_job(job_id, settings=self.settings, session_factory=self._factory, worker_id=self.worker_id,
-                          harness_options=self._harness_options, agent=self._agent)
+        outcome = run_claimed_job(job_id, settings=self.settings, session_factory=self._factory,
+                                  worker_id=self.worker_id, harness_options=self._harness_options,
+                                  run_agent=self._run_agent)
         log.info("job %s: %s", job_id, outcome.value)
         return job_id, outcome
 
@@ -136,7 +137,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     threading.Thread(target=stop_now, args=(128 + signum,), name="stop", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_embedded_worker(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--target", choices=[t.value for t in Target], default=None,
                         help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
@@ -161,5 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: The name ``kernelloop up`` imports this wave (cli/service.py); `run_embedded_worker` is the one definition.
+main = run_embedded_worker
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_embedded_worker())

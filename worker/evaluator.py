@@ -2,10 +2,11 @@
 
 - **Infra errors are retried, never charged.** A verdict with ``error_kind == "infra"`` (or a
   `harness.ReferenceFailed` from starting the reference) is ours, not the candidate's: the
-  reference process is restarted and the evaluation tried again, up to ``len(retry_delays_s)``
-  more times. Only then does the infra verdict come back (flagged ``infra``, which the agent
-  neither feeds to the LLM nor counts against its budget). For agent jobs the agent's tool
-  executor does the retrying (it records each try), so the runner passes no delays here.
+  reference process is restarted and the evaluation tried again as the one policy says
+  (`agent.retry.InfraRetry`: two more times by default). Only then does the infra verdict come
+  back (flagged ``infra``, which the agent neither feeds to the LLM nor counts against its budget).
+  For agent jobs the agent's tool executor does the retrying (it records each try), so the runner
+  passes ``NO_RETRY`` here.
 - **One timing run per device.** ``benchmark`` and ``profile`` evaluations hold the device's lock
   (`worker.devicelock`). On ``cuda`` the candidate is compiled first, outside the lock (no GPU is
   used by a compile), so one job's compile overlaps another's timing; the timed evaluation then
@@ -23,12 +24,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from agent.retry import INFRA_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, StageListener, Status, Target, Verdict
+from harness.devices import DeviceSpecs
 from worker import metrics
 from worker.devicelock import device_lock
 
@@ -36,9 +39,8 @@ __all__ = ["INFRA_RETRY_DELAYS_S", "RefereeEvaluator", "RefereeLike"]
 
 log = logging.getLogger(__name__)
 
-#: Pauses before each retry of an evaluation that failed for our reasons (so two retries). Long
-#: enough for a busy GPU or a restarted reference to settle, short against a job's minutes.
-INFRA_RETRY_DELAYS_S: tuple[float, ...] = (2.0, 10.0)
+#: The default policy's pauses (kept for this wave's importers; the policy is `agent.retry.INFRA_RETRY`).
+INFRA_RETRY_DELAYS_S: tuple[float, ...] = INFRA_RETRY.delays_s
 #: Depths whose figures need the device to themselves.
 _TIMED = frozenset({Depth.BENCHMARK, Depth.PROFILE})
 _T = TypeVar("_T")
@@ -54,13 +56,9 @@ class RefereeLike(Protocol):
     def evaluate(self, source: str, depth: Depth | str = ...) -> Verdict: ...
 
     @property
-    def device_specs(self) -> dict[str, Any]: ...
+    def device_specs(self) -> DeviceSpecs: ...
 
     def close(self) -> None: ...
-
-
-def _is_infra(verdict: Verdict) -> bool:
-    return verdict.error_kind is ErrorKind.INFRA
 
 
 class RefereeEvaluator:
@@ -76,9 +74,9 @@ class RefereeEvaluator:
         referee: the job's referee (its reference process stays alive across evaluations).
         cache_dir: where the device locks live (the harness cache, shared by the host's workers).
         device_key: the lock's name (`worker.devicelock.device_key`).
-        retry_delays_s: one pause per retry of an infra failure; empty where the caller retries
-            (the agent does, recording each try). Either way, an infra failure restarts the
-            reference before the next evaluation.
+        retry: the infra-retry policy; ``NO_RETRY`` where the caller retries (the agent does,
+            recording each try). Either way, an infra failure restarts the reference before the
+            next evaluation.
         on_infra_failure: told of each infra failure that will be retried (the verdict, and how
             many tries failed so far), e.g. to show it in the job's events.
         on_problem_failure: told of the first failure of the problem's own code (its verdict),
@@ -92,7 +90,7 @@ class RefereeEvaluator:
         *,
         cache_dir: Path,
         device_key: str,
-        retry_delays_s: Sequence[float] = INFRA_RETRY_DELAYS_S,
+        retry: InfraRetry = INFRA_RETRY,
         on_infra_failure: Callable[[Verdict, int], None] | None = None,
         on_problem_failure: Callable[[Verdict], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -100,7 +98,7 @@ class RefereeEvaluator:
         self.referee = referee
         self._cache_dir = cache_dir
         self._device_key = device_key
-        self._delays = tuple(retry_delays_s)
+        self._retry = retry
         self._on_infra_failure = on_infra_failure
         self._on_problem_failure = on_problem_failure
         self._sleep = sleep
@@ -118,13 +116,13 @@ class RefereeEvaluator:
 
     # -- agent.Evaluator -------------------------------------------------------------------
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         """The device the reference runs on; starting the reference is retried like an evaluation.
 
         Raises:
             ReferenceFailed: the reference could not start after every retry.
         """
-        for delay in (*self._delays, None):
+        for delay in self._retry.pauses():
             try:
                 return self._on_referee_thread(lambda: self.referee.device_specs)
             except ReferenceFailed as exc:
@@ -145,14 +143,14 @@ class RefereeEvaluator:
         depth = Depth(depth)
         if self.problem_failure is not None:  # the same problem fails the same way: not again
             return self.problem_failure.with_changes(depth=depth.value)
-        for delay in (*self._delays, None):
+        for delay in self._retry.pauses():
             started = time.monotonic()
             verdict = self._once(source, depth)
             self._observe(verdict, depth, time.monotonic() - started)
             if verdict.error_kind is ErrorKind.PROBLEM:
                 self._problem(verdict)
                 return verdict
-            if not _is_infra(verdict):
+            if not self._retry.retryable(verdict):
                 self._count(charged=time.monotonic() - started)
                 return verdict
             self._count(infra=1)
@@ -194,7 +192,7 @@ class RefereeEvaluator:
         """The worker's metrics of one evaluation (`worker.metrics`)."""
         target = self.referee.target.value
         metrics.EVALUATION_SECONDS.labels(target, depth.value, verdict.status.value).observe(seconds)
-        if _is_infra(verdict):
+        if verdict.error_kind is ErrorKind.INFRA:
             metrics.INFRA_FAILURES.labels(target).inc()
         elif self.referee.target is Target.CUDA:
             metrics.GPU_SECONDS.inc(seconds)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store import LeaseStatus, heartbeat, lease_status, session_scope
 
-__all__ = ["LeaseKeeper", "StopReason", "check_lease_settings", "new_worker_id"]
+__all__ = ["LeaseKeeper", "StopSignal", "check_lease_settings", "new_worker_id"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def new_worker_id(kind: str = "worker") -> str:
     return f"{kind}@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class StopReason(StrEnum):
+class StopSignal(StrEnum):
     """Why the job's code should stop at its next safe point."""
 
     #: The job's owner asked to cancel; finish it as ``cancelled``.
@@ -94,28 +94,28 @@ class LeaseKeeper:
         self._lease_seconds = lease_seconds
         self._interval_s = interval_s
         self._poll_s = min(interval_s, cancel_poll_s)
-        self._on_stop: list[Callable[[StopReason], None]] = []
+        self._on_stop: list[Callable[[StopSignal], None]] = []
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._lock = threading.Lock()
-        self._stop_reason: StopReason | None = None
+        self._stop_reason: StopSignal | None = None
         self._last_held = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
 
     # -- what the job's code asks at its safe points --------------------------------------
     @property
-    def stop_reason(self) -> StopReason | None:
+    def stop_reason(self) -> StopSignal | None:
         """``None`` while the job should carry on."""
         with self._lock:
             return self._stop_reason
 
     @property
     def lost(self) -> bool:
-        return self.stop_reason is StopReason.LOST
+        return self.stop_reason is StopSignal.LOST
 
     @property
     def cancel_requested(self) -> bool:
-        return self.stop_reason is StopReason.CANCEL
+        return self.stop_reason is StopSignal.CANCEL
 
     def should_stop(self) -> bool:
         return self.stop_reason is not None
@@ -126,9 +126,9 @@ class LeaseKeeper:
 
     def stop_for_problem(self) -> None:
         """The problem's code failed: the job's code stops at its next safe point (`PROBLEM`)."""
-        self._set(StopReason.PROBLEM)
+        self._set(StopSignal.PROBLEM)
 
-    def on_stop(self, callback: Callable[[StopReason], None]) -> None:
+    def on_stop(self, callback: Callable[[StopSignal], None]) -> None:
         """Call ``callback(reason)`` once, from the thread that learns it, when the job must stop
         (cancel, lost, problem): e.g. to cancel the evaluation in flight. Called at once if it
         must stop already."""
@@ -173,14 +173,14 @@ class LeaseKeeper:
 
     def _note(self, status: LeaseStatus) -> None:
         if status is LeaseStatus.LOST:
-            self._set(StopReason.LOST, overrides=True)
+            self._set(StopSignal.LOST, overrides=True)
             return
         with self._lock:
             self._last_held = time.monotonic()
         if status is LeaseStatus.CANCEL_REQUESTED:
-            self._set(StopReason.CANCEL)
+            self._set(StopSignal.CANCEL)
 
-    def _set(self, reason: StopReason, *, overrides: bool = False) -> None:
+    def _set(self, reason: StopSignal, *, overrides: bool = False) -> None:
         with self._lock:
             if self._stop_reason is not None and not overrides:
                 return
@@ -202,7 +202,7 @@ class LeaseKeeper:
             log.debug("reading job %s's cancel flag failed", self.job_id, exc_info=True)
             return
         if status is LeaseStatus.CANCEL_REQUESTED:
-            self._set(StopReason.CANCEL)
+            self._set(StopSignal.CANCEL)
 
     def _run(self) -> None:
         renewed = time.monotonic()

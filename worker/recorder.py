@@ -5,18 +5,14 @@ the job row until commit): a worker that lost its job (reaped, cancelled and fin
 writes nothing more and gets `store.LeaseLost`, which the runner turns into "stop quietly".
 
 Events this module appends to the job's stream (the store already appends ``state``,
-``cancel_requested`` and ``attempt``), with their payloads:
-
-- ``trajectory``: ``{"index", "trajectory_id", "state", "temperature"?, "strategy"?, "reason"?}``
-- ``message``: ``{"trajectory", "trajectory_id", "message_id", "seq", "role", "tool_calls",
-  "tool_call_id", "tokens_in", "tokens_out", "tokens_reasoning", "tokens_cached", "latency_ms",
-  "cost_usd", "preview"}``; ``tool_calls``
-  lists the called functions' names, ``preview`` is the content's first characters (the whole
-  message is at ``GET /jobs/{id}/messages``).
-- ``progress``: ``{"phase", "message"?, …}`` (the runner's milestones and infra retries).
-- ``stage``: ``{"stage", "phase": "started"|"finished", "seconds", "at"}`` (the referee's stages,
-  `harness.progress`: header build, reference start, baselines, compile, load, correctness,
-  timing; one started and one finished per stage that runs, none for a cached one).
+``cancel_requested`` and ``attempt``), with their payloads as `store.payloads` types them:
+``trajectory`` (`TrajectoryPayload`: a start with its temperature and strategy, an end with its
+reason), ``message`` (`MessagePayload`: the called functions' names, the content's first
+characters in ``preview``; the whole message is at ``GET /jobs/{id}/messages``) and ``progress``
+(`ProgressPayload`: the runner's milestones and infra retries) and ``stage``
+(``{"stage", "phase": "started"|"finished", "seconds", "at"}``: the referee's stages, `harness.progress`:
+header build, reference start, baselines, compile, load, correctness, timing; one started and one
+finished per stage that runs, none for a cached one).
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent import StopReason
 from harness import StageEvent, Verdict
 from store import (
     LeaseLost,
@@ -46,6 +43,7 @@ from store import (
     set_trajectory_state,
     utcnow,
 )
+from store.payloads import MessagePayload, ProgressPayload, TrajectoryPayload
 from worker import metrics
 from worker.lease import LeaseKeeper
 
@@ -65,21 +63,16 @@ class WorkerEvent(StrEnum):
 
 
 def trajectory_state_for(reason: str) -> TrajectoryState:
-    """The final state of a trajectory that ended for ``reason`` (an ``agent.StopReason`` value).
-
-    A reason that is a state's value is that state; ``…_error`` and ``…_overflow`` reasons (the
-    LLM, the context, our infrastructure, a bug) are ``failed``; any other reason is a budget or a
-    goal reached without submitting (``turns``, ``tool_calls``, ``tokens``, ``cost``,
-    ``wall_clock``, ``target_reached``): ``exhausted``. The same mapping as
-    ``agent.StopReason.outcome``, without importing the agent.
-    """
-    text = reason.strip().lower()
-    for state in TrajectoryState:
-        if text == state.value:
-            return state
-    if text.endswith(("error", "overflow")) or text.startswith(("error", "fail")):
+    """The final state of a trajectory that ended for ``reason``: `agent.StopReason.outcome`, the
+    one mapping (a reason that is already a state's value is that state; anything else, ``failed``)."""
+    try:
+        return TrajectoryState(StopReason(reason).outcome)
+    except ValueError:
+        pass
+    try:
+        return TrajectoryState(reason)
+    except ValueError:
         return TrajectoryState.FAILED
-    return TrajectoryState.EXHAUSTED
 
 
 def _tool_names(tool_calls: list[dict[str, Any]] | None) -> list[str]:
@@ -130,9 +123,9 @@ class StoreRecorder:
                 trajectory = create_trajectory(session=session, job_id=self.job_id, index=index,
                                                temperature=temperature, strategy_hint=strategy)
             set_trajectory_state(session=session, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING)
-            payload = {"index": index, "trajectory_id": trajectory.id, "state": TrajectoryState.RUNNING.value,
-                       "temperature": temperature, "strategy": strategy}
-            self._event(session, WorkerEvent.TRAJECTORY, payload)
+            payload = TrajectoryPayload(index=index, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING.value,
+                                        temperature=temperature, strategy=strategy)
+            self._event(session, WorkerEvent.TRAJECTORY, payload.to_dict())
             self._trajectory_ids[index] = trajectory.id
 
     def message(
@@ -161,15 +154,13 @@ class StoreRecorder:
                 latency_ms=latency_ms, cost_usd=cost_usd, tokens_reasoning=tokens_reasoning if llm else None,
                 tokens_cached=tokens_cached if llm else None,
             )
-            payload = {
-                "trajectory": trajectory, "trajectory_id": trajectory_id, "message_id": stored.id,
-                "seq": stored.seq, "role": role, "tool_calls": _tool_names(tool_calls),
-                "tool_call_id": tool_call_id, "tokens_in": tokens_in, "tokens_out": tokens_out,
-                "tokens_reasoning": stored.tokens_reasoning, "tokens_cached": stored.tokens_cached,
-                "latency_ms": latency_ms, "cost_usd": cost_usd,
-                "preview": (content or "")[:MESSAGE_PREVIEW_CHARS],
-            }
-            self._event(session, WorkerEvent.MESSAGE, payload)
+            payload = MessagePayload(
+                trajectory=trajectory, trajectory_id=trajectory_id, message_id=stored.id, seq=stored.seq, role=role,
+                tool_calls=_tool_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
+                tokens_out=tokens_out, tokens_reasoning=stored.tokens_reasoning, tokens_cached=stored.tokens_cached,
+                latency_ms=latency_ms, cost_usd=cost_usd, preview=(content or "")[:MESSAGE_PREVIEW_CHARS],
+            )
+            self._event(session, WorkerEvent.MESSAGE, payload.to_dict())
         metrics.LLM_TOKENS.labels("in").inc(max(0, tokens_in))
         metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
         metrics.LLM_COST.inc(max(0.0, cost_usd))
@@ -182,11 +173,12 @@ class StoreRecorder:
             add_job_usage(session=session, job_id=self.job_id, tokens_in=tokens_in, tokens_out=tokens_out,
                           cost_usd=cost_usd, tokens_reasoning=tokens_reasoning, tokens_cached=tokens_cached)
 
-    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
-        """The stored verdict of this job for the same source and tool (infra failures excepted)."""
+    def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
+        """The stored verdict of this job for the same source and tool (infra failures excepted),
+        read back from its JSON column."""
         with session_scope(self._factory) as session:
             found = find_attempt_by_source(session=session, job_id=self.job_id, sha256=source_sha256, tool=tool)
-            return dict(found.verdict) if found is not None else None
+            return Verdict.from_dict(found.verdict) if found is not None else None
 
     def attempt(
         self,
@@ -195,10 +187,9 @@ class StoreRecorder:
         tool: str,
         source: str,
         parent_sha256: str | None,
-        verdict: Verdict | dict[str, Any],
+        verdict: Verdict,
     ) -> None:
         """Store one evaluated candidate (its ``attempt`` event comes from the store)."""
-        verdict_dict = verdict.to_dict() if isinstance(verdict, Verdict) else dict(verdict)
         with self._guarded() as session:
             trajectory_id = self._trajectory_id(session, trajectory) if trajectory is not None else None
             parent_id = None
@@ -207,7 +198,7 @@ class StoreRecorder:
                                                 include_infra_errors=True)
                 parent_id = parent.id if parent is not None else None
             record_attempt(session=session, job_id=self.job_id, trajectory_id=trajectory_id, tool=tool,
-                           source=source, parent_id=parent_id, verdict_dict=verdict_dict)
+                           source=source, parent_id=parent_id, verdict=verdict)
 
     def trajectory_finished(self, *, index: int, reason: str) -> None:
         """Record how trajectory ``index`` ended (``reason``: an ``agent.StopReason`` value)."""
@@ -216,8 +207,8 @@ class StoreRecorder:
             trajectory_id = self._trajectory_id(session, index)
             error = None if state is TrajectoryState.SUBMITTED else reason
             set_trajectory_state(session=session, trajectory_id=trajectory_id, state=state, error=error)
-            payload = {"index": index, "trajectory_id": trajectory_id, "state": state.value, "reason": reason}
-            self._event(session, WorkerEvent.TRAJECTORY, payload)
+            ended = TrajectoryPayload(index=index, trajectory_id=trajectory_id, state=state.value, reason=reason)
+            self._event(session, WorkerEvent.TRAJECTORY, ended.to_dict())
 
     def cancelled(self) -> bool:
         """Whether the agent should stop at this safe point (cancel requested, or the job lost)."""
@@ -227,7 +218,7 @@ class StoreRecorder:
     def progress(self, phase: str, **details: Any) -> None:
         """Append a ``progress`` event (the runner's milestones)."""
         with self._guarded() as session:
-            self._event(session, WorkerEvent.PROGRESS, {"phase": phase, **details})
+            self._event(session, WorkerEvent.PROGRESS, ProgressPayload(phase=phase, details=details).to_dict())
 
     def stage(self, event: StageEvent) -> None:
         """Append a ``stage`` event (a `harness.Referee`'s ``on_stage`` listener)."""

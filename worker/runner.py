@@ -8,7 +8,7 @@ alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
 - an **evaluation** job (``POST /evaluations``): one `benchmark` evaluation of the given
   candidate, stored as attempt 1; the job succeeds whatever the verdict says about the
   candidate, and fails only when our infrastructure failed on every retry;
-- an **agent** job: ``agent.run_job(spec, evaluator=…, recorder=…, provider=None)`` with a
+- an **agent** job: `agent.run_job` (or the ``run_agent`` seam) with a
   `worker.evaluator.RefereeEvaluator` and a `worker.recorder.StoreRecorder`; then the
   candidates the agent reports quarantined (``suspicious``) are re-timed in a fresh process with
   fresh seeds and hardened timing (`retime_options`), so a real large speedup can become the
@@ -25,16 +25,17 @@ subprocesses.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
+import agent
+from agent import Budgets, CandidateRecord, Evaluator, JobResult, JobSpec, LLMProvider, Recorder
+from agent.retry import INFRA_RETRY, NO_RETRY, InfraRetry
 from config import LLMProfile, Settings
 from harness import Depth, ErrorKind, HarnessOptions, Referee, Target, Verdict
 from harness.retime import retime_options
@@ -52,7 +53,7 @@ from store import (
 )
 from worker import metrics
 from worker.devicelock import current_device_key
-from worker.evaluator import INFRA_RETRY_DELAYS_S, RefereeEvaluator, RefereeLike
+from worker.evaluator import RefereeEvaluator, RefereeLike
 from worker.lease import LeaseKeeper
 from worker.recorder import StoreRecorder
 
@@ -60,12 +61,13 @@ __all__ = [
     "EVALUATION_TOOL",
     "MAX_RETIMES",
     "RETIME_TOOL",
-    "AgentAPI",
+    "AgentRunner",
     "RunOutcome",
     "agent_budgets",
     "harness_options_for",
     "problem_from_row",
     "retime_options",
+    "run_claimed_job",
     "run_job",
 ]
 
@@ -89,13 +91,11 @@ class RunOutcome(StrEnum):
     LOST = "lost"
 
 
-class AgentAPI(Protocol):
-    """What the runner uses of the ``agent`` package (the module itself; a test passes a fake)."""
+class AgentRunner(Protocol):
+    """How an agent job runs: `agent.run_job`'s shape (tests and the load run pass their own)."""
 
-    JobSpec: Callable[..., Any]
-    Budgets: Callable[..., Any]
-
-    def run_job(self, spec: Any, *, evaluator: Any, recorder: Any, provider: Any) -> Any: ...
+    def __call__(self, spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
+                 provider: LLMProvider | None = None) -> JobResult: ...
 
 
 class _JobRefused(Exception):
@@ -153,20 +153,17 @@ def _budget_defaults(settings: Settings) -> dict[str, Any]:
     }
 
 
-def agent_budgets(budgets_cls: Callable[..., Any], requested: dict[str, Any], settings: Settings) -> Any:
-    """``agent.Budgets`` from the job's budgets over the service's defaults.
+_BUDGET_NAMES = frozenset(f.name for f in fields(Budgets))
 
-    Only the names ``budgets_cls`` accepts are passed (the job row may carry more, or fewer), and
-    a ``None`` in the job means "the default".
+
+def agent_budgets(requested: dict[str, Any], settings: Settings) -> Budgets:
+    """`agent.Budgets` from the job's budgets over the service's defaults.
+
+    A ``None`` in the job means "the default"; names `Budgets` does not have (a row written by
+    another version) are left out.
     """
     merged = {**_budget_defaults(settings), **{k: v for k, v in (requested or {}).items() if v is not None}}
-    try:
-        parameters = inspect.signature(budgets_cls).parameters
-    except (TypeError, ValueError):
-        return budgets_cls(**merged)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return budgets_cls(**merged)
-    return budgets_cls(**{k: v for k, v in merged.items() if k in parameters})
+    return Budgets(**{k: v for k, v in merged.items() if k in _BUDGET_NAMES})
 
 
 def _llm_profile(job: _JobData, settings: Settings) -> LLMProfile:
@@ -192,16 +189,16 @@ def _load(session_factory: sessionmaker[Session], job_id: int, worker_id: str) -
         )
 
 
-def run_job(
+def run_claimed_job(
     job_id: int,
     *,
     settings: Settings,
     session_factory: sessionmaker[Session],
     worker_id: str,
     harness_options: HarnessOptions | None = None,
-    agent: AgentAPI | None = None,
+    run_agent: AgentRunner | None = None,
     referee_factory: RefereeFactory = Referee,
-    retry_delays_s: tuple[float, ...] = INFRA_RETRY_DELAYS_S,
+    retry: InfraRetry = INFRA_RETRY,
 ) -> RunOutcome:
     """Run a job this worker has claimed, and finish it.
 
@@ -211,9 +208,9 @@ def run_job(
         session_factory: sessions on the service's database.
         worker_id: the id the job was claimed under.
         harness_options: overrides `harness_options_for` (tests: quick timing).
-        agent: the agent package (default: ``import agent``; tests pass a fake).
+        run_agent: runs an agent job (None: `agent.run_job`; a test or the load run passes its own).
         referee_factory: builds the job's referee (a test seam).
-        retry_delays_s: pauses before retrying an infra failure (see `worker.evaluator`).
+        retry: the infra-retry policy of an evaluation job (an agent job's tools retry themselves).
 
     Returns:
         How the run ended; the job row says the same unless the outcome is ``lost``.
@@ -233,8 +230,8 @@ def run_job(
     keeper.beat()  # learn of a cancel that came before the claim's commit
     with keeper, metrics.job_running(job.target.value):
         try:
-            outcome, error, charged_s = _run(job, options, keeper, recorder, settings, agent, referee_factory,
-                                             retry_delays_s)
+            outcome, error, charged_s = _run(job, options, keeper, recorder, settings, run_agent or agent.run_job,
+                                             referee_factory, retry)
         except LeaseLost:
             keeper.note(LeaseStatus.LOST)
         except _JobRefused as exc:
@@ -253,9 +250,9 @@ def _run(
     keeper: LeaseKeeper,
     recorder: StoreRecorder,
     settings: Settings,
-    agent: AgentAPI | None,
+    run_agent: AgentRunner,
     referee_factory: RefereeFactory,
-    retry_delays_s: tuple[float, ...],
+    retry: InfraRetry,
 ) -> tuple[RunOutcome, str, float]:
     if keeper.should_stop():
         return RunOutcome.CANCELLED, "cancelled before it started", 0.0
@@ -271,7 +268,7 @@ def _run(
         cache_dir=options.cache_dir,
         device_key=current_device_key(job.target.value),
         # The agent retries infra failures itself (recording each try); an evaluation job here.
-        retry_delays_s=retry_delays_s if job.kind is JobKind.EVALUATION else (),
+        retry=retry if job.kind is JobKind.EVALUATION else NO_RETRY,
         on_infra_failure=lambda verdict, tries: recorder.progress(
             "infra_retry", tries=tries, stage=verdict.stage.value, message=verdict.message[:500]),
         # The problem's own code failed: every trajectory stops at its next safe point.
@@ -283,7 +280,7 @@ def _run(
         if job.kind is JobKind.EVALUATION:
             outcome, error = _run_evaluation(job, evaluator, keeper, recorder)
         else:
-            outcome, error = _run_agent(job, problem, options, evaluator, recorder, settings, agent,
+            outcome, error = _run_agent(job, problem, options, evaluator, recorder, settings, run_agent,
                                         referee_factory)
         if evaluator.problem_failure is not None:
             outcome, error = RunOutcome.FAILED, _problem_reason(evaluator.problem_failure)
@@ -325,21 +322,20 @@ def _run_agent(
     evaluator: RefereeEvaluator,
     recorder: StoreRecorder,
     settings: Settings,
-    agent: AgentAPI | None,
+    run_agent: AgentRunner,
     referee_factory: RefereeFactory,
 ) -> tuple[RunOutcome, str]:
-    agent = agent or importlib.import_module("agent")  # type: ignore[assignment]
-    assert agent is not None
-    spec = agent.JobSpec(
+    spec = JobSpec(
         problem=problem,
         target=job.target.value,
         llm=_llm_profile(job, settings),
-        budgets=agent_budgets(agent.Budgets, job.budgets, settings),
+        budgets=agent_budgets(job.budgets, settings),
         trajectories=job.trajectories_count,
         random_trials=options.trials,
     )
-    result = agent.run_job(spec, evaluator=evaluator, recorder=recorder, provider=None)
-    quarantined = tuple(getattr(result, "quarantined", ()) or ())[:MAX_RETIMES]
+    # RefereeEvaluator gains cancel() (agent.Evaluator) with the referee's own (issue 13's branch).
+    result = run_agent(spec, evaluator=evaluator, recorder=recorder, provider=None)  # type: ignore[arg-type]
+    quarantined = result.quarantined[:MAX_RETIMES]
     if quarantined and not recorder.cancelled():
         _retime(quarantined, problem, job, options, recorder, referee_factory)
     # Succeeded means a verified kernel: the store's best attempt (a timed pass, or a re-timed one).
@@ -347,8 +343,7 @@ def _run_agent(
         return RunOutcome.SUCCEEDED, ""
     if recorder.cancelled():
         return RunOutcome.CANCELLED, "cancelled by its owner"
-    reason = getattr(getattr(result, "reason", None), "value", getattr(result, "reason", None))
-    return RunOutcome.FAILED, str(getattr(result, "error", None) or f"no verified kernel (the agent stopped: {reason})")
+    return RunOutcome.FAILED, result.error or f"no verified kernel (the agent stopped: {result.reason.value})"
 
 
 def _has_best(recorder: StoreRecorder) -> bool:
@@ -357,7 +352,7 @@ def _has_best(recorder: StoreRecorder) -> bool:
 
 
 def _retime(
-    quarantined: tuple[dict[str, Any], ...],
+    quarantined: tuple[CandidateRecord, ...],
     problem: Problem,
     job: _JobData,
     options: HarnessOptions,
@@ -366,20 +361,20 @@ def _retime(
 ) -> None:
     """Re-time quarantined candidates; each becomes a ``retime`` attempt (a pass may become the best)."""
     hardened = retime_options(options)
-    for entry in quarantined:
+    for candidate in quarantined:
         if recorder.cancelled():
             return
-        recorder.progress("retime", source_sha256=entry.get("source_sha256"))
+        recorder.progress("retime", source_sha256=candidate.source_sha256)
         referee = referee_factory(problem, job.target, hardened)
         referee.on_stage = recorder.stage
         evaluator = RefereeEvaluator(referee, cache_dir=options.cache_dir,
                                      device_key=current_device_key(job.target.value))
         try:
-            verdict = evaluator.evaluate(entry["source"], Depth.BENCHMARK)
+            verdict = evaluator.evaluate(candidate.source, Depth.BENCHMARK)
         finally:
             evaluator.close()
-        recorder.attempt(trajectory=entry.get("trajectory"), tool=RETIME_TOOL, source=entry["source"],
-                         parent_sha256=entry.get("source_sha256"), verdict=verdict)
+        recorder.attempt(trajectory=candidate.trajectory, tool=RETIME_TOOL, source=candidate.source,
+                         parent_sha256=candidate.source_sha256, verdict=verdict)
 
 
 _TERMINAL = {
@@ -413,3 +408,7 @@ def _finish(
         log.warning("job %s: the lease was lost before it could be finished", job.id)
         return RunOutcome.LOST
     return outcome
+
+
+#: The name of this wave's importers (t13, t17 branches); `run_claimed_job` is the one definition.
+run_job = run_claimed_job

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from config import Settings
 from harness import HarnessOptions
 from store import JobState, NotFound, Target, claim_job, get_job, session_scope
-from worker.runner import AgentAPI, run_job
+from worker.runner import AgentRunner, run_claimed_job
 
 __all__ = [
     "RUN_JOB",
@@ -58,7 +58,7 @@ class WorkerContext:
         worker_id: this process's unique id (`worker.lease.new_worker_id`).
         target: the target this worker runs (its queue is ``settings.queue_for(target)``).
         harness_options: overrides the harness options built from the settings (tests).
-        agent: the agent package (default ``import agent``; tests pass a fake).
+        run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
     """
 
     settings: Settings
@@ -66,7 +66,7 @@ class WorkerContext:
     worker_id: str
     target: Target
     harness_options: HarnessOptions | None = None
-    agent: AgentAPI | None = field(default=None)
+    run_agent: AgentRunner | None = field(default=None)
 
 
 def celery_dispatch(app: Celery, settings: Settings) -> Callable[[int, Target], None]:
@@ -96,8 +96,9 @@ def claim_and_run(context: WorkerContext, job_id: int, *, forward: Callable[[int
             log.warning("job %s is a %s job; forwarding it from a %s worker", job_id, misrouted, context.target)
             forward(job_id, misrouted)
         return SKIPPED
-    outcome = run_job(job_id, settings=context.settings, session_factory=context.session_factory,
-                      worker_id=context.worker_id, harness_options=context.harness_options, agent=context.agent)
+    outcome = run_claimed_job(job_id, settings=context.settings, session_factory=context.session_factory,
+                              worker_id=context.worker_id, harness_options=context.harness_options,
+                              run_agent=context.run_agent)
     return outcome.value
 
 

@@ -120,7 +120,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return max(0.0, min(retry_after, self.max_retry_after_s))
-        return min(self.max_delay_s, self.base_delay_s * (2 ** attempt))
+        return float(min(self.max_delay_s, self.base_delay_s * (2 ** attempt)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,7 +334,8 @@ class OpenAIProvider:
                                reasoning=profile.price_reasoning_per_mtok)
         self._sleep = sleep
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0,
-                                     timeout=httpx.Timeout(profile.timeout_s, connect=CONNECT_TIMEOUT_S))
+                                     # openai's annotations name httpx2's Timeout; it takes httpx's.
+                                     timeout=httpx.Timeout(profile.timeout_s, connect=CONNECT_TIMEOUT_S))  # type: ignore[arg-type]
         self._lock = threading.Lock()
         #: What this job learned of the endpoint: parameters it refuses, the output-limit name,
         #: whether it takes ``tools``.

@@ -7,16 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.devices import DeviceSpecs
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 
 __all__ = ["FAKE_SPECS", "FakeCandidate", "FakeEvaluator", "make_verdict"]
 
-FAKE_SPECS: dict[str, Any] = {
-    "target": "cuda", "name": "NVIDIA H200", "compute_capability": "9.0", "multiprocessors": 132,
-    "l2_bytes": 60 * 2**20, "memory_bytes": 141 * 2**30, "shared_memory_per_block_optin": 232448,
-    "peak_flops": {"fp32": 67e12, "bf16": 989e12}, "measured_bandwidth": 4.2e12, "peak_source": "datasheet (H200)",
-    "driver": "570.00", "cuda": "13.0", "cores": None,
-}
+FAKE_SPECS = DeviceSpecs(
+    target="cuda", name="NVIDIA H200", compute_capability="9.0", multiprocessors=132,
+    l2_bytes=60 * 2**20, memory_bytes=141 * 2**30, shared_memory_per_block_optin=232448,
+    peak_flops={"fp32": 67e12, "bf16": 989e12}, measured_bandwidth=4.2e12, peak_source="datasheet (H200)",
+    driver="570.00", cuda="13.0",
+)
 
 _KINDS = ("pass", "wrong", "compile_error", "load_error", "suspicious", "infra", "shape_only")
 
@@ -110,12 +111,12 @@ class FakeEvaluator:
     each evaluation take that long (a wait that `cancel` ends, as the real referee's does).
     """
 
-    def __init__(self, candidates: Mapping[str, FakeCandidate], *, specs: Mapping[str, Any] | None = None,
+    def __init__(self, candidates: Mapping[str, FakeCandidate], *, specs: DeviceSpecs | None = None,
                  eager_ms: float = 2.0, specs_failures: int = 0, delay_s: float = 0.0) -> None:
         self.candidates = dict(candidates)
         self.delay_s = delay_s
         self.cancelled = threading.Event()
-        self.specs = dict(specs or FAKE_SPECS)
+        self.specs = specs or FAKE_SPECS
         self.eager_ms = eager_ms
         self.calls: list[tuple[str, str]] = []
         self._specs_failures = specs_failures
@@ -141,9 +142,9 @@ class FakeEvaluator:
         self.cancelled.set()
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         with self._lock:
             if self._specs_failures > 0:
                 self._specs_failures -= 1
                 raise RuntimeError("the reference process failed to start")
-        return dict(self.specs)
+        return self.specs

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from harness.verdict import ErrorKind, Verdict, source_sha256
 
 __all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedUsage"]
 
@@ -44,7 +45,7 @@ class RecordedAttempt:
     source: str
     sha256: str
     parent_sha256: str | None
-    verdict: dict[str, Any]
+    verdict: Verdict
 
 
 @dataclass
@@ -86,18 +87,18 @@ class MemoryRecorder:
                                              tokens_cached))
             self.events.append(("usage", trajectory))
 
-    def find_attempt(self, *, source_sha256: str, tool: str) -> dict[str, Any] | None:
+    def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
         with self._lock:
             for attempt in reversed(self.attempts):
                 if (attempt.sha256 == source_sha256 and attempt.tool == tool
-                        and attempt.verdict.get("error_kind") != "infra"):
+                        and attempt.verdict.error_kind is not ErrorKind.INFRA):
                     return attempt.verdict
         return None
 
     def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
-                verdict: dict[str, Any]) -> None:
+                verdict: Verdict) -> None:
         with self._lock:
-            sha = hashlib.sha256(source.encode()).hexdigest()
+            sha = source_sha256(source)
             self.attempts.append(RecordedAttempt(len(self.attempts) + 1, trajectory, tool, source, sha,
                                                  parent_sha256, verdict))
             self.events.append(("attempt", trajectory))

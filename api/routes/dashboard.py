@@ -228,12 +228,13 @@ def jobs_list(
         page = pages.message_page(heading="Unknown filter", text=f"{exc}; pick one from the list.",
                                   owner=browser.owner, csrf=browser.csrf)
         return _html(page, 400)
-    page = list_jobs(session=session, owner_id=owner, state=filters.state, target=filters.target,
-                     problem=filters.problem, limit=JOBS_PER_PAGE, offset=offset)
+    listed = list_jobs(session=session, owner_id=owner, state=filters.state, target=filters.target,
+                       problem=filters.problem, limit=JOBS_PER_PAGE, offset=offset)
     body = pages.jobs_page(
-        jobs=[JobPublic.from_job(j) for j in page.items], owner=browser.owner, csrf=browser.csrf,
+        jobs=[JobPublic.from_job(j) for j in listed.items], owner=browser.owner, csrf=browser.csrf,
         filters=filters,
-        problems=list_job_problems(session=session, owner_id=owner), next_offset=page.next_cursor, total=page.total,
+        problems=list_job_problems(session=session, owner_id=owner), next_offset=listed.next_cursor,
+        total=listed.total,
     )
     return _html(body)
 

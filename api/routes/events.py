@@ -6,24 +6,29 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
 
 from api import services
 from api.deps import MAX_ID, CurrentKey, EventHubDep, JobId, MetricsDep, SessionFactoryDep, StreamOptionsDep
 from api.errors import error_responses
 from api.streaming import job_event_stream
+from store.payloads import EVENT_PAYLOADS
 
 router = APIRouter(prefix="/jobs/{job_id}", tags=["events"])
 
 #: Each event as OpenAPI 3.2 describes Server-Sent Events (``itemSchema``: one object per event).
+#: ``data`` is JSON: one of the payloads of `store.payloads`, by the event's type (``x-payloads``).
 _EVENT_SCHEMA = {
     "type": "object",
     "properties": {
-        "data": {"type": "string", "contentMediaType": "application/json"},
+        "data": {"type": "string", "contentMediaType": "application/json",
+                 "contentSchema": {"anyOf": [TypeAdapter(cls).json_schema() for cls in EVENT_PAYLOADS.values()]}},
         "event": {"type": "string"},
         "id": {"type": "string"},
         "retry": {"type": "integer", "minimum": 0},
     },
+    "x-payloads": {event_type: cls.__name__ for event_type, cls in EVENT_PAYLOADS.items()},
 }
 _STREAM_DOC = {
     "content": {"text/event-stream": {"itemSchema": _EVENT_SCHEMA}},

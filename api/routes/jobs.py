@@ -21,7 +21,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
     response_model=JobPublic,
     responses=error_responses(400, 401, 413, 422, 429, 503),
 )
-async def create_job(
+async def submit_job(
     body: JobCreate, key: CurrentKey, response: Response, writer: SubmissionWriterDep, settings: SettingsDep
 ) -> JobPublic:
     """Queue an agent job: an LLM writes kernels for the problem; watch it at the Location."""
@@ -63,7 +63,7 @@ def read_job(job_id: JobId, key: CurrentKey, session: SessionDep) -> JobPublic:
         **error_responses(401, 404, 409, 422),
     },
 )
-def cancel_job(job_id: JobId, key: CurrentKey, response: Response, factory: SessionFactoryDep) -> CancelPublic:
+def request_cancel(job_id: JobId, key: CurrentKey, response: Response, factory: SessionFactoryDep) -> CancelPublic:
     """Cancel a job: a queued one at once (200), a running one at its next safe point (202)."""
     outcome, job = services.cancel_owned_job(factory=factory, key=key, job_id=job_id)
     if outcome is CancelOutcome.REQUESTED:
@@ -77,7 +77,7 @@ def cancel_job(job_id: JobId, key: CurrentKey, response: Response, factory: Sess
     response_class=Response,
     responses=error_responses(401, 404, 409, 422),
 )
-def delete_job(job_id: JobId, key: CurrentKey, factory: SessionFactoryDep) -> Response:
+def remove_job(job_id: JobId, key: CurrentKey, factory: SessionFactoryDep) -> Response:
     """Delete a finished job with its attempts, messages, events and posted code (409 while it runs)."""
     services.delete_owned_job(factory=factory, key=key, job_id=job_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -210,7 +210,7 @@ def replay(
                                  reuse_baselines=reuse_baselines)
         local = evaluate(problem, best["source"], run_target, options)
     if details:
-        from cli.main import render_verdict  # the main module registers this one: imported late, no cycle
+        from cli.common import render_verdict
 
         render_verdict(local, err if as_json else out)
     console = err if as_json else out

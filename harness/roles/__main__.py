@@ -15,7 +15,7 @@ ROLES = {
 }
 
 
-def main() -> int:
+def run_role() -> int:
     role, fd = sys.argv[1], int(sys.argv[2])
     if role not in ROLES:
         print(f"unknown role {role!r}", file=sys.stderr)
@@ -26,4 +26,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_role())

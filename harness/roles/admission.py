@@ -69,7 +69,7 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
 
     def build(weights_seed: int) -> torch.nn.Module:
         torch.manual_seed(request["init_seed"])
-        model = module.Model(*module.get_init_inputs())
+        model: torch.nn.Module = module.Model(*module.get_init_inputs())
         contract.redraw_weights(model, weights_seed)
         return model.train(problem["mode"] == "train").to(device)
 

@@ -94,7 +94,7 @@ def _same_output(a: Any, b: Any) -> bool:
 
 
 def _op_name(func: Any) -> str:
-    return func.overloadpacket.__name__.rstrip("_")
+    return str(func.overloadpacket.__name__).rstrip("_")
 
 
 def _init_vendor_math(device: torch.device) -> None:
@@ -155,11 +155,12 @@ class Candidate:
                     from torch.utils._python_dispatch import TorchDispatchMode
 
                     class Recorder(TorchDispatchMode):
-                        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                                               kwargs: Any = None) -> Any:
                             ops.add(_op_name(func))
                             return func(*args, **(kwargs or {}))
 
-                    with Recorder():
+                    with Recorder():  # type: ignore[no-untyped-call]  # torch's __init__ is untyped
                         out = self.model(*inputs)
                 else:
                     out = self.model(*inputs)

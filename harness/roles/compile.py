@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.buildcache import BuildCache, BuildError, trim_compiler_errors
 from harness.roles.loading import brief_error, load_candidate_module
@@ -40,7 +41,7 @@ def serve(channel: Channel) -> None:
     # unless <builds>/pch/disabled exists).
     pch = request.get("pch")
 
-    def delegate(build: dict) -> dict:
+    def delegate(build: dict[str, Any]) -> dict[str, Any]:
         channel.send({"build": build})
         return channel.recv()
 
@@ -50,7 +51,7 @@ def serve(channel: Channel) -> None:
                        delegate=delegate if request.get("delegate") else None)
     cache.install()
     started = time.perf_counter()
-    reply: dict = {"ok": True, "errors": "", "message": ""}
+    reply: dict[str, Any] = {"ok": True, "errors": "", "message": ""}
     if "pch_warmup" in request:
         _warm_up(request["pch_warmup"], reply)
         reply["seconds"] = round(time.perf_counter() - started, 3)
@@ -77,7 +78,7 @@ _EXTENSION_FIELDS = ("name", "key", "cached", "seconds", "pch", "via", "builder_
 _UNIT_FIELDS = ("source", "key", "reused", "seconds", "torch_headers", "kept", "first_seconds")
 
 
-def _extensions(cache: BuildCache) -> list[dict]:
+def _extensions(cache: BuildCache) -> list[dict[str, Any]]:
     extensions = []
     for record in cache.records:
         entry = {k: record[k] for k in _EXTENSION_FIELDS if k in record}
@@ -88,7 +89,7 @@ def _extensions(cache: BuildCache) -> list[dict]:
     return extensions
 
 
-def _serve_builds(channel: Channel, first: dict) -> None:
+def _serve_builds(channel: Channel, first: dict[str, Any]) -> None:
     """A builder: build each request it is sent, the first with its configuration (trusted code
     only; nothing it builds is loaded), until the channel closes or another message comes."""
     cache = BuildCache(Path(first["builds_dir"]), mode="builder", arch_list=first["arch_list"],
@@ -98,7 +99,7 @@ def _serve_builds(channel: Channel, first: dict) -> None:
     message = first
     while message.get("op") == "build":
         started = time.perf_counter()
-        answer: dict = {"ok": True, "log": ""}
+        answer: dict[str, Any] = {"ok": True, "log": ""}
         try:
             record = cache.build_request(message.get("request") or {})
             answer["key"] = record["key"]
@@ -119,7 +120,7 @@ _WARMUP_CPP = "#include <torch/extension.h>\nint kl_pch_warmup_probe() { return 
 _WARMUP_CUDA = "#include <cuda_runtime.h>\nint kl_pch_warmup_cuda() { return 0; }\n"
 
 
-def _warm_up(flag_sets: list, reply: dict) -> None:
+def _warm_up(flag_sets: list[dict[str, Any]], reply: dict[str, Any]) -> None:
     """Build a tiny binding per flag set (trusted code only): their PCHs land in the staging dir."""
     from torch.utils.cpp_extension import load_inline
 

@@ -7,11 +7,12 @@ from typing import Any
 from agent.feedback import gpu_summary, verdict_feedback
 from agent.testing import make_verdict
 from agent.testing.fakes import FAKE_SPECS
+from harness.devices import DeviceSpecs
 from harness.verdict import CompileResult, Stage, Status, Trial, Verdict
 
 
 def test_compile_error_shows_file_line_and_what_main_cpp_is() -> None:
-    text = verdict_feedback("compile", make_verdict("compile_error", "compile").to_dict())
+    text = verdict_feedback("compile", make_verdict("compile_error", "compile"))
     assert text.startswith("compile: ERROR (stage compile)")
     assert "main.cpp:20:15: error: 'outt' was not declared" in text
     assert "load_inline writes cpp_sources to main.cpp" in text
@@ -21,12 +22,12 @@ def test_long_compiler_output_is_trimmed() -> None:
     errors = "main.cpp:1:1: error: x\n" + "context line\n" * 2000
     verdict = Verdict(status=Status.ERROR, stage=Stage.COMPILE, message="compile failed",
                       compile=CompileResult(ok=False, seconds=1.0, errors=errors))
-    text = verdict_feedback("compile", verdict.to_dict())
+    text = verdict_feedback("compile", verdict)
     assert len(text) < 3500 and "[... trimmed]" in text
 
 
 def test_wrong_output_names_failing_trials_with_errors_and_a_diagnosis() -> None:
-    text = verdict_feedback("check_correctness", make_verdict("wrong", "correctness").to_dict())
+    text = verdict_feedback("check_correctness", make_verdict("wrong", "correctness"))
     assert "check_correctness: FAIL (stage correctness)" in text
     assert "0/5 trials pass" in text and "atol = rtol = 1e-4" in text
     assert "trial 0 (random inputs): FAIL: max abs err 0.38, mean abs err 0.05, 98.5% of elements" in text
@@ -35,7 +36,7 @@ def test_wrong_output_names_failing_trials_with_errors_and_a_diagnosis() -> None
 
 
 def test_only_extra_shape_failing_is_diagnosed_as_a_size_assumption() -> None:
-    text = verdict_feedback("check_correctness", make_verdict("shape_only", "correctness").to_dict())
+    text = verdict_feedback("check_correctness", make_verdict("shape_only", "correctness"))
     assert "1/5 trials pass" not in text and "4/5 trials pass" in text
     assert "trial 4 (extra shape 0): FAIL" in text and "passing: trial 0" in text
     assert "only the extra-shape trials fail" in text
@@ -45,14 +46,14 @@ def test_uncomparable_outputs_report_the_message_once_with_their_own_diagnosis()
     trials = tuple(Trial(seed_index=i, passed=False, max_abs_err=None, mean_abs_err=None, mismatch_frac=1.0,
                          message="shape (2, 16, 8, 8), expected (2, 16, 7, 7)") for i in range(3))
     verdict = Verdict(status=Status.FAIL, stage=Stage.CORRECTNESS, message="3 of 3 trials failed", trials=trials)
-    text = verdict_feedback("check_correctness", verdict.to_dict())
+    text = verdict_feedback("check_correctness", verdict)
     assert "every failing trial (0, 1, 2): shape (2, 16, 8, 8), expected (2, 16, 7, 7)" in text
     assert text.count("expected (2, 16, 7, 7)") == 1
     assert "no output could be compared" in text and "systematic" not in text
 
 
 def test_benchmark_reports_time_speedups_sol_registers_and_progress() -> None:
-    text = verdict_feedback("benchmark", make_verdict("pass", "benchmark", median_ms=1.0).to_dict(), best_ms=5.0)
+    text = verdict_feedback("benchmark", make_verdict("pass", "benchmark", median_ms=1.0), best_ms=5.0)
     assert "time: 1.000 ms median" in text
     assert "vs eager PyTorch 2.000 ms: 2.00x faster" in text and "vs torch.compile 1.500 ms: 1.50x faster" in text
     assert "speed-of-light 250.0 us" in text and "25% of SOL" in text
@@ -65,7 +66,7 @@ def test_spills_flags_hints_and_quarantine_are_explained() -> None:
         compile=CompileResult(ok=True, seconds=1.0, kernels=({"kernel": "k", "registers": 255, "spill_stores": 64,
                                                               "spill_loads": 64},)),
         hints=("no __global__ function: the candidate defines no CUDA kernel of its own",))
-    text = verdict_feedback("benchmark", verdict.to_dict())
+    text = verdict_feedback("benchmark", verdict)
     assert "k: 255 registers, up to 64 B spill stores / 64 B spill loads (SPILLS" in text
     assert "flag speedup_over_limit: the speedup over eager is above the quarantine limit" in text
     assert "hint: no __global__ function" in text
@@ -75,18 +76,18 @@ def test_spills_flags_hints_and_quarantine_are_explained() -> None:
 def test_integrity_failure_flag_meaning() -> None:
     verdict = Verdict(status=Status.FAIL, stage=Stage.INTEGRITY, message="its extension does no real work",
                       trials=make_verdict("pass", "correctness").trials, flags=("extension_does_no_work",))
-    text = verdict_feedback("check_correctness", verdict.to_dict())
+    text = verdict_feedback("check_correctness", verdict)
     assert "flag extension_does_no_work: replacing your extension's functions with no-ops" in text
 
 
 def test_load_error_explains_what_loading_is() -> None:
-    text = verdict_feedback("check_correctness", make_verdict("load_error", "correctness").to_dict())
+    text = verdict_feedback("check_correctness", make_verdict("load_error", "correctness"))
     assert "ModelNew lacks state_dict keys ['bn.running_mean']" in text
     assert "loading the reference state_dict into it" in text
 
 
 def test_profile_table_with_shares() -> None:
-    text = verdict_feedback("profile", make_verdict("pass", "profile", median_ms=1.0).to_dict())
+    text = verdict_feedback("profile", make_verdict("pass", "profile", median_ms=1.0))
     assert "profile (GPU kernel time per forward" in text
     assert "70.0%" in text and "cudnn::conv_fwd" in text and "fake_kernel" in text
 
@@ -97,24 +98,24 @@ def test_cuda_profile_separates_kernels_from_inclusive_torch_ops() -> None:
             {"name": "void at::native::elementwise_kernel<128, 2>", "calls": 1, "ms_per_forward": 1.64},
             {"name": "cudaLaunchKernel", "calls": 2, "ms_per_forward": 0.53},
             {"name": "void pool_tanh_scale_bias_kernel<4, 2, unsigned int>", "calls": 1, "ms_per_forward": 0.51})
-    text = verdict_feedback("profile", make_verdict("pass", "profile").with_changes(profile=rows).to_dict())
+    text = verdict_feedback("profile", make_verdict("pass", "profile").with_changes(profile=rows))
     kernel_table = text.split("torch ops")[0]
     assert "aten::conv2d" not in kernel_table and "cudaLaunchKernel" not in kernel_table
     assert "55.0%" in kernel_table and "pool_tanh_scale_bias_kernel" in kernel_table
     assert "torch ops, inclusive of their kernels: aten::conv2d 4.79 ms" in text
     cpu = make_verdict("pass", "profile").with_changes(provenance={"target": "cpu"}, profile=rows[:1])
-    assert "self CPU time" in verdict_feedback("profile", cpu.to_dict())
+    assert "self CPU time" in verdict_feedback("profile", cpu)
 
 
 def test_template_instantiations_are_grouped() -> None:
     kernels = tuple({"kernel": f"_Z6kernelILi{i}EEvPf", "registers": 30 + i, "spill_stores": 0, "spill_loads": 0}
                     for i in range(3))
     verdict = make_verdict("pass", "compile").with_changes(compile=CompileResult(ok=True, seconds=1.0, kernels=kernels))
-    assert "kernel (3 instantiations): 30-32 registers, no spills" in verdict_feedback("compile", verdict.to_dict())
+    assert "kernel (3 instantiations): 30-32 registers, no spills" in verdict_feedback("compile", verdict)
 
 
 def test_reused_verdict_says_so() -> None:
-    text = verdict_feedback("submit", make_verdict("pass", "benchmark").to_dict(), reused_from="benchmark")
+    text = verdict_feedback("submit", make_verdict("pass", "benchmark"), reused_from="benchmark")
     assert "identical source to an earlier benchmark call" in text
 
 
@@ -122,14 +123,14 @@ def test_gpu_summary_has_the_ridge_point() -> None:
     text = gpu_summary(FAKE_SPECS)
     assert "NVIDIA H200" in text and "132 SMs" in text and "4200 GB/s" in text
     assert "ridge point: 16.0 FLOP/byte" in text
-    cpu = gpu_summary({"target": "cpu", "name": "x86_64", "cores": 2, "peak_flops": {"fp32": 4.9e10},
-                       "measured_bandwidth": 1.1e10, "peak_source": "measured"})
+    cpu = gpu_summary(DeviceSpecs(target="cpu", name="x86_64", cores=2, peak_flops={"fp32": 4.9e10},
+                                  measured_bandwidth=1.1e10, peak_source="measured"))
     assert "2 cores" in cpu and "ridge point: 4.5 FLOP/byte" in cpu
 
 
-def _compiled(*extensions: dict[str, Any]) -> dict[str, Any]:
+def _compiled(*extensions: dict[str, Any]) -> Verdict:
     return make_verdict("pass", "compile").with_changes(
-        compile=CompileResult(ok=True, seconds=30.0, extensions=tuple(extensions))).to_dict()
+        compile=CompileResult(ok=True, seconds=30.0, extensions=tuple(extensions)))
 
 
 def test_a_single_cu_with_torch_headers_is_told_what_it_cost_and_how_to_split() -> None:
@@ -166,7 +167,7 @@ def test_the_compile_budget_counts_fresh_compiles_only() -> None:
     ledger = Ledger()
     ledger.charge_compile(_compiled({"name": "ext", "key": "k", "cached": False}))
     ledger.charge_compile(make_verdict("pass", "compile").with_changes(
-        compile=CompileResult(ok=True, seconds=0.0)).to_dict())  # memoised: no compile
+        compile=CompileResult(ok=True, seconds=0.0)))  # memoised: no compile
     assert (ledger.compile_s, ledger.compiles) == (30.0, 1)
 
 

@@ -372,7 +372,7 @@ def test_the_wall_clock_cuts_the_llm_call_in_flight_and_keeps_the_best(seed1: Pr
         elapsed = time.monotonic() - started
         exchanges = server.exchanges
     assert result.reason is StopReason.WALL_CLOCK and elapsed < 4.0
-    assert result.best is not None and result.best["source"] == FAST
+    assert result.best is not None and result.best.source == FAST
     assert len(exchanges) == 2 and recorder.usages and recorder.usages[0].tokens_in > 3000  # the cut call counts
 
 

@@ -43,8 +43,8 @@ def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, r
     assert slow.parent_sha256 == wrong.sha256 and recorder.attempts[3].parent_sha256 == wrong.sha256
     assert fast.parent_sha256 == slow.sha256
     # the best is the fast kernel's benchmark verdict, with its source
-    assert result.best is not None and result.best["source"] == replay1.source("fast")
-    assert result.best["timing"]["median_ms"] == 1.0 and result.best["tool"] == "benchmark"
+    assert result.best is not None and result.best.source == replay1.source("fast")
+    assert result.best.median_ms == 1.0 and result.best.tool == "benchmark"
     assert result.totals.llm_calls == 7 and result.totals.tool_calls == 8
     assert "(identical source to an earlier benchmark call" in recorder.tool_results()[-1]
 
@@ -56,7 +56,7 @@ def test_turn_budget_cuts_the_script_and_the_best_still_counts(seed1: Problem, r
     assert result.trajectories[0].reason is StopReason.TURNS and recorder.finished == {0: "turns"}
     assert sum(m.role == "assistant" for m in recorder.messages) == 5
     assert "submit" not in [a.tool for a in recorder.attempts]
-    assert result.best is not None and result.best["source"] == replay1.source("fast")  # ended without submit
+    assert result.best is not None and result.best.source == replay1.source("fast")  # ended without submit
     assert "Your next turn is the last: submit(source)" in recorder.tool_results()[-2]
     assert "[budget used up: the session ends here" in recorder.tool_results()[-1]
 
@@ -122,8 +122,8 @@ def test_suspicious_never_becomes_best_but_is_reported(seed1: Problem, replay1: 
     evaluator = fake_for(replay1, fast=FakeCandidate("suspicious", median_ms=0.1))
     result = run_job(spec_for(seed1), evaluator=evaluator, recorder=MemoryRecorder(), provider=replay1,
                      sleep=no_sleep)
-    assert result.best is not None and result.best["source"] == replay1.source("slow")
-    assert [q["source"] for q in result.quarantined] == [replay1.source("fast")]
+    assert result.best is not None and result.best.source == replay1.source("slow")
+    assert [q.source for q in result.quarantined] == [replay1.source("fast")]
 
 
 def test_correctness_only_passes_never_count_as_best(seed1: Problem) -> None:
@@ -140,7 +140,7 @@ def test_infra_errors_are_retried_recorded_and_never_shown(seed1: Problem, repla
     sleeps: list[float] = []
     evaluator = fake_for(replay1, wrong=FakeCandidate("wrong", infra_first=2))
     run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=replay1, sleep=sleeps.append)
-    infra = [a for a in recorder.attempts if a.verdict["error_kind"] == "infra"]
+    infra = [a for a in recorder.attempts if a.verdict.error_kind == "infra"]
     assert len(infra) == 2 and sleeps == [2.0, 10.0]
     assert not any("reference process failed" in t for t in recorder.tool_results())
     wrong_result = recorder.tool_results()[2]
@@ -330,7 +330,7 @@ def test_trajectories_run_concurrently_share_dedup_and_pick_the_best(seed1: Prob
     assert any("## Strategy for this session" in (s or "") for s in strategies)
     # the same script in every trajectory: each (source, depth) evaluated once in the whole job
     assert len(evaluator.calls) == len(set(evaluator.calls)) == 6
-    assert result.best is not None and result.best["source"] == replay1.source("fast")
+    assert result.best is not None and result.best.source == replay1.source("fast")
     for i in range(3):
         assert [m.role for m in recorder.messages_of(i)][:2] == ["system", "user"]
 

@@ -55,7 +55,7 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
         assert server.remaining == 0 and set(server.paths) == {"/v1/chat/completions"}
 
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best["source"] == FAST
+    assert result.best is not None and result.best.source == FAST
     assert sleeps == [0.01, 1.0, 1.0]  # Retry-After honoured; then exponential backoff
     assert len(requests) == 10
     for request in requests:
@@ -136,7 +136,7 @@ def test_text_tool_call_fallback_over_http(seed1: Problem) -> None:
                          provider=OpenAIProvider.from_profile(profile, sleep=no_sleep), sleep=no_sleep)
         requests = server.requests
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best["source"] == FAST
+    assert result.best is not None and result.best.source == FAST
     assert all("tools" not in r for r in requests)
     assert "## Calling tools" in requests[0]["messages"][0]["content"]
     second = requests[1]["messages"]

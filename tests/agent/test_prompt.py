@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from agent import Budgets
 from agent.prompt import problem_message, system_prompt
 from agent.testing.fakes import FAKE_SPECS
+from harness.devices import DeviceSpecs
 from problems import load_problem
 from problems.spec import Policy, Problem
 from tests.agent.support import SEED2_EVAL
 
 
-def _prompt(problem: Problem, target: str = "cuda", *, specs: Mapping[str, Any] | None = FAKE_SPECS,
+def _prompt(problem: Problem, target: str = "cuda", *, specs: DeviceSpecs | None = FAKE_SPECS,
             budgets: Budgets | None = None, strategy: str | None = None) -> str:
     return system_prompt(problem, target, specs=specs, budgets=budgets or Budgets(), random_trials=3,
                          strategy=strategy)

@@ -7,9 +7,9 @@ import agent
 
 def test_public_names() -> None:
     assert sorted(agent.__all__) == sorted([
-        "TOOL_SCHEMAS", "AssistantTurn", "Budgets", "ContextOverflow", "Evaluator", "Failure", "Interrupted",
-        "JobResult", "JobSpec", "LLMProvider", "ProviderError", "Recorder", "SerialEvaluator", "StopReason",
-        "ToolCall", "ToolName", "Totals", "TrajectoryResult", "Usage", "is_verified", "make_provider", "run_job",
+        "TOOL_SCHEMAS", "AssistantTurn", "Budgets", "CandidateRecord", "ContextOverflow", "Evaluator", "Failure",
+        "Interrupted", "JobResult", "JobSpec", "LLMProvider", "ProviderError", "Recorder", "SerialEvaluator",
+        "StopReason", "ToolCall", "ToolName", "Totals", "TrajectoryResult", "Usage", "make_provider", "run_job",
         "source_sha256", "trajectory_plan",
     ])
     for name in agent.__all__:

@@ -76,7 +76,7 @@ def test_replay_job_end_to_end(first_job: dict[str, Any], replay: ReplayProvider
     assert recorder.events[0] == ("trajectory_started", 0) and recorder.events[-1] == ("trajectory_finished", 0)
     # attempts in order, with their parents
     attempts = recorder.attempts
-    assert [(a.tool, a.verdict["status"]) for a in attempts] == [
+    assert [(a.tool, a.verdict.status) for a in attempts] == [
         ("compile", "error"), ("check_correctness", "fail"), ("check_correctness", "pass"), ("benchmark", "pass"),
         ("benchmark", "pass"), ("profile", "pass")]
     assert [a.source for a in attempts] == [replay.source(k) for k in ("draft", "wrong", "slow", "slow", "fast",
@@ -96,9 +96,9 @@ def test_replay_job_end_to_end(first_job: dict[str, Any], replay: ReplayProvider
     assert "profile (self CPU time per forward" in results[6] and "mkldnn_convolution" in results[6]
     assert "identical source to an earlier benchmark call" in results[7]
     # the best: the fast kernel, verified by timing
-    assert result.best is not None and result.best["source"] == replay.source("fast")
-    assert result.best["status"] == "pass" and result.best["timing"]["median_ms"] > 0
-    assert attempts[4].verdict["timing"]["median_ms"] < attempts[3].verdict["timing"]["median_ms"]
+    assert result.best is not None and result.best.source == replay.source("fast")
+    assert result.best.verdict.status == "pass" and (result.best.median_ms or 0) > 0
+    assert attempts[4].verdict.timing.median_ms < attempts[3].verdict.timing.median_ms
 
 
 def test_budget_cut_and_dedup_without_a_second_evaluation(first_job: dict[str, Any], referee: Referee,
@@ -114,7 +114,7 @@ def test_budget_cut_and_dedup_without_a_second_evaluation(first_job: dict[str, A
     second = recorder.tool_results()[-5:]
     assert "(identical source to an earlier compile call" in second[1] and "main.cpp:20:15" in second[1]
     assert "(identical source to an earlier benchmark call" in second[4]
-    assert result.best is not None and result.best["source"] == replay.source("slow")  # cut before the fast one
+    assert result.best is not None and result.best.source == replay.source("slow")  # cut before the fast one
 
 
 def test_openai_provider_through_the_stub_server_with_the_real_harness(referee: Referee, seed1: Problem,
@@ -136,7 +136,7 @@ def test_openai_provider_through_the_stub_server_with_the_real_harness(referee: 
                          sleep=no_sleep)
         requests = server.requests
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best["source"] == replay.source("fast")
+    assert result.best is not None and result.best.source == replay.source("fast")
     assert len(requests) == 6 and all(len(r["tools"]) == 6 for r in requests)
     fed_back = [m["content"] for m in requests[2]["messages"] if m["role"] == "tool"]
     assert fed_back[-1].startswith("check_correctness: FAIL") and "trial 0 (random inputs): FAIL" in fed_back[-1]

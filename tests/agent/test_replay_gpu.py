@@ -40,10 +40,10 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
         result = run_job(spec_for(problem, "cuda"), evaluator=referee, recorder=recorder, provider=provider)
     wall_s = time.monotonic() - started
 
-    attempts = [(a.tool, a.verdict["status"], a.verdict["stage"]) for a in recorder.attempts]
+    attempts = [(a.tool, a.verdict.status, a.verdict.stage) for a in recorder.attempts]
     rows = []
     for a in recorder.attempts:
-        v = a.verdict
+        v = a.verdict.to_dict()
         rows.append({"tool": a.tool, "status": v["status"], "stage": v["stage"],
                      "median_ms": (v.get("timing") or {}).get("median_ms"),
                      "eager_ms": (v.get("baselines") or {}).get("eager_ms"),
@@ -51,7 +51,7 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
                      "speedup_vs_eager": v.get("speedup_vs_eager"), "speedup_vs_compile": v.get("speedup_vs_compile"),
                      "pct_of_sol": v.get("pct_of_sol"), "compile_s": v.get("compile_s"),
                      "kernels": (v.get("compile") or {}).get("kernels")})
-    best = result.best or {}
+    best = result.best.to_dict() if result.best else {}
     report({"test": "agent_replay_seed1_cuda", "wall_s": wall_s, "reason": result.reason.value,
              "trajectory": result.trajectories[0].reason.value, "attempts": rows,
              "best": {k: best.get(k) for k in ("tool", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")}
@@ -65,6 +65,6 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
                         ("benchmark", "pass", "done"), ("profile", "pass", "done")]
     results = recorder.tool_results()
     assert "cuda.cu(17)" in results[1] and "scaling" in results[1]
-    assert result.best is not None and result.best["source"] == provider.source("fast")
-    assert result.best["speedup_vs_eager"] > 1.2
-    assert recorder.attempts[4].verdict["timing"]["median_ms"] < recorder.attempts[3].verdict["timing"]["median_ms"]
+    assert result.best is not None and result.best.source == provider.source("fast")
+    assert (result.best.verdict.speedup_vs_eager or 0) > 1.2
+    assert recorder.attempts[4].verdict.timing.median_ms < recorder.attempts[3].verdict.timing.median_ms

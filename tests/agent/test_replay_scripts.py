@@ -132,7 +132,7 @@ def test_each_script_runs_to_submit_against_a_fake(problem_id: str, target: str)
     result = run_job(spec_for(load_problem(problem_id), target), evaluator=fake_for(provider), recorder=recorder,
                      provider=provider, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best["source"] == provider.source("fast")
+    assert result.best is not None and result.best.source == provider.source("fast")
 
 
 def test_position_survives_summaries_and_unknown_scripts_are_refused() -> None:

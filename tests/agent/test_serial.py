@@ -48,7 +48,7 @@ def test_deep_evaluations_are_serial_on_one_thread_and_compiles_overlap() -> Non
     with SerialEvaluator(inner, timing_lock=timing_lock) as evaluator, ThreadPoolExecutor(6) as pool:
         depths = ["correctness", "benchmark", "profile", "benchmark", "correctness", "compile"]
         verdicts = list(pool.map(lambda d: evaluator.evaluate("GOOD", d), depths))
-        assert evaluator.device_specs["name"] == "NVIDIA H200"
+        assert evaluator.device_specs.name == "NVIDIA H200"
     assert [v.depth for v in verdicts] == depths and all(v.status.value == "pass" for v in verdicts)
     assert inner.peak["deep"] == 1 and inner.peak["compile"] > 1
     assert len(inner.deep_threads) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.verdict import Status
+from harness.verdict import Status, Verdict
 from store import append_message, create_trajectory, record_attempt, session_scope
 from tests.api.conftest import CANDIDATE_SOURCE, Key, job_body, verdict_dict
 
@@ -24,7 +24,7 @@ def _job_with_attempts(client: TestClient, key: Key, factory: sessionmaker[Sessi
                 tool="benchmark",
                 source=f"{CANDIDATE_SOURCE}\n# version {i}\n",
                 parent_id=None,
-                verdict_dict=verdict_dict(status, median_ms=median_ms, correct=status is Status.PASS),
+                verdict=Verdict.from_dict(verdict_dict(status, median_ms=median_ms, correct=status is Status.PASS)),
             )
     return job_id
 

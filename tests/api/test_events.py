@@ -15,7 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import StreamOptions, create_app
-from harness.verdict import Status
+from harness.verdict import Status, Verdict
 from store import JobState, Target, claim_next_job, finish_job, record_attempt, session_scope
 from tests.api.conftest import CANDIDATE_SOURCE, Key, RecordingDispatcher, job_body, serve, verdict_dict
 
@@ -82,7 +82,7 @@ def _run_job(factory: sessionmaker[Session], job_id: int, *, pause_s: float = 0.
                 tool="evaluate",
                 source=f"{CANDIDATE_SOURCE}# {i}\n",
                 parent_id=None,
-                verdict_dict=verdict_dict(status, correct=status is Status.PASS),
+                verdict=Verdict.from_dict(verdict_dict(status, correct=status is Status.PASS)),
             )
     time.sleep(pause_s)
     with session_scope(factory) as session:

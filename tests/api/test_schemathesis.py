@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from api import StreamOptions, create_app
-from harness.verdict import Status
+from harness.verdict import Status, Verdict
 from store import (
     JobState,
     Target,
@@ -65,7 +65,8 @@ def _seed(url: str) -> str:
             for i, status in enumerate((Status.FAIL, Status.PASS)):
                 record_attempt(
                     session=session, job_id=done.id, trajectory_id=None, tool="evaluate",
-                    source=f"{CANDIDATE_SOURCE}# {i}\n", parent_id=None, verdict_dict=verdict_dict(status),
+                    source=f"{CANDIDATE_SOURCE}# {i}\n", parent_id=None,
+                    verdict=Verdict.from_dict(verdict_dict(status)),
                 )
             finish_job(session=session, job_id=done.id, worker_id="seed", state=JobState.SUCCEEDED)
             return key.plaintext

@@ -171,7 +171,7 @@ def add_attempt(
         attempt = record_attempt(
             session=session, job_id=job_id, trajectory_id=None, tool=tool,
             source=source if source is not None else f"# candidate {time.monotonic_ns()}\nclass ModelNew: ...\n",
-            parent_id=None, verdict_dict=verdict_dict,
+            parent_id=None, verdict=Verdict.from_dict(verdict_dict),
         )
         if tokens or cost_usd:
             add_job_usage(session=session, job_id=job_id, tokens_in=tokens, tokens_out=tokens // 4, cost_usd=cost_usd)
@@ -329,7 +329,7 @@ def record_session(recorder: Any, trajectory: int, turns: Sequence[Turn], *, use
         if turn.source is not None and turn.verdict is not None:
             parent = None if turn.parent is None else source_sha256(turn.parent)
             recorder.attempt(trajectory=trajectory, tool=turn.tool, source=turn.source, parent_sha256=parent,
-                             verdict=turn.verdict)
+                             verdict=Verdict.from_dict(turn.verdict))
             feedback = turn.feedback or f"{turn.verdict['status']}: {turn.verdict['message'] or 'correct'}"
         else:
             feedback = turn.feedback

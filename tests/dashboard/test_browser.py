@@ -23,7 +23,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from harness import Status
+from harness import Status, Verdict
 from problems import parse_problem
 from store import JobKind, JobState, Target, create_job, session_scope
 from tests.dashboard.support import (
@@ -150,7 +150,7 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
                          tool_calls=[{"id": "c1", "type": "function", "function": {"name": "compile"}}],
                          tokens_in=5200, tokens_out=800)
         recorder.attempt(trajectory=0, tool="compile", source=broken, parent_sha256=None,
-                         verdict=verdict(Status.ERROR))
+                         verdict=Verdict.from_dict(verdict(Status.ERROR)))
     _wait(browser, lambda b: b.find_elements(By.ID, "attempt-1"), "attempt 1's row without a reload")
     _wait(browser, lambda b: _text(b, "now-text").startswith("attempt 1 judged: error"), "the verdict in the panel")
     _wait(browser, lambda b: _count(b, "#timeline li.tl-attempt") == 1, "the attempt in the timeline")
@@ -160,7 +160,7 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
     # A timed attempt: a point in trajectory 0's colour, the best so far.
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.attempt(trajectory=0, tool="benchmark", source=slow, parent_sha256=None,
-                         verdict=verdict(median_ms=4.0 / 1.31))
+                         verdict=Verdict.from_dict(verdict(median_ms=4.0 / 1.31)))
     _wait(browser, lambda b: _count(b, "#chart circle.pt.series-0") == 1, "the timed point")
     _wait(browser, lambda b: _text(b, "best-eager") == "1.31×", "the new best")
     _wait(browser, lambda b: "load_inline" in _text(b, "best-source"), "the best kernel's source")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from harness import Status
+from harness.verdict import Verdict
 from problems import load_problem, parse_problem
 from store import JobKind, Target, create_job, session_scope, source_sha256
 from tests.dashboard.support import (
@@ -158,7 +159,7 @@ def test_the_attempt_page_is_its_owners_and_escapes_what_it_shows(service: Servi
                         source='x = "</pre><script>alert(1)</script>"\n')
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.attempt(trajectory=None, tool="benchmark", source='x = "fixed"\n', parent_sha256=source_sha256(
-            'x = "</pre><script>alert(1)</script>"\n'), verdict=verdict(median_ms=2.0))
+            'x = "</pre><script>alert(1)</script>"\n'), verdict=Verdict.from_dict(verdict(median_ms=2.0)))
     with httpx.Client(base_url=service.base_url) as client:
         _login(client, service.key)
         page = client.get(f"/dashboard/jobs/{job_id}/attempts/{first}")

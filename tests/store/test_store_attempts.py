@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ def _record(
         tool=kwargs.pop("tool", "benchmark"),
         source=source,
         parent_id=kwargs.pop("parent_id", None),
-        verdict_dict=verdict.to_dict(),
+        verdict=verdict,
     )
 
 
@@ -77,18 +78,15 @@ def test_failed_verdicts_fill_what_they_have(session: Session, build: Any) -> No
     assert attempt.median_ms is None and attempt.speedup_vs_eager is None and attempt.pct_of_sol is None
 
 
-def test_not_a_verdict_is_refused(session: Session, build: Any) -> None:
+def test_a_timed_pass_short_of_a_benchmark_never_becomes_best(session: Session, build: Any) -> None:
+    """`Verdict.is_verified` decides: a profile that carries a time is still no verified kernel."""
     job = build.job()
-    with pytest.raises(ValueError, match="not a verdict"):
-        record_attempt(
-            session=session,
-            job_id=job.id,
-            trajectory_id=None,
-            tool="compile",
-            source="x",
-            parent_id=None,
-            verdict_dict={"status": "great"},
-        )
+    profiled = dataclasses.replace(build.verdict(median_ms=0.5), depth="profile")
+    assert not profiled.is_verified
+    _record(session, job.id, profiled, tool="profile")
+    assert get_job(session=session, job_id=job.id).best_attempt_id is None
+    timed = _record(session, job.id, build.verdict(median_ms=2.0), source="b")
+    assert get_job(session=session, job_id=job.id).best_attempt_id == timed.id
 
 
 def test_best_attempt_is_the_fastest_pass(session: Session, build: Any) -> None:

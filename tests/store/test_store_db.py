@@ -13,6 +13,7 @@ from sqlalchemy.exc import StatementError
 from sqlalchemy.orm import Session, sessionmaker
 
 import store
+from harness.verdict import Verdict
 from store import Attempt, Job, get_baseline, make_engine, put_baseline, session_scope
 from store._sql import dumps_json
 from store.db import SQLITE_BUSY_TIMEOUT_MS, normalize_url
@@ -77,7 +78,7 @@ def test_non_finite_numbers_become_null_in_json(session: Session, build: Any) ->
         tool="benchmark",
         source="s",
         parent_id=None,
-        verdict_dict=verdict,
+        verdict=Verdict.from_dict(verdict),
     )
     session.commit()
     session.expire_all()

@@ -20,11 +20,11 @@ from store import (
     Job,
     JobEvent,
     JobKind,
-    JobSpec,
     JobState,
     LeaseLost,
     LeaseStatus,
     Message,
+    NewJob,
     NotFound,
     StoredProblem,
     Target,
@@ -262,7 +262,7 @@ def test_reaper_requeues_then_fails_keeping_attempts(session: Session, build: An
         tool="benchmark",
         source="v1",
         parent_id=None,
-        verdict_dict=build.verdict().to_dict(),
+        verdict=build.verdict(),
     )
     session.commit()
 
@@ -391,7 +391,7 @@ def test_delete_job_removes_its_rows_and_code(session: Session, build: Any) -> N
             tool="benchmark",
             source="a",
             parent_id=None,
-            verdict_dict=build.verdict().to_dict(),
+            verdict=build.verdict(),
         )
         record_attempt(
             session=session,
@@ -400,7 +400,7 @@ def test_delete_job_removes_its_rows_and_code(session: Session, build: Any) -> N
             tool="benchmark",
             source="b",
             parent_id=parent.id,
-            verdict_dict=build.verdict(Status.FAIL, correct=False).to_dict(),
+            verdict=build.verdict(Status.FAIL, correct=False),
         )
     with pytest.raises(IllegalTransition, match="cancel it first"):
         delete_job(session=session, job_id=jobs[0].id)
@@ -441,8 +441,8 @@ def test_create_jobs_stores_what_create_job_does_in_two_inserts(session: Session
     problem = build.problem()
     single = create_job(session=session, problem_id=problem.id, target=Target.CPU, budgets={"turns": 3})
     specs = [
-        JobSpec(problem_id=problem.id, target=Target.CPU, budgets={"turns": 3}),
-        JobSpec(problem_id=problem.id, target=Target.CUDA, kind=JobKind.EVALUATION, candidate_source="x = 1"),
+        NewJob(problem_id=problem.id, target=Target.CPU, budgets={"turns": 3}),
+        NewJob(problem_id=problem.id, target=Target.CUDA, kind=JobKind.EVALUATION, candidate_source="x = 1"),
     ]
     jobs = create_jobs(session=session, specs=specs)
     assert [j.id for j in jobs] == [single.id + 1, single.id + 2]
@@ -457,4 +457,4 @@ def test_create_jobs_stores_what_create_job_does_in_two_inserts(session: Session
     assert claimed is not None and claimed.last_event_id == 2
     assert [e.id for e in events_after(session=session, job_id=jobs[0].id)] == [1, 2]
     with pytest.raises(ValueError):
-        create_jobs(session=session, specs=[JobSpec(problem_id=problem.id, target=Target.CPU, trajectories_count=0)])
+        create_jobs(session=session, specs=[NewJob(problem_id=problem.id, target=Target.CPU, trajectories_count=0)])

@@ -18,7 +18,7 @@ def test_counts_by_state_status_and_events(session: Session, build: Any) -> None
     for i, status in enumerate((Status.PASS, Status.FAIL, Status.FAIL)):
         record_attempt(session=session, job_id=first.id, trajectory_id=None, tool="evaluate",
                        source=f"# {i}\n", parent_id=None,
-                       verdict_dict=Builders.verdict(status, correct=status is Status.PASS).to_dict())
+                       verdict=Builders.verdict(status, correct=status is Status.PASS))
     append_event(session=session, job_id=first.id, type="progress", payload={})
     session.commit()
     counts = read_store_counts(session=session)

@@ -12,4 +12,5 @@ from tests.worker.support import quick_options
 from worker.wiring import create_worker_app
 
 settings = load_settings()
-app = create_worker_app(settings, harness_options=quick_options(settings.resolved_cache_dir), agent=fake_agent)
+app = create_worker_app(settings, harness_options=quick_options(settings.resolved_cache_dir),
+                        run_agent=fake_agent.run_job)

@@ -20,7 +20,7 @@ def main() -> None:
     settings = load_settings()
     factory = make_session_factory(make_engine(settings.resolved_database_url))
     EmbeddedWorker(settings=settings, session_factory=factory, target=Target(settings.worker_target),
-                   harness_options=quick_options(settings.resolved_cache_dir), agent=fake_agent).serve()
+                   harness_options=quick_options(settings.resolved_cache_dir), run_agent=fake_agent.run_job).serve()
 
 
 if __name__ == "__main__":

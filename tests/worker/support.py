@@ -76,7 +76,7 @@ def evaluation_job(session: Session, source: str = SEED1_CPU, target: Target = T
 def agent_job(session: Session, script: str, *, trajectories: int = 1, llm_profile: str = "replay",
               target: Target = Target.CPU) -> int:
     job = create_job(session=session, problem_id=problem_row_id(session), target=target, kind=JobKind.AGENT,
-                     llm_profile=llm_profile, budgets={"turns": 4, "script": script},
+                     llm_profile=llm_profile, llm_model=script, budgets={"turns": 4},
                      trajectories_count=trajectories)
     return job.id
 

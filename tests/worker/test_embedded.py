@@ -29,7 +29,7 @@ from worker.runner import RunOutcome
 
 def _worker(settings: Settings, factory: sessionmaker[Session], target: Target = Target.CPU) -> EmbeddedWorker:
     return EmbeddedWorker(settings=settings, session_factory=factory, target=target,
-                          harness_options=quick_options(settings.resolved_cache_dir), agent=fake_agent)
+                          harness_options=quick_options(settings.resolved_cache_dir), run_agent=fake_agent.run_job)
 
 
 @pytest.mark.slow

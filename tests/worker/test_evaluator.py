@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from agent.retry import NO_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from harness.devices import DeviceSpecs
 from worker.devicelock import device_key, device_lock
 from worker.evaluator import RefereeEvaluator
 
@@ -55,18 +57,19 @@ class Referee:
         return self.answers[depth].pop(0)
 
     @property
-    def device_specs(self) -> dict[str, Any]:
+    def device_specs(self) -> DeviceSpecs:
         if self.specs_failures:
             self.specs_failures -= 1
             raise ReferenceFailed("the reference process failed to start")
-        return {"name": "fake", "thread": threading.current_thread().name}
+        # The name says which thread asked (the reference's own, not the caller's).
+        return DeviceSpecs(target="cpu", name=threading.current_thread().name)
 
     def close(self) -> None:
         self.closed += 1
 
 
 def _evaluator(referee: Referee, cache: Path, **kw: Any) -> RefereeEvaluator:
-    kw.setdefault("retry_delays_s", (0.0, 0.0))
+    kw.setdefault("retry", InfraRetry(delays_s=(0.0, 0.0)))
     return RefereeEvaluator(referee, cache_dir=cache, device_key="gpu-0", **kw)
 
 
@@ -106,7 +109,7 @@ def test_infra_failures_restart_the_reference_and_are_not_charged(tmp_path: Path
     assert evaluator.evaluate("s") is PASSED  # one more infra, then a pass
     assert evaluator.infra_failures == 4 and evaluator.charged_seconds > 0
 
-    no_retries = _evaluator(Referee(Target.CPU, {"benchmark": [INFRA]}), tmp_path, retry_delays_s=())
+    no_retries = _evaluator(Referee(Target.CPU, {"benchmark": [INFRA]}), tmp_path, retry=NO_RETRY)
     assert no_retries.evaluate("s").error_kind is ErrorKind.INFRA
 
 
@@ -114,7 +117,7 @@ def test_device_specs_retry_a_reference_that_failed_to_start(tmp_path: Path) -> 
     referee = Referee(Target.CPU, {})
     referee.specs_failures = 2
     specs = _evaluator(referee, tmp_path).device_specs
-    assert specs["thread"].startswith("referee") and referee.closed == 2
+    assert specs.name.startswith("referee") and referee.closed == 2
     referee.specs_failures = 3
     with pytest.raises(ReferenceFailed):
         _ = _evaluator(referee, tmp_path).device_specs
@@ -125,7 +128,7 @@ def test_escaping_errors_become_infra_verdicts(tmp_path: Path) -> None:
         def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
             raise OSError(28, "No space left on device")
 
-    verdict = _evaluator(Broken(Target.CPU, {}), tmp_path, retry_delays_s=()).evaluate("s", "correctness")
+    verdict = _evaluator(Broken(Target.CPU, {}), tmp_path, retry=NO_RETRY).evaluate("s", "correctness")
     assert verdict.error_kind is ErrorKind.INFRA and "No space left" in verdict.message
     assert verdict.depth == "correctness"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent.retry import NO_RETRY
 from config import Settings
 from harness import CompileResult, Depth, Stage, Status, Target, Timing, Verdict
 from store import claim_job, session_scope
@@ -42,7 +43,7 @@ def _verdict(*, compile_s: float, timed: bool = True) -> Verdict:
 def test_an_evaluation_counts_its_time_its_build_and_its_gpu_seconds(tmp_path: Path) -> None:
     # On cuda the evaluator compiles first (a real build: 12.5 s), then evaluates with the build cached.
     referee = ScriptedReferee([_verdict(compile_s=12.5, timed=False), _verdict(compile_s=0.0)], target=Target.CUDA)
-    evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="gpu-test", retry_delays_s=())
+    evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="gpu-test", retry=NO_RETRY)
     labels = {"target": "cuda", "depth": "benchmark", "status": "pass"}
     before = {
         "evaluations": _value("kernelloop_worker_evaluation_seconds_count", **labels),
@@ -63,7 +64,7 @@ def test_an_evaluation_counts_its_time_its_build_and_its_gpu_seconds(tmp_path: P
 
 def test_infra_failures_are_counted_and_never_charged_as_gpu_time(tmp_path: Path) -> None:
     referee = ScriptedReferee([INFRA], target=Target.CPU)
-    evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="cpu", retry_delays_s=())
+    evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="cpu", retry=NO_RETRY)
     gpu_before = _value("kernelloop_worker_gpu_seconds_total")
     try:
         added = _delta(lambda: _value("kernelloop_worker_infra_failures_total", target="cpu"),

@@ -81,12 +81,13 @@ def test_round_trip(factory: sessionmaker[Session]) -> None:
     recorder.attempt(trajectory=0, tool="benchmark", source=SEED1_CPU, parent_sha256=None,
                      verdict=_verdict(median_ms=2.0))
     recorder.attempt(trajectory=1, tool="check_correctness", source=SEED1_CPU_WRONG, parent_sha256=sha,
-                     verdict=_verdict(Status.FAIL, median_ms=None).to_dict())
+                     verdict=_verdict(Status.FAIL, median_ms=None))
     infra = _verdict(infra=True)
     recorder.attempt(trajectory=1, tool="benchmark", source=SEED1_CPU_WRONG, parent_sha256=sha, verdict=infra)
 
     found = recorder.find_attempt(source_sha256=sha, tool="benchmark")
-    assert found is not None and found["status"] == "pass" and found["timing"]["median_ms"] == 2.0
+    assert found is not None and found.status is Status.PASS and found.timing is not None
+    assert found.timing.median_ms == 2.0
     assert recorder.find_attempt(source_sha256=sha, tool="compile") is None
     # An infra verdict is never served again.
     assert recorder.find_attempt(source_sha256=source_sha256(SEED1_CPU_WRONG), tool="benchmark") is None

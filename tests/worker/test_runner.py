@@ -1,4 +1,4 @@
-"""`worker.runner.run_job` in-process on SQLite: evaluation and agent jobs, infra retries, cancel, loss.
+"""`worker.runner.run_claimed_job` in-process on SQLite: evaluation and agent jobs, infra retries, cancel, loss.
 
 Evaluations on the CPU target use the seed-1 examples, whose build is in the shared test cache.
 """
@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent import Budgets
+from agent.retry import InfraRetry
 from config import Settings
 from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
+from harness.devices import DeviceSpecs
 from store import (
     JobState,
     TrajectoryState,
@@ -31,7 +34,7 @@ from store import (
 )
 from tests.worker import fake_agent
 from tests.worker.support import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options, wait_for
-from worker.runner import RunOutcome, agent_budgets, retime_options, run_job
+from worker.runner import RunOutcome, agent_budgets, retime_options, run_claimed_job
 
 WORKER = "test-worker"
 
@@ -43,8 +46,8 @@ def _claim(factory: sessionmaker[Session], job_id: int, worker: str = WORKER) ->
 
 def _run(settings: Settings, factory: sessionmaker[Session], job_id: int, **kwargs: Any) -> RunOutcome:
     kwargs.setdefault("harness_options", quick_options(settings.resolved_cache_dir))
-    kwargs.setdefault("agent", fake_agent)
-    return run_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER, **kwargs)
+    kwargs.setdefault("run_agent", fake_agent.run_job)
+    return run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER, **kwargs)
 
 
 def _events(factory: sessionmaker[Session], job_id: int) -> list[tuple[str, dict[str, Any]]]:
@@ -98,8 +101,8 @@ class ScriptedReferee:
         return self.verdicts.pop(0)
 
     @property
-    def device_specs(self) -> dict[str, Any]:
-        return {"name": "fake"}
+    def device_specs(self) -> DeviceSpecs:
+        return DeviceSpecs(target="cpu", name="fake")
 
     def close(self) -> None:
         self.closed += 1
@@ -118,7 +121,7 @@ def test_infra_failures_are_retried_then_the_job_succeeds(
         job_id = evaluation_job(session)
     _claim(sqlite_factory, job_id)
     outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: referee,
-                   retry_delays_s=(0.0, 0.0))
+                   retry=InfraRetry(delays_s=(0.0, 0.0)))
     assert outcome is RunOutcome.SUCCEEDED
     assert referee.asked == ["benchmark"] * 3 and referee.closed >= 3
     with session_scope(sqlite_factory) as session:
@@ -135,7 +138,7 @@ def test_infra_failures_on_every_try_fail_the_job_with_the_reason(
         job_id = evaluation_job(session)
     _claim(sqlite_factory, job_id)
     outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: ScriptedReferee([INFRA] * 3),
-                   retry_delays_s=(0.0, 0.0))
+                   retry=InfraRetry(delays_s=(0.0, 0.0)))
     assert outcome is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         job = get_job(session=session, job_id=job_id)
@@ -170,11 +173,9 @@ def test_an_agent_job_runs_the_agent_with_the_evaluator_and_recorder(
 
 
 def test_agent_budgets_merge_the_job_over_the_defaults(sqlite_settings: Settings) -> None:
-    budgets = agent_budgets(fake_agent.Budgets, {"turns": 4, "unknown": 1}, sqlite_settings)
-    assert budgets == fake_agent.Budgets(turns=4, tool_calls=30, max_tokens=400_000, max_cost_usd=5.0,
-                                         wall_clock_s=3600.0)
-    real = pytest.importorskip("agent.job")
-    assert agent_budgets(real.Budgets, {"tool_calls": 12}, sqlite_settings).tool_calls == 12
+    budgets = agent_budgets({"turns": 4, "unknown": 1, "max_cost_usd": None}, sqlite_settings)
+    assert budgets == Budgets(turns=4, tool_calls=30, max_tokens=400_000, max_cost_usd=5.0, wall_clock_s=3600.0)
+    assert agent_budgets({"tool_calls": 12}, sqlite_settings).tool_calls == 12
 
 
 def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(

@@ -16,7 +16,7 @@ from worker.tasks import RUN_JOB, SKIPPED, DatabaseUnavailable, WorkerContext, c
 
 def _context(settings: Settings, factory: sessionmaker[Session], target: Target = Target.CPU) -> WorkerContext:
     return WorkerContext(settings=settings, session_factory=factory, worker_id="celery-test", target=target,
-                         agent=fake_agent)
+                         run_agent=fake_agent.run_job)
 
 
 def _never(job_id: int, target: Target) -> None:

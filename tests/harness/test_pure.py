@@ -1,0 +1,46 @@
+"""Pure pieces of the referee: the roofline's speed of light, the seed derivation, the verified rule."""
+
+import dataclasses
+
+import torch
+
+from harness.devices import DeviceSpecs
+from harness.roofline import sol_ms
+from harness.seeds import derive_seed, plan_trials
+from harness.verdict import Baselines, Stage, Status, Timing, Verdict
+
+_SPECS = DeviceSpecs(target="cuda", name="H200", peak_flops={"fp32": 50e12, "bf16": 1000e12},
+                     measured_bandwidth=4e12)
+
+
+def test_sol_ms_is_the_larger_of_the_compute_and_the_memory_floor() -> None:
+    assert sol_ms(100e9, 4e9, _SPECS, torch.float32) == 2.0  # compute-bound: 100 GFLOP at 50 TFLOP/s
+    assert sol_ms(1e9, 4e9, _SPECS, torch.float32) == 1.0  # memory-bound: 4 GB at 4 TB/s
+    assert sol_ms(100e9, 0.0, _SPECS, torch.bfloat16) == 0.1  # bf16 outputs use the bf16 rate
+
+
+def test_a_precision_without_a_peak_uses_fp32() -> None:
+    assert _SPECS.peak_for(str(torch.float16)) == 50e12
+    assert DeviceSpecs.from_dict({**_SPECS.to_dict(), "unknown": 1}) == _SPECS
+
+
+def test_seeds_are_stable_distinct_and_secret_dependent() -> None:
+    assert derive_seed(1234, "weights") == derive_seed(1234, "weights")
+    assert derive_seed(1234, "weights") != derive_seed(1234, "trial:0") != derive_seed(1235, "trial:0")
+    assert 0 <= derive_seed(1234, "weights") < 2**63
+
+
+def test_the_trial_plan_orders_random_variant_then_shapes() -> None:
+    plan = plan_trials(7, trials=2, input_variants=True, extra_shapes=[{"N": 3}])
+    assert [t.kind for t in plan] == ["random", "random", "variant", "shape:0"]
+    assert [t.seed for t in plan] == [derive_seed(7, f"trial:{i}") for i in range(4)]
+    assert plan[3].overrides == {"N": 3}
+
+
+def test_only_a_timed_benchmark_pass_is_verified() -> None:
+    timed = Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing(samples_ms=(1.0,)),
+                    baselines=Baselines(eager=Timing(samples_ms=(2.0,)), compiled=None))
+    assert timed.is_verified
+    assert not dataclasses.replace(timed, depth="correctness").is_verified
+    assert not dataclasses.replace(timed, timing=None).is_verified
+    assert not dataclasses.replace(timed, status=Status.SUSPICIOUS).is_verified
