@@ -290,10 +290,10 @@ class ToolExecutor:
         if verdict.error_kind is ErrorKind.INFRA:
             return ToolResult(f"{tool.value} could not run because of a problem on our side (not your code); it "
                               "was not charged to your budget. Call it again.", charged=False, infra_failure=True)
-        if verdict.get("error_kind") == ErrorKind.PROBLEM.value:
+        if verdict.error_kind is ErrorKind.PROBLEM:
             # The user's reference failed: no candidate can be judged, and the job stops.
             return ToolResult(f"{tool.value} could not judge your code: the problem's own reference code failed "
-                              f"({verdict.get('message', '')[:500]}). This is not your code's fault; the job stops.",
+                              f"({verdict.message[:500]}). This is not your code's fault; the job stops.",
                               charged=False, verdict=verdict, source=source)
         ledger.observe(tool.value, verdict, source, trajectory)
         ledger.charge_compile(verdict)

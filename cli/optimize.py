@@ -57,7 +57,7 @@ def fail_orphaned_jobs(factory: Any) -> list[int]:
     with session_scope(factory) as session:
         running = list_jobs(session=session, state=JobState.RUNNING, limit=500).items
         orphans = [(job.id, job.worker_id) for job in running
-                   if (job.worker_id or "").startswith(prefix) and job.worker_id[len(prefix):].isdigit()
+                   if job.worker_id and job.worker_id.startswith(prefix) and job.worker_id[len(prefix):].isdigit()
                    and not _process_alive(int(job.worker_id[len(prefix):]))]
     for job_id, worker_id in orphans:
         with session_scope(factory) as session:

@@ -35,8 +35,6 @@ from harness.verdict import Timing
 __all__ = ["TimedRun", "call_scale", "clone_output", "load_inputs", "scaled_inputs", "time_callable"]
 
 _perf_counter = time.perf_counter
-_getloadavg = getattr(os, "getloadavg", None)
-_sched_getaffinity = getattr(os, "sched_getaffinity", None)
 _monotonic = time.monotonic
 _Event = torch.cuda.Event
 _event_record = torch.cuda.Event.record
@@ -56,13 +54,21 @@ NOISY_REL_STDERR = 0.02
 NOISY_CPU_SPREAD = 0.25
 
 
+def _getloadavg() -> tuple[float, float, float]:
+    return os.getloadavg()
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 def cpu_load_warnings(timing: Timing) -> list[str]:
     """``noisy`` warnings of a CPU timing taken on a loaded host or with a wide spread: other work
     on the cores only ever slows calls down, so such a median overstates the kernel's time."""
     warnings = []
     try:
-        load, cores = _getloadavg()[0], len(_sched_getaffinity(0))
-    except (OSError, TypeError):  # a platform without them: no load figure
+        load, cores = _getloadavg()[0], _usable_cores()
+    except (OSError, AttributeError):  # a platform without them: no load figure
         load, cores = 0.0, 1
     if load > cores:
         warnings.append(f"noisy: the host was loaded (load average {load:.1f} on {cores} usable cores): "

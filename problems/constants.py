@@ -151,7 +151,7 @@ def module_constants(tree: ast.Module, overrides: dict[str, Any] | None = None) 
 def literal_sizes(tree: ast.Module) -> dict[str, int | tuple[int, ...]]:
     """The size constants set from literals (not derived from other constants): integers of at
     least 2 and tuples/lists of them, by name, with their values."""
-    reads_names = set()
+    reads_names: set[str] = set()
     for targets, value in _assignments(tree):
         if any(isinstance(n, ast.Name) for n in ast.walk(value)):
             reads_names.update(name for t in targets for name in _names_in(t))

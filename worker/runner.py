@@ -333,8 +333,7 @@ def _run_agent(
         trajectories=job.trajectories_count,
         random_trials=options.trials,
     )
-    # RefereeEvaluator gains cancel() (agent.Evaluator) with the referee's own (issue 13's branch).
-    result = run_agent(spec, evaluator=evaluator, recorder=recorder, provider=None)  # type: ignore[arg-type]
+    result = run_agent(spec, evaluator=evaluator, recorder=recorder, provider=None)
     quarantined = result.quarantined[:MAX_RETIMES]
     if quarantined and not recorder.cancelled():
         _retime(quarantined, problem, job, options, recorder, referee_factory)

@@ -42,12 +42,13 @@ class CandidateRun:
     def result(self) -> BenchResult:
         v = self.verdict
         passed = v is not None and v.status is Status.PASS
+        timed = v if passed else None
         return BenchResult(
             problem=self.entry.name, job_id=0,
             state="no candidate" if v is None else v.status.value, correct=passed,
-            speedup_vs_eager=v.speedup_vs_eager if passed else None,
-            speedup_vs_compile=v.speedup_vs_compile if passed else None,
-            median_ms=v.timing.median_ms if passed and v.timing else None, tokens=0, cost_usd=0.0)
+            speedup_vs_eager=timed.speedup_vs_eager if timed else None,
+            speedup_vs_compile=timed.speedup_vs_compile if timed else None,
+            median_ms=timed.timing.median_ms if timed and timed.timing else None, tokens=0, cost_usd=0.0)
 
 
 def _problem(entry: SuiteEntry) -> Problem:

@@ -350,14 +350,14 @@ def in_user_terms(exc: ApiError) -> str:
     """What an API error means for someone at the command line, and what to type about it."""
     detail = exc.detail
     quota = exc.quota or {}
-    used, limit = quota.get("used"), quota.get("limit")
+    used, limit = int(quota.get("used") or 0), int(quota.get("limit") or 0)
     if exc.quota_name == "max_concurrent_jobs":
-        counts = f"{int(used)} jobs queued or running, and may have {int(limit)} at once" if quota else (
+        counts = f"{used} jobs queued or running, and may have {limit} at once" if quota else (
             "as many jobs queued or running as it may have")
         return (f"this key has {counts}: wait for one to end, or cancel one with `kernelloop cancel JOB_ID` "
                 "(list them: `kernelloop jobs --state running`)")
     if exc.quota_name == "max_jobs_per_day":
-        counts = (f"{int(used)} jobs in the last 24 hours, its limit is {int(limit)}" if quota
+        counts = (f"{used} jobs in the last 24 hours, its limit is {limit}" if quota
                   else "its jobs for the day")
         return (f"this key created {counts}: try again later, or ask the service's admin for a higher limit "
                 "(`kernelloop keys create --max-per-day N` makes a key with one)")

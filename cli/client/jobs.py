@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -43,7 +43,7 @@ def _when(value: str | None) -> str:
     return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def jobs_table(items: list[Mapping[str, Any]], *, title: str) -> Table:
+def jobs_table(items: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     table = Table(title=title)
     for name, justify in (("id", "right"), ("state", "left"), ("problem", "left"), ("target", "left"),
                           ("LLM", "left"), ("attempts", "right"), ("best vs eager", "right"),
