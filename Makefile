@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
 
-.PHONY: setup demo test test-gpu clean
+.PHONY: setup demo test test-examples test-gpu clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,11 @@ test: setup
 	scripts/ensure-compose || echo "no Compose implementation: the compose file check will be skipped"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not gpu" -q
+	$(PY) -m pytest -m "not gpu and not examples" -q
+
+## Every bundled level-1 example's CPU kernel through the referee (`make test` runs three of them).
+test-examples: setup
+	$(PY) -m pytest -m examples -q tests/examples
 
 ## On a GPU machine: the harness's GPU tests (torch + pytest only).
 test-gpu:
