@@ -174,6 +174,6 @@ def test_the_compile_budget_counts_fresh_compiles_only() -> None:
 def test_a_compile_error_without_compiler_text_says_so_instead_of_an_empty_heading() -> None:
     verdict = Verdict(status=Status.ERROR, stage=Stage.COMPILE, message="",
                       compile=CompileResult(ok=False, seconds=1.0))
-    text = verdict_feedback("compile", verdict.to_dict())
+    text = verdict_feedback("compile", verdict)
     assert "first compiler errors:" not in text
     assert "the compiler printed no error text" in text

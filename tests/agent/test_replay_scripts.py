@@ -86,7 +86,7 @@ def test_each_level1_script_runs_to_submit_against_a_fake(demo: Level1Demo, targ
     result = run_job(spec_for(load_problem(demo.problem_id), target), evaluator=evaluator, recorder=MemoryRecorder(),
                      provider=provider, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best["source"] == provider.source("fast")
+    assert result.best is not None and result.best.source == provider.source("fast")
 
 
 @pytest.mark.parametrize(("problem_id", "target"), ALL)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent.retry import InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
 from worker.evaluator import RefereeEvaluator
 
@@ -44,7 +45,7 @@ def _evaluator(referee: FailingReferee, tmp_path: Path, told: list[Verdict]) -> 
     def no_sleep(seconds: float) -> None:
         raise AssertionError(f"a problem failure must not be retried (slept {seconds} s)")
 
-    return RefereeEvaluator(referee, cache_dir=tmp_path, device_key="cpu", retry_delays_s=(2.0, 10.0),
+    return RefereeEvaluator(referee, cache_dir=tmp_path, device_key="cpu", retry=InfraRetry(delays_s=(2.0, 10.0)),
                             on_problem_failure=told.append, sleep=no_sleep)
 
 

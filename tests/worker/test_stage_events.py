@@ -6,13 +6,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent.retry import NO_RETRY
 from config import Settings
 from harness import Depth, Stage, StageEvent, StageListener, StageName, StagePhase, Status, Target, Verdict
 from store import claim_job, events_after, session_scope
 from tests.worker import fake_agent
 from tests.worker.support import evaluation_job, quick_options
 from worker.recorder import WorkerEvent
-from worker.runner import RunOutcome, run_job
+from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "stage-worker"
 
@@ -48,9 +49,10 @@ def test_stage_events_are_stored_as_job_events_in_order(
         job_id = evaluation_job(session)
     with session_scope(sqlite_factory) as session:
         assert claim_job(session=session, job_id=job_id, worker_id=WORKER, lease_seconds=30) is not None
-    outcome = run_job(job_id, settings=sqlite_settings, session_factory=sqlite_factory, worker_id=WORKER,
-                      harness_options=quick_options(sqlite_settings.resolved_cache_dir), agent=fake_agent,
-                      referee_factory=lambda *a: StagedReferee(), retry_delays_s=())
+    outcome = run_claimed_job(job_id, settings=sqlite_settings, session_factory=sqlite_factory, worker_id=WORKER,
+                              harness_options=quick_options(sqlite_settings.resolved_cache_dir),
+                              run_agent=fake_agent.run_job, referee_factory=lambda *a: StagedReferee(),
+                              retry=NO_RETRY)
     assert outcome is RunOutcome.SUCCEEDED
     with session_scope(sqlite_factory) as session:
         events = [(e.type, dict(e.payload)) for e in events_after(session=session, job_id=job_id)]
