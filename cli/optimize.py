@@ -203,5 +203,6 @@ def optimize(
     dashboard = f"http://{settings.api_host}:{settings.api_port}/dashboard/jobs/{job_id}"
     for line in view.summary(replay_hint=f"kernelloop replay {job_id}", dashboard_url=dashboard):
         console.print(line, highlight=False)
-    console.print(dashboard_hint(settings, job_id), highlight=False)
+    console.print(f"(the dashboard is served by `kernelloop up`; sign in with your local key: "
+                  f"`cat {settings.local_key_path}`)", highlight=False)
     raise typer.Exit(0 if view.job.get("best") else 1)
