@@ -1,7 +1,7 @@
 """``kernelloop optimize``: one agent job on the embedded default, with live progress.
 
 The job goes through the same store and runner as a service job (SQLite in the data directory,
-no Redis): it is created, claimed by this process and run by `worker.runner.run_job` in a thread
+no Redis): it is created, claimed by this process and run by `worker.runner.run_claimed_job` in a thread
 while the main thread feeds the job's events, as they are stored, to the live view ``watch``
 uses (`cli.client.view.JobView`): the attempts table, the referee's stage with its elapsed
 time, the steps a cold cache pays for once, the budgets; then a summary in words.
@@ -99,6 +99,7 @@ def optimize(
     from config import load_settings
     from store import (
         JobKind,
+        claim_job,
         create_job,
         events_after,
         get_job,
@@ -108,9 +109,8 @@ def optimize(
         session_scope,
     )
     from store import Target as StoreTarget
-    from store.jobs import claim_job
     from store.migrate import upgrade
-    from worker.runner import run_job
+    from worker.runner import run_claimed_job
 
     try:
         spec = load_problem(problem)
@@ -154,7 +154,7 @@ def optimize(
 
     def work() -> None:
         try:
-            run_job(job_id, settings=settings, session_factory=factory, worker_id=worker_id)
+            run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=worker_id)
         except BaseException as exc:  # noqa: BLE001 - shown to the user after the progress view ends
             failure.append(exc)
 

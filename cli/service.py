@@ -293,7 +293,7 @@ def embedded_worker(
     parent_pid: Annotated[int, typer.Option()],
 ) -> None:
     """One of `up`'s embedded workers (started by it, not by hand)."""
-    from worker.embedded import main as worker_main
+    from worker.embedded import run_embedded_worker as worker_main
     from worker.embedded import stop_now
 
     # It must not outlive `up` by more than a few seconds however `up` dies (kill -9 included):

@@ -76,7 +76,7 @@ from store.models import (
     Trajectory,
     utcnow,
 )
-from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Page, RowPage, check_limit, keyset_page, offset_page
+from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RowPage, check_limit, keyset_page, offset_page
 from store.payloads import (
     EVENT_PAYLOADS,
     AttemptPayload,
@@ -130,7 +130,6 @@ __all__ = [
     "MessagePayload",
     "NewJob",
     "NotFound",
-    "Page",
     "ProgressPayload",
     "ReapedJob",
     "RowPage",

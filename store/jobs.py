@@ -21,15 +21,7 @@ from store._sql import write_row
 from store.errors import IllegalTransition, NotFound, StoreError
 from store.events import EventType, append_event
 from store.leases import (
-    LeaseStatus,
-    ReapedJob,
     _state_event,
-    claim_job,
-    claim_next_job,
-    finish_job,
-    heartbeat,
-    reap_expired_leases,
-    redispatch_stale_jobs,
 )
 from store.models import Job, JobEvent, StoredProblem, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
@@ -39,25 +31,16 @@ from store.states import JobKind, JobState, Target, transition
 __all__ = [
     "CancelOutcome",
     "JobProblem",
-    # Moved to `store.leases`, importable from here for this wave's branches:
-    "LeaseStatus",
     "NewJob",
-    "ReapedJob",
     "add_job_usage",
     "cancel_job",
-    "claim_job",
-    "claim_next_job",
     "create_job",
     "create_jobs",
     "delete_job",
     "discard_new_jobs",
-    "finish_job",
     "get_job",
-    "heartbeat",
     "list_job_problems",
     "list_jobs",
-    "reap_expired_leases",
-    "redispatch_stale_jobs",
 ]
 
 _CANCEL_TRIES = 3

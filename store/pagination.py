@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "Page", "RowPage", "check_limit", "keyset_page", "offset_page"]
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "RowPage", "check_limit", "keyset_page", "offset_page"]
 
 DEFAULT_PAGE_SIZE = 50
 #: A page larger than this is refused: a job has at most a few hundred attempts, and one
@@ -58,6 +58,3 @@ def keyset_page(items: Sequence[T], *, limit: int, key: Callable[[T], int]) -> R
         return RowPage(items=kept, next_cursor=key(kept[-1]))
     return RowPage(items=list(items), next_cursor=None)
 
-
-#: The name of this wave's importers (the API's `api.schemas.Page` is the public page).
-Page = RowPage

@@ -2,7 +2,7 @@
 
 ::
 
-    runner.run_job        the functional core: one claimed job, start to finish (both modes)
+    runner.run_claimed_job  the functional core: one claimed job, start to finish (both modes)
     ├── lease.LeaseKeeper       heartbeat thread: renews the lease, notices cancel and loss
     ├── evaluator.RefereeEvaluator  agent.Evaluator over harness.Referee: infra retries, timing lock
     ├── recorder.StoreRecorder      agent.Recorder over the store: one short transaction per call
@@ -30,7 +30,7 @@ events and the job's final state go out to the store, as values (JSON only at th
 from worker.evaluator import RefereeEvaluator
 from worker.lease import LeaseKeeper, StopSignal, new_worker_id
 from worker.recorder import StoreRecorder, WorkerEvent
-from worker.runner import RunOutcome, harness_options_for, run_job
+from worker.runner import RunOutcome, harness_options_for, run_claimed_job
 
 __all__ = [
     "LeaseKeeper",
@@ -41,5 +41,5 @@ __all__ = [
     "WorkerEvent",
     "harness_options_for",
     "new_worker_id",
-    "run_job",
+    "run_claimed_job",
 ]

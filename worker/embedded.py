@@ -1,7 +1,7 @@
 """The embedded mode's worker: the database is the queue (no Redis, no Celery).
 
 An `EmbeddedWorker` takes the oldest queued job of its target (`store.claim_next_job`, atomic)
-and runs it with the same `worker.runner.run_job` as the Celery task; when nothing is queued it
+and runs it with the same `worker.runner.run_claimed_job` as the Celery task; when nothing is queued it
 waits ``settings.poll_interval_s``. A `worker.reaper.Reaper` thread hands back jobs of workers
 that died (nothing to re-dispatch: a re-queued row is picked up by the next poll).
 docs/deploy.md has the measurements that chose this over a Celery embedded transport.
@@ -32,7 +32,7 @@ from worker.reaper import Reaper
 from worker.runner import AgentRunner, RunOutcome, harness_options_for, run_claimed_job
 from worker.warmup import start_header_warmup
 
-__all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "main", "run_embedded_worker", "stop_now"]
+__all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "run_embedded_worker", "stop_now"]
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +161,6 @@ def run_embedded_worker(argv: list[str] | None = None) -> int:
         engine.dispose()
     return 0
 
-
-#: The name ``kernelloop up`` imports this wave (cli/service.py); `run_embedded_worker` is the one definition.
-main = run_embedded_worker
 
 if __name__ == "__main__":
     sys.exit(run_embedded_worker())

@@ -35,12 +35,10 @@ from harness.devices import DeviceSpecs
 from worker import metrics
 from worker.devicelock import device_lock
 
-__all__ = ["INFRA_RETRY_DELAYS_S", "RefereeEvaluator", "RefereeLike"]
+__all__ = ["RefereeEvaluator", "RefereeLike"]
 
 log = logging.getLogger(__name__)
 
-#: The default policy's pauses (kept for this wave's importers; the policy is `agent.retry.INFRA_RETRY`).
-INFRA_RETRY_DELAYS_S: tuple[float, ...] = INFRA_RETRY.delays_s
 #: Depths whose figures need the device to themselves.
 _TIMED = frozenset({Depth.BENCHMARK, Depth.PROFILE})
 _T = TypeVar("_T")

@@ -68,7 +68,6 @@ __all__ = [
     "problem_from_row",
     "retime_options",
     "run_claimed_job",
-    "run_job",
 ]
 
 log = logging.getLogger(__name__)
@@ -408,6 +407,3 @@ def _finish(
         return RunOutcome.LOST
     return outcome
 
-
-#: The name of this wave's importers (t13, t17 branches); `run_claimed_job` is the one definition.
-run_job = run_claimed_job

@@ -1,7 +1,7 @@
 """The Celery tasks: thin, named explicitly, taking ids.
 
 ``kernelloop.run_job(job_id)`` claims THAT job atomically if it is still queued
-(`store.claim_job`), runs it (`worker.runner.run_job`, which also persists the outcome) and
+(`store.claim_job`), runs it (`worker.runner.run_claimed_job`, which also persists the outcome) and
 returns the outcome's name. A duplicate delivery, a job cancelled while queued, or a job of
 another target finds nothing to claim and returns ``skipped`` (a job sent to the wrong queue is
 forwarded to its own). The task is idempotent: the job row, not the message, says what happens.

@@ -70,7 +70,7 @@ def test_optimize_jobs_belong_to_the_local_key(tmp_path: Path, monkeypatch: pyte
     from cli.main import app
     from store import Job
 
-    monkeypatch.setattr(worker.runner, "run_job", lambda *args, **kwargs: None)
+    monkeypatch.setattr(worker.runner, "run_claimed_job", lambda *args, **kwargs: None)
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"
     result = CliRunner().invoke(app, ["optimize", "level1/softmax", "--target", "cpu", "--data-dir", str(data)],

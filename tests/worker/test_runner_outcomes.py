@@ -1,4 +1,4 @@
-"""How agent jobs end, through `worker.runner.run_job` with the real agent and a scripted LLM server.
+"""How agent jobs end, through `worker.runner.run_claimed_job` with the real agent and a scripted LLM server.
 
 A job succeeds only with a verified kernel; otherwise it fails with a reason a user can act on
 (no attempt, refused, context, budget, the LLM endpoint's own message). The referee is a fake
