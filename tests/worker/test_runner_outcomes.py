@@ -28,7 +28,7 @@ from config import LLMProfile, Settings
 from harness import Depth, Target, Verdict
 from store import JobState, claim_job, get_job, list_attempts, list_messages, session_scope
 from tests.worker.support import agent_job, quick_options
-from worker.runner import RunOutcome, run_job
+from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "test-worker"
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # fast\n    pass\n"
@@ -69,7 +69,7 @@ def _run(settings: Settings, factory: sessionmaker[Session], server: ScriptedSer
     with session_scope(factory) as session:
         assert claim_job(session=session, job_id=job_id, worker_id=WORKER, lease_seconds=30) is not None
     evaluator = FakeEvaluator({FAST: FakeCandidate(median_ms=1.0), DRAFT: FakeCandidate("wrong")})
-    outcome = run_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER,
+    outcome = run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER,
                       harness_options=quick_options(settings.resolved_cache_dir),
                       referee_factory=lambda *a: FakeReferee(evaluator))
     return outcome, lambda session: get_job(session=session, job_id=job_id)
