@@ -24,6 +24,7 @@ from rich.markup import escape
 from cli.client.view import JobView
 from config import Settings
 from harness import Target
+from harness.wire import JsonObject
 from problems import ProblemFormatError, UnknownProblemError, load_problem
 
 console = Console()
@@ -134,7 +135,7 @@ def optimize(
     factory = make_session_factory(make_engine(url))
     for orphan in fail_orphaned_jobs(factory):
         console.print(f"[yellow]job {orphan} was left running by an optimize process that died: marked failed[/]")
-    budgets = {k: v for k, v in {"turns": turns, "tool_calls": tool_calls}.items() if v is not None}
+    budgets: JsonObject = {k: v for k, v in {"turns": turns, "tool_calls": tool_calls}.items() if v is not None}
     with session_scope(factory) as session:
         declarations = {k: v for k, v in spec.to_dict().items() if k != "source"}
         stored = get_or_create_problem(session=session, source=spec.source, declarations=declarations,

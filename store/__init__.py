@@ -29,6 +29,7 @@ from store.apikeys import (
     verify_api_key,
 )
 from store.attempts import (
+    VerdictFigures,
     find_attempt_by_source,
     get_attempt,
     list_attempts,
@@ -141,6 +142,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryPayload",
     "TrajectoryState",
+    "VerdictFigures",
     "add_job_usage",
     "append_event",
     "append_message",

@@ -10,12 +10,12 @@ the earlier attempt.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import ColumnElement, or_, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from harness.verdict import ErrorKind, Verdict, source_sha256
+from harness.verdict import ErrorKind, Status, Verdict, source_sha256
 from store._sql import bump_counter, finite_or_none, write_row
 from store.errors import NotFound
 from store.events import EventType, append_event
@@ -24,6 +24,7 @@ from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_pag
 from store.payloads import AttemptPayload
 
 __all__ = [
+    "VerdictFigures",
     "find_attempt_by_source",
     "get_attempt",
     "list_attempts",
@@ -33,22 +34,36 @@ __all__ = [
 ]
 
 
-def verdict_figures(verdict: Verdict) -> dict[str, Any]:
+class VerdictFigures(TypedDict):
+    """An attempt's columns copied out of its verdict (what `verdict_figures` returns)."""
+
+    status: Status
+    stage: str
+    error_kind: ErrorKind | None
+    correct: bool
+    median_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    pct_of_sol: float | None
+    compile_s: float | None
+
+
+def verdict_figures(verdict: Verdict) -> VerdictFigures:
     """The column values of an attempt taken from its verdict (non-finite figures become NULL)."""
-    return {
-        "status": verdict.status,
-        "stage": verdict.stage.value,
-        "error_kind": verdict.error_kind,
-        "correct": verdict.correct,
-        "median_ms": finite_or_none(verdict.timing.median_ms if verdict.timing else None),
-        "speedup_vs_eager": finite_or_none(verdict.speedup_vs_eager),
-        "speedup_vs_compile": finite_or_none(verdict.speedup_vs_compile),
-        "pct_of_sol": finite_or_none(verdict.pct_of_sol),
-        "compile_s": finite_or_none(verdict.compile.seconds if verdict.compile else None),
-    }
+    return VerdictFigures(
+        status=verdict.status,
+        stage=verdict.stage.value,
+        error_kind=verdict.error_kind,
+        correct=verdict.correct,
+        median_ms=finite_or_none(verdict.timing.median_ms if verdict.timing else None),
+        speedup_vs_eager=finite_or_none(verdict.speedup_vs_eager),
+        speedup_vs_compile=finite_or_none(verdict.speedup_vs_compile),
+        pct_of_sol=finite_or_none(verdict.pct_of_sol),
+        compile_s=finite_or_none(verdict.compile.seconds if verdict.compile else None),
+    )
 
 
-def _beats_current(best_id: Any, median_ms: float) -> ColumnElement[bool]:
+def _beats_current(best_id: InstrumentedAttribute[int | None], median_ms: float) -> ColumnElement[bool]:
     """SQL: the attempt timed ``median_ms`` is better than the row's current best ``best_id``."""
     current = aliased(Attempt)
     current_ms = select(current.median_ms).where(current.id == best_id).scalar_subquery()

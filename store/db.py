@@ -77,12 +77,14 @@ def make_engine(
         A new engine; the caller disposes of it.
     """
     parsed = normalize_url(url)
-    pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0}
+    pool: dict[str, int] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database in (None, "", ":memory:"):
             # One shared connection, or every session would see its own empty database.
-            pool = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
-        engine = create_engine(parsed, echo=echo, json_serializer=dumps_json, **pool)
+            engine = create_engine(parsed, echo=echo, json_serializer=dumps_json, poolclass=StaticPool,
+                                   connect_args={"check_same_thread": False})
+        else:
+            engine = create_engine(parsed, echo=echo, json_serializer=dumps_json, **pool)
         event.listen(engine, "connect", _sqlite_pragmas(foreign_keys=sqlite_foreign_keys))
         return engine
     return create_engine(parsed, echo=echo, json_serializer=dumps_json, pool_pre_ping=True, **pool)

@@ -19,11 +19,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.wire import JsonObject
 from store._sql import bump_counter
 from store.models import Job, JobEvent, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, check_limit
@@ -49,7 +49,7 @@ def append_event(
     session: Session,
     job_id: int,
     type: str,  # the column's name; an EventType or any short string
-    payload: dict[str, Any],
+    payload: JsonObject,
     now: datetime | None = None,
 ) -> JobEvent:
     """Append one event to a job's stream; its id is the job's previous last id plus one.

@@ -12,11 +12,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
 
 from sqlalchemy import delete, exists, select, update
 from sqlalchemy.orm import Session
 
+from harness.wire import JsonObject
 from store._sql import write_row
 from store.errors import IllegalTransition, NotFound, StoreError
 from store.events import EventType, append_event
@@ -65,7 +65,7 @@ class NewJob:
     kind: JobKind = JobKind.AGENT
     llm_profile: str | None = None
     llm_model: str | None = None
-    budgets: dict[str, Any] | None = None
+    budgets: JsonObject | None = None
     trajectories_count: int = 1
     candidate_source: str | None = None
 
@@ -79,7 +79,7 @@ def create_job(
     kind: JobKind = JobKind.AGENT,
     llm_profile: str | None = None,
     llm_model: str | None = None,
-    budgets: dict[str, Any] | None = None,
+    budgets: JsonObject | None = None,
     trajectories_count: int = 1,
     candidate_source: str | None = None,
     now: datetime | None = None,

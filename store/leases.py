@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import TypedDict
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import ColumnElement, func, literal, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.util import identity_key
 
@@ -42,9 +42,11 @@ _CLAIM_TRIES = 5
 
 
 def _state_event(
-    session: Session, job_id: int, state: JobState, previous: JobState, now: datetime, **extra: Any
+    session: Session, job_id: int, state: JobState, previous: JobState, now: datetime, *,
+    reason: str | None = None, error: str | None = None, worker_id: str | None = None,
 ) -> None:
-    payload = StatePayload(state=state.value, previous=previous.value, **extra)
+    payload = StatePayload(state=state.value, previous=previous.value, reason=reason, error=error,
+                           worker_id=worker_id)
     append_event(session=session, job_id=job_id, type=EventType.STATE, payload=payload.to_dict(), now=now)
 
 
@@ -132,16 +134,33 @@ def claim_next_job(
     return None
 
 
-def _lease_values(worker_id: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+class _ClaimColumns(TypedDict):
+    state: JobState
+    worker_id: str
+    heartbeat_at: datetime
+    lease_expires_at: datetime
+    started_at: ColumnElement[datetime]
+
+
+class _ReapColumns(TypedDict, total=False):
+    error: str
+    finished_at: datetime
+    requeue_count: ColumnElement[int]
+    worker_id: None
+    heartbeat_at: None
+    dispatched_at: datetime
+
+
+def _lease_values(worker_id: str, now: datetime, lease_seconds: float) -> _ClaimColumns:
     """The columns a claim sets: the worker's lease, and the first start (kept across re-queues)."""
-    return {
-        "state": JobState.RUNNING,
-        "worker_id": worker_id,
-        "heartbeat_at": now,
-        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+    return _ClaimColumns(
+        state=JobState.RUNNING,
+        worker_id=worker_id,
+        heartbeat_at=now,
+        lease_expires_at=now + timedelta(seconds=lease_seconds),
         # The literal is typed so it is stored in UTC.
-        "started_at": func.coalesce(Job.started_at, literal(now, UTCDateTime())),
-    }
+        started_at=func.coalesce(Job.started_at, literal(now, UTCDateTime())),
+    )
 
 
 def claim_job(
@@ -271,23 +290,23 @@ def reap_expired_leases(
         expired = expired.with_for_update(skip_locked=True)
     reaped: list[ReapedJob] = []
     for job_id, worker_id, requeues, cancel_requested in session.execute(expired).all():
-        values: dict[str, Any]
+        values: _ReapColumns
         if cancel_requested:
             target = JobState.CANCELLED
             reason = f"cancelled; the lease of worker {worker_id!r} expired before it stopped"
-            values = {"error": reason, "finished_at": now}
+            values = _ReapColumns(error=reason, finished_at=now)
         elif requeues >= max_requeues:
             target = JobState.FAILED
             reason = (
                 f"the lease expired {requeues + 1} times (last worker {worker_id!r}); "
                 f"giving up after {max_requeues} re-queues"
             )
-            values = {"error": reason, "finished_at": now}
+            values = _ReapColumns(error=reason, finished_at=now)
         else:
             target = JobState.QUEUED
             reason = f"the lease of worker {worker_id!r} expired; re-queued ({requeues + 1}/{max_requeues})"
-            values = {"requeue_count": Job.requeue_count + 1, "worker_id": None, "heartbeat_at": None,
-                      "dispatched_at": now}
+            values = _ReapColumns(requeue_count=Job.requeue_count + 1, worker_id=None, heartbeat_at=None,
+                                  dispatched_at=now)
         transition(JobState.RUNNING, target, lease_recovery=True)
         stmt = (
             update(Job)

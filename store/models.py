@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import ForeignKey, MetaData, String, Text
@@ -30,6 +29,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from harness.verdict import ErrorKind, Status
+from harness.wire import JsonObject
 from store.states import JobKind, JobState, Target, TrajectoryState
 
 __all__ = [
@@ -114,8 +114,6 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {  # noqa: RUF012 (SQLAlchemy reads it as a class attribute)
         datetime: UTCDateTime(),
-        dict[str, Any]: _JSON,
-        list[Any]: _JSON,
     }
 
 
@@ -159,7 +157,7 @@ class StoredProblem(Base):
     #: One row per distinct source: jobs on the same source share it.
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     #: The parsed declarations (``Problem.to_dict()`` without the source).
-    declarations: Mapped[dict[str, Any]]
+    declarations: Mapped[JsonObject] = mapped_column(_JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -181,7 +179,7 @@ class Job(Base):
     candidate_source: Mapped[str | None] = mapped_column(Text)
     llm_profile: Mapped[str | None] = mapped_column(String(64))
     llm_model: Mapped[str | None] = mapped_column(String(128))
-    budgets: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    budgets: Mapped[JsonObject] = mapped_column(_JSON, default=dict)
     trajectories_count: Mapped[int] = mapped_column(default=1, server_default=sa.text("1"))
 
     state: Mapped[JobState] = mapped_column(_enum(JobState, "job_state"), default=JobState.QUEUED)
@@ -267,7 +265,7 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str | None] = mapped_column(Text)
     #: The assistant's function calls, as the provider returned them.
-    tool_calls: Mapped[list[Any] | None]
+    tool_calls: Mapped[list[JsonObject] | None] = mapped_column(_JSON)
     #: For a ``tool`` message: the call it answers.
     tool_call_id: Mapped[str | None] = mapped_column(String(128))
     tokens_in: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
@@ -308,7 +306,7 @@ class Attempt(Base):
     #: The attempt this one was edited from, when the agent says so.
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", ondelete="SET NULL"))
     #: ``Verdict.to_dict()``, whole.
-    verdict: Mapped[dict[str, Any]]
+    verdict: Mapped[JsonObject] = mapped_column(_JSON)
 
     # The verdict's key figures, copied out of it for listings, sorting and best-attempt choice.
     status: Mapped[Status] = mapped_column(_enum(Status, "attempt_status"))
@@ -343,7 +341,7 @@ class Baseline(Base):
     provenance_key: Mapped[str] = mapped_column(String(128))
     eager_ms: Mapped[float | None]
     compile_ms: Mapped[float | None]
-    provenance: Mapped[dict[str, Any]]
+    provenance: Mapped[JsonObject] = mapped_column(_JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -355,5 +353,5 @@ class JobEvent(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     type: Mapped[str] = mapped_column(String(32))
-    payload: Mapped[dict[str, Any]]
+    payload: Mapped[JsonObject] = mapped_column(_JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -7,8 +7,11 @@ schemas (`event_payload_schemas`) and a client reads an event back with `parse_p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import ClassVar, Self
+
+from harness.wire import JsonObject, JsonValue
 
 __all__ = [
     "EVENT_PAYLOADS",
@@ -28,12 +31,15 @@ class _Payload:
     #: Fields left out of the JSON when they are empty (the stream has always omitted them).
     OMIT_IF_EMPTY: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {k: v for k, v in asdict(self).items() if not (k in self.OMIT_IF_EMPTY and not v)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Self:
+        """The payload of parsed JSON; a missing required field is a TypeError (field types are
+        not checked: the store wrote them)."""
+        known = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        return cls(**known)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +91,7 @@ class TrajectoryPayload(_Payload):
     strategy: str | None = None
     reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = super().to_dict()
         if "reason" not in data:  # a start: its temperature and strategy, even when unset
             data.update(temperature=self.temperature, strategy=self.strategy)
@@ -117,13 +123,13 @@ class ProgressPayload(_Payload):
     """``progress``: a milestone of the worker (``phase``) with its details, flattened in the JSON."""
 
     phase: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"phase": self.phase, **self.details}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProgressPayload:
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> Self:
         return cls(phase=str(data.get("phase", "")), details={k: v for k, v in data.items() if k != "phase"})
 
 
@@ -131,7 +137,7 @@ EventPayload = (StatePayload | CancelRequestedPayload | AttemptPayload | Traject
                 | ProgressPayload)
 
 #: The payload type of each event type (``end`` and any newer type have none here).
-EVENT_PAYLOADS: dict[str, type[_Payload]] = {
+EVENT_PAYLOADS: dict[str, type[EventPayload]] = {
     "state": StatePayload,
     "cancel_requested": CancelRequestedPayload,
     "attempt": AttemptPayload,
@@ -141,14 +147,13 @@ EVENT_PAYLOADS: dict[str, type[_Payload]] = {
 }
 
 
-def parse_payload(event_type: str, data: Any) -> EventPayload | None:
+def parse_payload(event_type: str, data: JsonValue) -> EventPayload | None:
     """An event's payload as its dataclass, or None (an event type this version does not know, or
     data that is not an object of that shape)."""
     payload_type = EVENT_PAYLOADS.get(event_type)
     if payload_type is None or not isinstance(data, dict):
         return None
     try:
-        parsed: EventPayload = payload_type.from_dict(data)
+        return payload_type.from_dict(data)
     except TypeError:  # a required field is missing
         return None
-    return parsed

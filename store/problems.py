@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.wire import JsonObject, JsonValue
 from store._sql import insert_ignoring_conflicts, sha256_hex
 from store.errors import NotFound
 from store.models import Baseline, StoredProblem, utcnow
@@ -19,7 +20,7 @@ def get_or_create_problem(
     *,
     session: Session,
     source: str,
-    declarations: dict[str, Any],
+    declarations: Mapping[str, JsonValue],
     bundled_id: str | None = None,
     now: datetime | None = None,
 ) -> StoredProblem:
@@ -42,7 +43,7 @@ def get_or_create_problem(
             bundled_id=bundled_id,
             source=source,
             sha256=digest,
-            declarations=declarations,
+            declarations=dict(declarations),
             created_at=now or utcnow(),
         )
         .on_conflict_do_nothing(index_elements=["sha256"])
@@ -78,7 +79,7 @@ def put_baseline(
     provenance_key: str,
     eager_ms: float | None,
     compile_ms: float | None,
-    provenance: dict[str, Any],
+    provenance: JsonObject,
     now: datetime | None = None,
 ) -> Baseline:
     """Store (or replace) the baselines of a problem on a device under one provenance."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from harness.wire import JsonObject
 from store._sql import bump_counter
 from store.errors import NotFound
 from store.jobs import add_job_usage
@@ -85,7 +86,7 @@ def append_message(
     trajectory_id: int,
     role: str,
     content: str | None,
-    tool_calls: list[dict[str, Any]] | None = None,
+    tool_calls: Sequence[JsonObject] | None = None,
     tool_call_id: str | None = None,
     tokens_in: int = 0,
     tokens_out: int = 0,
@@ -128,7 +129,7 @@ def append_message(
         seq=seq,
         role=role,
         content=content,
-        tool_calls=tool_calls,
+        tool_calls=list(tool_calls) if tool_calls is not None else None,
         tool_call_id=tool_call_id,
         tokens_in=tokens_in,
         tokens_out=tokens_out,

@@ -17,16 +17,16 @@ finished per stage that runs, none for a cached one).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent import StopReason
 from harness import StageEvent, Verdict
+from harness.wire import JsonObject, JsonValue
 from store import (
     LeaseLost,
     LeaseStatus,
@@ -75,12 +75,12 @@ def trajectory_state_for(reason: str) -> TrajectoryState:
         return TrajectoryState.FAILED
 
 
-def _tool_names(tool_calls: list[dict[str, Any]] | None) -> list[str]:
+def _tool_names(tool_calls: Sequence[JsonObject] | None) -> list[str]:
     names = []
     for call in tool_calls or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        names.append(str(name or (call.get("name") if isinstance(call, dict) else None) or "?"))
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        names.append(str(name or (call.get("name") if isinstance(call, Mapping) else None) or "?"))
     return names
 
 
@@ -134,7 +134,7 @@ class StoreRecorder:
         trajectory: int,
         role: str,
         content: str | None,
-        tool_calls: list[dict[str, Any]] | None = None,
+        tool_calls: Sequence[JsonObject] | None = None,
         tool_call_id: str | None = None,
         tokens_in: int = 0,
         tokens_out: int = 0,
@@ -215,7 +215,7 @@ class StoreRecorder:
         return self._lease.should_stop()
 
     # -- beyond the protocol ---------------------------------------------------------------
-    def progress(self, phase: str, **details: Any) -> None:
+    def progress(self, phase: str, **details: JsonValue) -> None:
         """Append a ``progress`` event (the runner's milestones)."""
         with self._guarded() as session:
             self._event(session, WorkerEvent.PROGRESS, ProgressPayload(phase=phase, details=details).to_dict())
@@ -250,5 +250,5 @@ class StoreRecorder:
         self._trajectory_ids[index] = found
         return found
 
-    def _event(self, session: Session, type: WorkerEvent, payload: dict[str, Any]) -> None:
+    def _event(self, session: Session, type: WorkerEvent, payload: JsonObject) -> None:
         append_event(session=session, job_id=self.job_id, type=type, payload=payload)

@@ -26,10 +26,10 @@ subprocesses.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -39,6 +39,7 @@ from agent.retry import INFRA_RETRY, NO_RETRY, InfraRetry
 from config import LLMProfile, Settings
 from harness import Depth, ErrorKind, HarnessOptions, Referee, Target, Verdict
 from harness.retime import retime_options
+from harness.wire import JsonObject, JsonValue, Reader
 from problems import Problem, ProblemFormatError, parse_problem
 from store import (
     JobKind,
@@ -114,7 +115,8 @@ class _JobData:
     candidate_source: str | None
     llm_profile: str | None
     llm_model: str | None
-    budgets: dict[str, Any]
+    #: The ``jobs.budgets`` column as stored (`agent_budgets` reads it).
+    budgets: JsonObject
     trajectories_count: int
     problem: StoredProblem
     #: Seconds from the job's creation to this claim (the latest claim, after a re-queue).
@@ -137,32 +139,29 @@ def problem_from_row(stored: StoredProblem) -> Problem:
     Raises:
         ProblemFormatError: the source does not parse (a row written by something else).
     """
-    declarations = stored.declarations or {}
-    problem_id = stored.bundled_id or declarations.get("id") or f"problem-{stored.id}"
-    return parse_problem(stored.source, problem_id=str(problem_id), level=declarations.get("level"))
+    declarations = Reader(stored.declarations or {}, f"problem {stored.id}'s declarations")
+    problem_id = stored.bundled_id or declarations.optional_text("id") or f"problem-{stored.id}"
+    return parse_problem(stored.source, problem_id=problem_id, level=declarations.optional_integer("level"))
 
 
-def _budget_defaults(settings: Settings) -> dict[str, Any]:
-    return {
-        "turns": settings.default_turns,
-        "tool_calls": settings.default_tool_calls,
-        "max_tokens": settings.default_max_tokens,
-        "max_cost_usd": settings.default_max_cost_usd,
-        "wall_clock_s": settings.default_wall_clock_s,
-    }
+def agent_budgets(requested: Mapping[str, JsonValue], settings: Settings) -> Budgets:
+    """`agent.Budgets` from the job's budgets (the ``jobs.budgets`` column) over the service's defaults.
 
+    A missing or ``None`` budget means "the default"; names `Budgets` does not have (a row written
+    by another version) are left out.
 
-_BUDGET_NAMES = frozenset(f.name for f in fields(Budgets))
-
-
-def agent_budgets(requested: dict[str, Any], settings: Settings) -> Budgets:
-    """`agent.Budgets` from the job's budgets over the service's defaults.
-
-    A ``None`` in the job means "the default"; names `Budgets` does not have (a row written by
-    another version) are left out.
+    Raises:
+        WireError: a budget that is not a number.
     """
-    merged = {**_budget_defaults(settings), **{k: v for k, v in (requested or {}).items() if v is not None}}
-    return Budgets(**{k: v for k, v in merged.items() if k in _BUDGET_NAMES})
+    budgets = Reader(requested or {}, "the job's budgets")
+    return Budgets(
+        turns=budgets.integer("turns", settings.default_turns),
+        tool_calls=budgets.integer("tool_calls", settings.default_tool_calls),
+        max_tokens=budgets.integer("max_tokens", settings.default_max_tokens),
+        max_cost_usd=budgets.number("max_cost_usd", settings.default_max_cost_usd),
+        wall_clock_s=budgets.number("wall_clock_s", settings.default_wall_clock_s),
+        target_speedup=budgets.optional_number("target_speedup"),
+    )
 
 
 def _llm_profile(job: _JobData, settings: Settings) -> LLMProfile:

@@ -36,6 +36,7 @@ from api.dashboard.session import (
 )
 from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep, browser_key
 from api.schemas import AttemptPublic, JobPublic
+from harness.wire import Reader
 from store import (
     MAX_PAGE_SIZE,
     ApiKey,
@@ -254,7 +255,7 @@ def _all_attempts(session: Session, job_id: int) -> list[Attempt]:
 def _compile_line(attempts: list[Attempt]) -> float | None:
     """eager_ms / compile_ms: where torch.compile sits on a chart of speedups over eager."""
     for attempt in reversed(attempts):
-        baselines = (attempt.verdict or {}).get("baselines") or {}
+        baselines = Reader(attempt.verdict or {}, "the verdict").nested("baselines", optional=True).data
         eager, compiled = baselines.get("eager_ms"), baselines.get("compile_ms")
         if isinstance(eager, (int, float)) and isinstance(compiled, (int, float)) and compiled > 0:
             return float(eager) / float(compiled)
