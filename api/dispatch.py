@@ -8,7 +8,7 @@ no broker: the worker polls the database, and `NullDispatcher` sends nothing.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from celery import Celery
 
@@ -24,7 +24,8 @@ RUN_JOB_TASK = "kernelloop.run_job"
 BROKER_TIMEOUT_S = 2.0
 log = logging.getLogger(__name__)
 
-_PUBLISH_RETRY_POLICY: dict[str, Any] = {
+#: kombu's ``retry_policy`` (`kombu.Connection.ensure`'s arguments).
+_PUBLISH_RETRY_POLICY: dict[str, float] = {
     "max_retries": 2,
     "interval_start": 0.0,
     "interval_step": 0.2,

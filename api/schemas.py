@@ -8,13 +8,14 @@ put where it does not belong ("api_key") is an error instead of being silently d
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from problems import MAX_SOURCE_BYTES, Problem
-from store import Attempt, Job, JobKind, JobState, Message, Target
+from store import Attempt, Job, JobKind, JobState, JsonField, Message, Target
 
 __all__ = [
     "MAX_TRAJECTORIES",
@@ -196,7 +197,7 @@ class JobPublic(BaseModel):
     problem: ProblemRefPublic
     llm_profile: str | None
     llm_model: str | None
-    budgets: dict[str, Any]
+    budgets: Mapping[str, JsonField] = Field(description="The job's budgets as stored (`BudgetsInput`'s names).")
     trajectories: int
     cancel_requested: bool
     error: str | None
@@ -267,6 +268,28 @@ class CancelPublic(BaseModel):
     job: JobPublic
 
 
+class _AttemptFields(TypedDict):
+    """`AttemptPublic`'s fields of an attempt row (`AttemptDetail` adds its own)."""
+
+    id: int
+    n: int
+    trajectory_id: int | None
+    parent_id: int | None
+    tool: str
+    status: str
+    stage: str
+    error_kind: str | None
+    correct: bool
+    median_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    pct_of_sol: float | None
+    compile_s: float | None
+    sha256: str
+    message: str
+    created_at: datetime
+
+
 class AttemptPublic(BaseModel):
     id: int
     n: int = Field(description="The attempt's number within its job: the `n` of /jobs/{id}/attempts/{n}.")
@@ -287,26 +310,26 @@ class AttemptPublic(BaseModel):
     created_at: datetime
 
     @classmethod
-    def _fields(cls, attempt: Attempt) -> dict[str, Any]:
-        return {
-            "id": attempt.id,
-            "n": attempt.seq,
-            "trajectory_id": attempt.trajectory_id,
-            "parent_id": attempt.parent_id,
-            "tool": attempt.tool,
-            "status": attempt.status.value,
-            "stage": attempt.stage,
-            "error_kind": attempt.error_kind.value if attempt.error_kind else None,
-            "correct": attempt.correct,
-            "median_ms": attempt.median_ms,
-            "speedup_vs_eager": attempt.speedup_vs_eager,
-            "speedup_vs_compile": attempt.speedup_vs_compile,
-            "pct_of_sol": attempt.pct_of_sol,
-            "compile_s": attempt.compile_s,
-            "sha256": attempt.sha256,
-            "message": str((attempt.verdict or {}).get("message", "")),
-            "created_at": attempt.created_at,
-        }
+    def _fields(cls, attempt: Attempt) -> _AttemptFields:
+        return _AttemptFields(
+            id=attempt.id,
+            n=attempt.seq,
+            trajectory_id=attempt.trajectory_id,
+            parent_id=attempt.parent_id,
+            tool=attempt.tool,
+            status=attempt.status.value,
+            stage=attempt.stage,
+            error_kind=attempt.error_kind.value if attempt.error_kind else None,
+            correct=attempt.correct,
+            median_ms=attempt.median_ms,
+            speedup_vs_eager=attempt.speedup_vs_eager,
+            speedup_vs_compile=attempt.speedup_vs_compile,
+            pct_of_sol=attempt.pct_of_sol,
+            compile_s=attempt.compile_s,
+            sha256=attempt.sha256,
+            message=str((attempt.verdict or {}).get("message", "")),
+            created_at=attempt.created_at,
+        )
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
@@ -315,7 +338,7 @@ class AttemptPublic(BaseModel):
 
 class AttemptDetail(AttemptPublic):
     source: str
-    verdict: dict[str, Any] = Field(description="The whole Verdict JSON (DESIGN §3).")
+    verdict: Mapping[str, JsonField] = Field(description="The whole Verdict JSON (DESIGN §3).")
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptDetail:
@@ -334,7 +357,7 @@ class MessagePublic(BaseModel):
     seq: int
     role: str
     content: str | None
-    tool_calls: list[Any] | None
+    tool_calls: Sequence[JsonField] | None
     tool_call_id: str | None
     tokens_in: int
     tokens_out: int
@@ -388,23 +411,22 @@ class ProblemDetail(ProblemPublic):
     source: str
     atol: float | None
     rtol: float | None
-    cpu_sizes: dict[str, Any]
-    extra_shapes: list[dict[str, Any]]
+    cpu_sizes: Mapping[str, JsonField]
+    extra_shapes: Sequence[Mapping[str, JsonField]]
     input_variants: bool
     nondeterministic: bool
 
     @classmethod
     def from_problem(cls, problem: Problem) -> ProblemDetail:
-        data = problem.to_dict()
         return cls(
             **ProblemPublic.from_problem(problem).model_dump(),
             source=problem.source,
-            atol=data["atol"],
-            rtol=data["rtol"],
-            cpu_sizes=data["cpu_sizes"],
-            extra_shapes=data["extra_shapes"],
-            input_variants=data["input_variants"],
-            nondeterministic=data["nondeterministic"],
+            atol=problem.atol,
+            rtol=problem.rtol,
+            cpu_sizes=problem.cpu_sizes,
+            extra_shapes=problem.extra_shapes,
+            input_variants=problem.input_variants,
+            nondeterministic=problem.nondeterministic,
         )
 
 

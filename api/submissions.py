@@ -40,7 +40,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.attributes import set_committed_value
@@ -50,8 +49,9 @@ from api.dispatch import Dispatcher, DispatchError
 from api.errors import ApiError, QueueUnavailable, QuotaExceeded, Unauthorized
 from api.metrics import RequestMetrics
 from api.middleware import add_server_timing
-from api.schemas import BudgetsInput, JobPublic
+from api.schemas import BudgetsInput, JobPublic, ResolvedBudgets
 from config import Settings
+from harness.wire import JsonObject
 from problems import Problem
 from store import (
     ApiKey,
@@ -100,22 +100,30 @@ class PendingSubmission:
     marks: dict[str, float] = field(default_factory=dict, repr=False)
 
 
-def resolve_budgets(budgets: BudgetsInput | None, settings: Settings, *, cost_left: float | None) -> dict[str, Any]:
-    """The job's budgets: the request's, else the server's defaults; the cost bounded by the key's cap."""
+def resolve_budgets(budgets: BudgetsInput | None, settings: Settings, *,
+                    cost_left: float | None) -> ResolvedBudgets | None:
+    """The job's budgets: the request's, else the server's defaults; the cost bounded by the key's
+    cap. ``None`` when the request names none (the worker applies its defaults)."""
     if budgets is None:
-        return {}
+        return None
     max_cost = settings.default_max_cost_usd if budgets.max_cost_usd is None else budgets.max_cost_usd
     if cost_left is not None:
         # The key's cost cap bounds every job: a job may spend at most what the key has left.
         max_cost = min(max_cost, cost_left)
-    return {
-        "turns": budgets.turns or settings.default_turns,
-        "tool_calls": budgets.tool_calls or settings.default_tool_calls,
-        "max_tokens": budgets.max_tokens or settings.default_max_tokens,
-        "max_cost_usd": max_cost,
-        "wall_clock_s": budgets.wall_clock_s or settings.default_wall_clock_s,
-        "target_speedup": budgets.target_speedup,
-    }
+    return ResolvedBudgets(
+        turns=budgets.turns or settings.default_turns,
+        tool_calls=budgets.tool_calls or settings.default_tool_calls,
+        max_tokens=budgets.max_tokens or settings.default_max_tokens,
+        max_cost_usd=max_cost,
+        wall_clock_s=budgets.wall_clock_s or settings.default_wall_clock_s,
+        target_speedup=budgets.target_speedup,
+    )
+
+
+def _budgets_column(budgets: ResolvedBudgets | None) -> JsonObject | None:
+    """What ``jobs.budgets`` stores: every resolved budget by name (``target_speedup`` null when
+    unset), or nothing (the column's ``{}``)."""
+    return budgets.model_dump() if budgets is not None else None
 
 
 def _quota_refusal(item: PendingSubmission, limits: KeyLimits, usage: KeyUsage, taken: int) -> ApiError | None:
@@ -318,8 +326,8 @@ class SubmissionWriter:
                 kind=item.kind,
                 llm_profile=item.llm_profile,
                 llm_model=item.llm_model,
-                budgets=resolve_budgets(item.budgets, self._settings,
-                                        cost_left=cost_left.get(item.key.id) if item.charge_cost else None),
+                budgets=_budgets_column(resolve_budgets(
+                    item.budgets, self._settings, cost_left=cost_left.get(item.key.id) if item.charge_cost else None)),
                 trajectories_count=item.trajectories,
                 candidate_source=item.candidate_source,
             )

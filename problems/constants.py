@@ -9,18 +9,29 @@ nothing is executed. An override (``CPU_SIZES``, an ``EXTRA_SHAPES`` entry) repl
 where it is assigned, so every constant computed from it below changes too; `resolve_overrides`
 returns the override plus each derived constant's new value, which the harness sets on the loaded
 module. Stdlib only.
+
+Values: a `Constant` (a number, a string, a bool, None, or a tuple or list of them: what a size
+constant can be, and JSON as it stands, so a problem's sizes travel to the referee's stage
+processes unchanged); `Constants`, module constants by name (what `module_constants` finds, an
+override sets and `resolve_overrides` returns).
 """
 
 from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
-__all__ = ["DECLARATION_NAMES", "NotConstant", "assigned_names", "literal_sizes", "module_constants",
-           "resolve_overrides"]
+__all__ = ["DECLARATION_NAMES", "Constant", "Constants", "NotConstant", "as_constant", "assigned_names", "evaluate",
+           "literal_sizes", "module_constants", "resolve_overrides"]
 
+#: A module constant's value as this evaluator computes it (and as ``CPU_SIZES`` sets one).
+Constant: TypeAlias = "bool | int | float | str | tuple[Constant, ...] | list[Constant] | None"
+#: Module constants by name.
+Constants: TypeAlias = "dict[str, Constant]"
+
+# The operators take and give what Python's do; `as_constant` checks each result.
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
@@ -42,46 +53,71 @@ class NotConstant(Exception):
     """An expression this evaluator does not compute (a call, an attribute, an unknown name)."""
 
 
-def _evaluate(node: ast.expr, known: dict[str, Any]) -> Any:
+def as_constant(value: object) -> Constant:
+    """``value`` if it is a `Constant` (a list's or tuple's items checked too).
+
+    Raises:
+        NotConstant: anything else (a dict, a set, bytes, a complex number, Ellipsis …).
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple):
+        return tuple(as_constant(v) for v in value)
+    if isinstance(value, list):
+        return [as_constant(v) for v in value]
+    raise NotConstant(type(value).__name__)
+
+
+def evaluate(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
+    """The value of expression ``node`` with the names in ``known`` bound (nothing runs).
+
+    Raises:
+        NotConstant: an expression this evaluator does not compute.
+    """
     if isinstance(node, ast.Constant):
-        return node.value
+        return as_constant(node.value)
     if isinstance(node, ast.Name):
         if node.id in known:
             return known[node.id]
         raise NotConstant(node.id)
     if isinstance(node, (ast.Tuple, ast.List)):
-        items = tuple(_evaluate(e, known) for e in node.elts)
+        items = tuple(evaluate(e, known) for e in node.elts)
         return items if isinstance(node, ast.Tuple) else list(items)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_evaluate(node.operand, known))
+        try:
+            return as_constant(_UNARY[type(node.op)](evaluate(node.operand, known)))
+        except TypeError as exc:
+            raise NotConstant(str(exc)) from None
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left, known), _evaluate(node.right, known)
+        left, right = evaluate(node.left, known), evaluate(node.right, known)
         if isinstance(node.op, ast.Pow) and isinstance(right, int) and abs(right) > _MAX_INT_BITS:
             raise NotConstant("exponent too large")
         try:
-            value = _BINARY[type(node.op)](left, right)
+            value = as_constant(_BINARY[type(node.op)](left, right))
         except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
             raise NotConstant(str(exc)) from None
         if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
             raise NotConstant("integer too large")
         return value
     if isinstance(node, ast.Subscript):
-        container, index = _evaluate(node.value, known), _evaluate(node.slice, known)
+        container, index = evaluate(node.value, known), evaluate(node.slice, known)
+        if not isinstance(container, tuple | list | str) or not isinstance(index, int):
+            raise NotConstant("a subscript that is not an index into a tuple, list or string")
         try:
-            return container[index]
-        except (TypeError, IndexError, KeyError) as exc:
+            return as_constant(container[index])
+        except IndexError as exc:
             raise NotConstant(str(exc)) from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS \
             and not node.keywords:
-        args = [_evaluate(a, known) for a in node.args]
+        args = [evaluate(a, known) for a in node.args]
         try:
-            return _CALLS[node.func.id](*args)
+            return as_constant(_CALLS[node.func.id](*args))
         except (TypeError, ValueError) as exc:
             raise NotConstant(str(exc)) from None
     raise NotConstant(type(node).__name__)
 
 
-def _bind(target: ast.expr, value: Any, known: dict[str, Any], overrides: dict[str, Any]) -> None:
+def _bind(target: ast.expr, value: Constant, known: Constants, overrides: Mapping[str, Constant]) -> None:
     """Bind ``value`` to ``target`` (a name, or a tuple/list of them); an override wins."""
     if isinstance(target, ast.Name):
         known[target.id] = overrides.get(target.id, value)
@@ -120,17 +156,17 @@ def assigned_names(tree: ast.Module) -> set[str]:
     return {name for targets, _ in _assignments(tree) for t in targets for name in _names_in(t)}
 
 
-def module_constants(tree: ast.Module, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def module_constants(tree: ast.Module, overrides: Mapping[str, Constant] | None = None) -> Constants:
     """The module's top-level constants, evaluated in order with ``overrides`` replacing theirs.
 
     A name whose value this evaluator cannot compute is left out, and so is everything computed
     from it; a name that is overridden but not computable keeps the override.
     """
     overrides = overrides or {}
-    known: dict[str, Any] = {}
+    known: Constants = {}
     for targets, value in _assignments(tree):
         try:
-            evaluated: Any = _evaluate(value, known)
+            evaluated = evaluate(value, known)
         except NotConstant:
             for target in targets:
                 for name in _names_in(target):
@@ -156,18 +192,19 @@ def literal_sizes(tree: ast.Module) -> dict[str, int | tuple[int, ...]]:
         if any(isinstance(n, ast.Name) for n in ast.walk(value)):
             reads_names.update(name for t in targets for name in _names_in(t))
     found: dict[str, int | tuple[int, ...]] = {}
-    for name, value in module_constants(tree).items():
+    for name, constant in module_constants(tree).items():
         if name in reads_names or name in DECLARATION_NAMES:
             continue
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 2:
-            found[name] = value
-        elif isinstance(value, (tuple, list)) and value and all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value):
-            found[name] = tuple(value)
+        if isinstance(constant, int) and not isinstance(constant, bool) and constant >= 2:
+            found[name] = constant
+        elif isinstance(constant, (tuple, list)) and constant:
+            dims = [v for v in constant if isinstance(v, int) and not isinstance(v, bool)]
+            if len(dims) == len(constant):
+                found[name] = tuple(dims)
     return found
 
 
-def resolve_overrides(source_or_tree: str | ast.Module, overrides: dict[str, Any]) -> dict[str, Any]:
+def resolve_overrides(source_or_tree: str | ast.Module, overrides: Mapping[str, Constant]) -> Constants:
     """``overrides`` plus every constant whose value they change (``input_shape`` when
     ``batch_size`` is overridden), as the values to set on the loaded module."""
     if not overrides:

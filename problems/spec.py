@@ -31,12 +31,21 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
-from problems.constants import DECLARATION_NAMES, assigned_names, resolve_overrides
+from problems.constants import (
+    DECLARATION_NAMES,
+    Constant,
+    Constants,
+    NotConstant,
+    as_constant,
+    assigned_names,
+    resolve_overrides,
+)
 
 __all__ = [
     "MAX_SOURCE_BYTES",
@@ -44,9 +53,14 @@ __all__ = [
     "Mode",
     "Policy",
     "Problem",
+    "ProblemFields",
     "ProblemFormatError",
     "parse_problem",
 ]
+
+#: `Problem.to_dict()`: the problem as JSON (what the referee's stage processes and the store's
+#: ``declarations`` column receive): declarations and strings, the sizes and the extra shapes.
+ProblemFields: TypeAlias = "dict[str, Constant | Constants | list[Constants]]"
 
 #: A problem or candidate larger than this is refused before anything runs.
 MAX_SOURCE_BYTES = 256 * 1024
@@ -77,8 +91,8 @@ class Problem:
     policy: Policy = Policy.MIXED
     atol: float | None = None
     rtol: float | None = None
-    cpu_sizes: dict[str, Any] = field(default_factory=dict)
-    extra_shapes: tuple[dict[str, Any], ...] = ()
+    cpu_sizes: Constants = field(default_factory=dict)
+    extra_shapes: tuple[Constants, ...] = ()
     input_variants: bool = True
     nondeterministic: bool = False
     random: bool = False
@@ -89,7 +103,7 @@ class Problem:
     def sha256(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ProblemFields:
         return {
             "id": self.id,
             "source": self.source,
@@ -107,27 +121,39 @@ class Problem:
             "level": self.level,
         }
 
-    def size_overrides(self, target: str) -> dict[str, Any]:
+    def size_overrides(self, target: str) -> Constants:
         """The constants to set on the loaded module on ``target``: ``CPU_SIZES`` on ``cpu`` plus
         every constant derived from them."""
         return resolve_overrides(self.source, self.cpu_sizes) if target == "cpu" else {}
 
-    def trial_shapes(self, target: str) -> tuple[dict[str, Any], ...]:
+    def trial_shapes(self, target: str) -> tuple[Constants, ...]:
         """``EXTRA_SHAPES`` as each trial sets them on ``target``: on top of the CPU sizes there,
         with the constants derived from both."""
         base = dict(self.cpu_sizes) if target == "cpu" else {}
         return tuple(resolve_overrides(self.source, {**base, **shape}) for shape in self.extra_shapes)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Problem:
-        return parse_problem(data["source"], problem_id=data["id"], level=data.get("level"))
+    def from_dict(cls, data: Mapping[str, object]) -> Problem:
+        """The problem of its ``to_dict()`` (parsed again from its source: the declarations follow).
+
+        Raises:
+            ProblemFormatError: ``source`` or ``id`` is not a string, ``level`` not an integer, or
+                the source is not a valid problem file.
+        """
+        source, problem_id, level = data.get("source"), data.get("id"), data.get("level")
+        if not isinstance(source, str) or not isinstance(problem_id, str):
+            raise ProblemFormatError("a problem's fields need its source and id as strings")
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+            raise ProblemFormatError(f"a problem's level is an integer, got {level!r}")
+        return parse_problem(source, problem_id=problem_id, level=level)
 
 
 _DECLARATIONS = DECLARATION_NAMES
 
 
-def _literal_assignments(tree: ast.Module) -> dict[str, Any]:
-    found: dict[str, Any] = {}
+def _literal_assignments(tree: ast.Module) -> dict[str, object]:
+    """The declarations' literal values by name, not checked yet (each is, where it is read)."""
+    found: dict[str, object] = {}
     for node in tree.body:
         targets: list[ast.expr] = []
         value: ast.expr | None = None
@@ -156,16 +182,30 @@ def _defined_names(tree: ast.Module) -> set[str]:
     return names | assigned_names(tree)
 
 
-def _check_sizes(name: str, value: Any, module_names: set[str]) -> dict[str, Any]:
+def _check_sizes(name: str, value: object, module_names: set[str]) -> Constants:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise ProblemFormatError(f"{name} must be a dict of module constant names to values")
     unknown = sorted(set(value) - module_names)
     if unknown:
         raise ProblemFormatError(f"{name} overrides constants the module does not define: {unknown}")
-    return dict(value)
+    sizes: Constants = {}
+    for key, size in value.items():
+        try:
+            sizes[key] = as_constant(size)
+        except NotConstant:
+            raise ProblemFormatError(f"{name}[{key!r}] must be a number, a string, a bool, None or a tuple or "
+                                     f"list of them, got {size!r}") from None
+    return sizes
 
 
-def _number(name: str, value: Any) -> float | None:
+def _choice(enum: type[StrEnum], value: object) -> str:
+    """A declaration that names one of ``enum``'s values (a ValueError as the enum raises it if not)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a valid {enum.__name__}")
+    return value
+
+
+def _number(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -201,8 +241,8 @@ def parse_problem(source: str, *, problem_id: str, level: int | None = None) -> 
         raise ProblemFormatError(f"a problem must define {', '.join(missing)} at module level")
     decl = _literal_assignments(tree)
     try:
-        mode = Mode(decl.get("MODE", "train"))
-        policy = Policy(decl.get("POLICY", "mixed"))
+        mode = Mode(_choice(Mode, decl.get("MODE", "train")))
+        policy = Policy(_choice(Policy, decl.get("POLICY", "mixed")))
     except ValueError as exc:
         raise ProblemFormatError(f"{exc}; MODE is 'train' or 'eval', POLICY 'mixed' or 'pure'") from None
     extra = decl.get("EXTRA_SHAPES", [])

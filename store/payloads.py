@@ -1,15 +1,20 @@
 """The job events' payloads, typed: what each event of ``GET /jobs/{id}/events`` carries.
 
-Frozen dataclasses (standard library only): the store and the worker build them, `append_event`
-takes their ``to_dict()`` (JSON only at the column and on the wire), the API documents their
-schemas (`event_payload_schemas`) and a client reads an event back with `parse_payload`.
+Frozen dataclasses: the store and the worker build them, `append_event` takes their ``to_dict()``
+(JSON only at the column and on the wire), the API documents their schemas (pydantic's
+``TypeAdapter`` of each) and a client reads an event back with `parse_payload`.
+
+`JsonField` is `harness.wire.JsonValue` as a named recursive alias (``typing_extensions``), the
+form pydantic can check and document: a free-form JSON part of a payload or an API response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Self
+
+from typing_extensions import TypeAliasType
 
 from harness.wire import JsonObject, JsonValue
 
@@ -18,12 +23,18 @@ __all__ = [
     "AttemptPayload",
     "CancelRequestedPayload",
     "EventPayload",
+    "JsonField",
     "MessagePayload",
     "ProgressPayload",
     "StatePayload",
     "TrajectoryPayload",
     "parse_payload",
 ]
+
+#: A JSON value (`harness.wire.JsonValue`) in a form pydantic can check and document.
+JsonField = TypeAliasType(
+    "JsonField", "bool | int | float | str | Sequence[JsonField] | Mapping[str, JsonField] | None"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +134,7 @@ class ProgressPayload(_Payload):
     """``progress``: a milestone of the worker (``phase``) with its details, flattened in the JSON."""
 
     phase: str
-    details: JsonObject = field(default_factory=dict)
+    details: Mapping[str, JsonField] = field(default_factory=dict)
 
     def to_dict(self) -> JsonObject:
         return {"phase": self.phase, **self.details}

@@ -10,60 +10,22 @@ substituted. Anything else is shown as its expression.
 from __future__ import annotations
 
 import ast
-import operator
 from dataclasses import dataclass
-from typing import Any
+
+from problems.constants import (
+    DECLARATION_NAMES,
+    Constant,
+    Constants,
+    NotConstant,
+    as_constant,
+    evaluate,
+    module_constants,
+)
 
 __all__ = ["InputFact", "ProblemFacts", "read_facts"]
 
-_BINOPS: dict[type[ast.operator], Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Div: operator.truediv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
 #: torch factories whose positional arguments (or a first tuple argument) are the shape.
-#: The problem format's declarations (`problems.spec`): settings, not sizes.
-_DECLARATIONS = frozenset(
-    {"MODE", "POLICY", "ATOL", "RTOL", "CPU_SIZES", "EXTRA_SHAPES", "INPUT_VARIANTS", "NONDETERMINISTIC", "DESCRIPTION"}
-)
 _SHAPE_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty", "full", "randint", "randperm"})
-#: Exponents and sizes past these are not evaluated (a crafted source must not make us compute 10**10**10).
-_MAX_POW_EXPONENT = 64
-_MAX_MAGNITUDE = 1 << 62
-
-
-class _Unknown(Exception):
-    pass
-
-
-def _eval(node: ast.expr, env: dict[str, Any]) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in env:
-        return env[node.id]
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_eval(e, env) for e in node.elts)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval(node.operand, env)
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        left, right = _eval(node.left, env), _eval(node.right, env)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
-            raise _Unknown
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW_EXPONENT:
-            raise _Unknown
-        try:
-            value = _BINOPS[type(node.op)](left, right)
-        except (ArithmeticError, ValueError):
-            raise _Unknown from None
-        if isinstance(value, (int, float)) and abs(value) > _MAX_MAGNITUDE:
-            raise _Unknown
-        return value
-    raise _Unknown
-
 
 @dataclass(frozen=True)
 class InputFact:
@@ -71,45 +33,43 @@ class InputFact:
 
     expression: str
     factory: str | None
-    shape: tuple[Any, ...] | None
-    cpu_shape: tuple[Any, ...] | None
+    shape: tuple[int, ...] | None
+    cpu_shape: tuple[int, ...] | None
     dtype: str
 
 
 @dataclass(frozen=True)
 class ProblemFacts:
-    #: Module constants as evaluated (the ``cuda`` sizes).
-    constants: dict[str, Any]
-    #: The same constants with ``CPU_SIZES`` applied (the ``cpu`` target's sizes).
-    cpu_constants: dict[str, Any]
+    #: Module constants as evaluated (the ``cuda`` sizes), lists shown as tuples.
+    constants: Constants
+    #: The same constants with ``CPU_SIZES`` applied, and those derived from them (the ``cpu``
+    #: target's sizes).
+    cpu_constants: Constants
     inputs: tuple[InputFact, ...]
     init_inputs: str | None
 
 
-def _constants(tree: ast.Module) -> dict[str, Any]:
-    env: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if name in _DECLARATIONS:
-                continue
-            try:
-                env[name] = _eval(node.value, env)
-            except (_Unknown, RecursionError):
-                continue
-    return env
+def _shown(value: Constant) -> Constant:
+    return tuple(_shown(v) for v in value) if isinstance(value, tuple | list) else value
 
 
-def _cpu_sizes(tree: ast.Module) -> dict[str, Any]:
+def _constants(tree: ast.Module, overrides: Constants | None = None) -> Constants:
+    """The module's constants (`problems.constants`: nothing runs), declarations left out."""
+    try:
+        found = module_constants(tree, overrides)
+    except RecursionError:
+        return {}
+    return {name: _shown(value) for name, value in found.items() if name not in DECLARATION_NAMES}
+
+
+def _cpu_sizes(tree: ast.Module) -> Constants:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CPU_SIZES" for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
-            except ValueError:
+                return {str(k): as_constant(v) for k, v in value.items()} if isinstance(value, dict) else {}
+            except (ValueError, NotConstant):
                 return {}
-            return {str(k): tuple(v) if isinstance(v, list) else v for k, v in value.items()} if isinstance(
-                value, dict
-            ) else {}
     return {}
 
 
@@ -133,7 +93,7 @@ def _local_assignments(function: ast.FunctionDef | None) -> dict[str, ast.expr]:
     return found
 
 
-def _shape(call: ast.Call, env: dict[str, Any]) -> tuple[Any, ...] | None:
+def _shape(call: ast.Call, env: Constants) -> tuple[int, ...] | None:
     factory = call.func.attr if isinstance(call.func, ast.Attribute) else None
     args = list(call.args)
     if factory == "randint":
@@ -141,14 +101,13 @@ def _shape(call: ast.Call, env: dict[str, Any]) -> tuple[Any, ...] | None:
     elif factory == "full" or factory == "randperm":
         args = args[:1]
     try:
-        values = [_eval(a, env) for a in args]
-    except (_Unknown, RecursionError):
+        values = [evaluate(a, env) for a in args]
+    except (NotConstant, RecursionError):
         return None
-    if len(values) == 1 and isinstance(values[0], tuple):
+    if len(values) == 1 and isinstance(values[0], tuple | list):
         values = list(values[0])
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return None
-    return tuple(values)
+    dims = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return tuple(dims) if len(dims) == len(values) else None
 
 
 def _dtype(call: ast.Call) -> str:
@@ -166,7 +125,7 @@ def read_facts(source: str) -> ProblemFacts:
     except SyntaxError:
         return ProblemFacts(constants={}, cpu_constants={}, inputs=(), init_inputs=None)
     constants = _constants(tree)
-    cpu_constants = {**constants, **_cpu_sizes(tree)}
+    cpu_constants = _constants(tree, _cpu_sizes(tree))
     get_inputs = _function(tree, "get_inputs")
     returned = _returned(get_inputs)
     elements = list(returned.elts) if isinstance(returned, (ast.List, ast.Tuple)) else ([returned] if returned else [])

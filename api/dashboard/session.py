@@ -26,10 +26,11 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
+
+from harness.wire import Reader
 
 __all__ = [
     "COOKIE_NAME",
@@ -115,14 +116,14 @@ class SessionCodec:
         if not hmac.compare_digest(self._sign(body), parts[2]):
             return None
         try:
-            payload: dict[str, Any] = json.loads(_unb64(parts[1]))
+            payload = Reader(json.loads(_unb64(parts[1])), "the session cookie")
             session = BrowserSession(
-                key_id=int(payload["kid"]),
-                key_hash_prefix=str(payload["kh"]),
-                expires_at=int(payload["exp"]),
-                nonce=str(payload["nonce"]),
+                key_id=payload.integer("kid"),
+                key_hash_prefix=payload.text("kh"),
+                expires_at=payload.integer("exp"),
+                nonce=payload.text("nonce"),
             )
-        except (ValueError, KeyError, TypeError, binascii.Error):
+        except (ValueError, binascii.Error):
             return None
         if session.expires_at <= (now if now is not None else time.time()):
             return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api import services
 from api.deps import CurrentKey, JobId, SessionDep
 from api.errors import error_responses
+from store import JsonField
 
 __all__ = ["JobProblemPublic", "router"]
 
@@ -21,7 +22,9 @@ class JobProblemPublic(BaseModel):
     bundled_id: str | None = Field(description="The bundled id, or null for a posted source.")
     sha256: str
     source: str = Field(description="The problem file's text, exactly as the job's worker received it.")
-    declarations: dict[str, Any] = Field(description="Its parsed declarations (mode, policy, tolerances, CPU sizes).")
+    declarations: Mapping[str, JsonField] = Field(
+        description="Its parsed declarations (mode, policy, tolerances, CPU sizes)."
+    )
 
 
 @router.get("/problem", response_model=JobProblemPublic, responses=error_responses(401, 404, 422))
