@@ -20,10 +20,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agent.feedback import AttemptNote
-from agent.providers.base import estimate_tokens
+from agent.providers.base import Message, call_function, estimate_tokens, message_calls, text_field
+from harness.wire import JsonValue
 
 __all__ = [
     "HIGH_WATER",
@@ -35,8 +35,6 @@ __all__ = [
     "SummaryFacts",
     "parse_overflow_tokens",
 ]
-
-Message = dict[str, Any]
 
 #: A compaction keeps turns in at most this share of the space the head leaves: large steps, so
 #: compactions are rare and the prefix stays cacheable between them.
@@ -94,7 +92,7 @@ class SummaryFacts:
     latest_sha256: str | None = None
 
 
-def _turn_groups(messages: Sequence[Mapping[str, Any]]) -> list[list[Message]]:
+def _turn_groups(messages: Sequence[Mapping[str, JsonValue]]) -> list[list[Message]]:
     """Messages grouped by assistant turn: the turn, its tool results, and a nudge after them."""
     groups: list[list[Message]] = []
     for message in messages:
@@ -132,7 +130,7 @@ class History:
         tools: the tool schemas sent with every request (they count too).
     """
 
-    def __init__(self, *, window: int, reserve: int, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+    def __init__(self, *, window: int, reserve: int, tools: Sequence[Mapping[str, JsonValue]] = ()) -> None:
         self.window = window
         self.reserve = reserve
         self.tools = list(tools)
@@ -150,10 +148,10 @@ class History:
         """Tokens the messages may take."""
         return max(0, self.window - self.reserve - FRAMING_TOKENS)
 
-    def raw_estimate(self, messages: Sequence[Mapping[str, Any]] | None = None) -> int:
+    def raw_estimate(self, messages: Sequence[Mapping[str, JsonValue]] | None = None) -> int:
         return estimate_tokens(self.messages if messages is None else messages, self.tools)
 
-    def tokens(self, messages: Sequence[Mapping[str, Any]] | None = None) -> int:
+    def tokens(self, messages: Sequence[Mapping[str, JsonValue]] | None = None) -> int:
         """The calibrated estimate of what the messages (and tools) take."""
         return int(self.raw_estimate(messages) * self.factor) + 1
 
@@ -187,7 +185,7 @@ class History:
         return self.tokens() <= HIGH_WATER * self.room
 
     # -- changes -----------------------------------------------------------------------------
-    def append(self, message: Mapping[str, Any]) -> None:
+    def append(self, message: Mapping[str, JsonValue]) -> None:
         self.messages.append(dict(message))
 
     def compact(self, facts: SummaryFacts, *, target: float = LOW_WATER) -> str:
@@ -204,7 +202,7 @@ class History:
             raise HistoryTooLong("the history has no problem message to summarise onto")
         system, problem = self.messages[0], self.messages[1]
         if self._head_problem is None:
-            self._head_problem = str(problem.get("content") or "")
+            self._head_problem = text_field(problem, "content") or ""
         groups = _turn_groups(self.messages[2:])
         shas = [n.source_sha256 for n in facts.notes]
         ceiling = HIGH_WATER * self.room
@@ -213,7 +211,7 @@ class History:
         least = 1 if groups else 0
         for fewest, with_sources in ((least, True), (least, False), (0, False)):
             summary = _summary_text(facts, with_sources=with_sources)
-            head = [dict(system), {"role": "user", "content": f"{self._head_problem}\n\n{summary}"}]
+            head: list[Message] = [dict(system), {"role": "user", "content": f"{self._head_problem}\n\n{summary}"}]
             fixed = self.tokens(head)
             limit = fixed + target * (ceiling - fixed)
             for keep in range(min(KEEP_TURNS, len(groups)), fewest - 1, -1):
@@ -233,15 +231,15 @@ def _with_references(groups: list[list[Message]], shas: Sequence[str], keep_sha:
     last = len(groups) - 1
     for position, group in enumerate(groups):
         for message in group:
-            calls = message.get("tool_calls")
+            calls = message_calls(message)
             if position == last or not calls:
                 out.append(message)
                 continue
-            new_calls = []
+            new_calls: list[JsonValue] = []
             for call in calls:
-                function = dict(call.get("function") or {})
+                function = dict(call_function(call))
                 try:
-                    arguments = json.loads(function.get("arguments") or "{}")
+                    arguments = json.loads(text_field(function, "arguments") or "{}")
                 except ValueError:
                     arguments = None
                 source = arguments.get("source") if isinstance(arguments, dict) else None

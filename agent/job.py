@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.verdict import Verdict
+from harness.wire import JsonObject
 
 if TYPE_CHECKING:
     from config.settings import LLMProfile
@@ -115,7 +116,7 @@ class Budgets:
         if self.target_speedup is not None and self.target_speedup <= 0:
             raise ValueError("Budgets.target_speedup must be positive")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -170,7 +171,7 @@ class CandidateRecord:
     def median_ms(self) -> float | None:
         return self.verdict.timing.median_ms if self.verdict.timing is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**self.verdict.to_dict(), "source": self.source, "source_sha256": self.source_sha256,
                 "tool": self.tool, "trajectory": self.trajectory, "parent_sha256": self.parent_sha256}
 
@@ -195,7 +196,7 @@ class Totals:
     def tokens(self) -> int:
         return self.tokens_in + self.tokens_out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**asdict(self), "tokens": self.tokens}
 
 
@@ -211,7 +212,7 @@ class TrajectoryResult:
     best: CandidateRecord | None = None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"index": self.index, "temperature": self.temperature, "strategy": self.strategy,
                 "reason": self.reason.value, "outcome": self.reason.outcome, "turns": self.turns,
                 "tool_calls": self.tool_calls, "best": self.best.to_dict() if self.best else None,
@@ -240,7 +241,7 @@ class JobResult:
     def succeeded(self) -> bool:
         return self.best is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"best": self.best.to_dict() if self.best else None, "reason": self.reason.value,
                 "totals": self.totals.to_dict(),
                 "trajectories": [t.to_dict() for t in self.trajectories],

@@ -28,7 +28,17 @@ from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, Sto
 from agent.prompt import problem_message, system_prompt
 from agent.protocols import Evaluator, Recorder
 from agent.providers import make_provider
-from agent.providers.base import AssistantTurn, ContextOverflow, Interrupted, LLMProvider, ProviderError, Usage
+from agent.providers.base import (
+    AssistantTurn,
+    ContextOverflow,
+    Interrupted,
+    LLMProvider,
+    Message,
+    ProviderError,
+    Usage,
+    message_calls,
+    text_field,
+)
 from agent.serial import SerialEvaluator
 from agent.tools import Ledger, ToolExecutor, source_sha256, tool_schemas
 from harness.devices import DeviceSpecs
@@ -63,8 +73,6 @@ _CODE_IN_TEXT = re.compile(r"```(?:python|py)[ \t]*\n.*?\bclass\s+ModelNew\b", r
 _TEXT_PROTOCOL = ("put the complete file in a ```python block and end your message with a ```json block naming "
                   'the tool, e.g. ```json\n{"tool": "benchmark", "arguments": {}}\n``` (tools: compile, '
                   "check_correctness, benchmark, profile, submit, get_gpu_specs)")
-
-Message = dict[str, Any]
 
 
 def trajectory_plan(count: int) -> list[tuple[float, str, str | None]]:
@@ -232,9 +240,11 @@ class _Trajectory:
     def _record(self, message: Message, turn: AssistantTurn | None = None) -> None:
         self.history.append(message)
         usage = turn.usage if turn else Usage()
+        calls = message_calls(message)
         self.recorder.message(
-            trajectory=self.index, role=message["role"], content=message.get("content"),
-            tool_calls=message.get("tool_calls"), tool_call_id=message.get("tool_call_id"),
+            trajectory=self.index, role=text_field(message, "role") or "", content=text_field(message, "content"),
+            tool_calls=[dict(c) for c in calls] if "tool_calls" in message else None,
+            tool_call_id=text_field(message, "tool_call_id"),
             tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
             latency_ms=turn.latency_ms if turn else 0.0, cost_usd=usage.cost_usd,
             tokens_reasoning=usage.tokens_reasoning, tokens_cached=usage.tokens_cached,

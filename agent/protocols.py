@@ -7,12 +7,14 @@ shape (`agent.testing`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from harness.devices import DeviceSpecs
     from harness.options import Depth
     from harness.verdict import Verdict
+    from harness.wire import JsonObject
 
 __all__ = ["Evaluator", "Recorder"]
 
@@ -42,10 +44,11 @@ class Recorder(Protocol):
 
     def trajectory_started(self, *, index: int, temperature: float, strategy: str) -> None: ...
 
-    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
+    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
                 cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
-        """One message; an assistant message carries its call's usage (``tokens_reasoning`` is
+        """One message (``tool_calls``: an assistant message's calls, as the history keeps them); an
+        assistant message carries its call's usage (``tokens_reasoning`` is
         part of ``tokens_out``, ``tokens_cached`` part of ``tokens_in``)."""
         ...
 

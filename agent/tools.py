@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from agent.feedback import AttemptNote, change_summary, dumps_specs, gpu_summary, tool_error, verdict_feedback
 from agent.job import CandidateRecord
@@ -24,6 +23,7 @@ from agent.providers.base import ToolCall
 from agent.retry import INFRA_RETRY, InfraRetry
 from harness.devices import DeviceSpecs
 from harness.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
+from harness.wire import JsonObject
 from problems.spec import MAX_SOURCE_BYTES
 
 __all__ = [
@@ -76,8 +76,9 @@ _SOURCE = {
 }
 
 
-def _schema(name: ToolName, description: str, *, source: bool) -> dict[str, Any]:
-    parameters: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+def _schema(name: ToolName, description: str, *, source: bool) -> JsonObject:
+    """A tool's function-calling schema (JSON sent to the LLM with every request)."""
+    parameters: JsonObject = {"type": "object", "properties": {}, "additionalProperties": False}
     if source:
         parameters = {"type": "object", "properties": {"source": _SOURCE}, "required": ["source"],
                       "additionalProperties": False}
@@ -85,7 +86,7 @@ def _schema(name: ToolName, description: str, *, source: bool) -> dict[str, Any]
                                              "parameters": parameters}}
 
 
-TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
+TOOL_SCHEMAS: tuple[JsonObject, ...] = (
     _schema(ToolName.GET_GPU_SPECS, "Specs of the device the candidate is judged on: name, SMs, caches, "
             "peak FLOP rates, measured memory bandwidth.", source=False),
     _schema(ToolName.COMPILE, "Build the file's extensions (no GPU visible; identical extension sources reuse "
@@ -103,7 +104,7 @@ TOOL_SCHEMAS: tuple[dict[str, Any], ...] = (
 )
 
 
-def tool_schemas() -> list[dict[str, Any]]:
+def tool_schemas() -> list[JsonObject]:
     """Fresh copies of the schemas (providers may serialise or alter what they are given)."""
     import copy
 

@@ -1,7 +1,9 @@
 """The provider seam: what the loop asks of an LLM and what it gets back.
 
-A provider turns a chat history (OpenAI Chat Completions message dicts, the one canonical form
-the loop keeps) and the tool schemas into one `AssistantTurn`. Exceptions, all `ProviderError`::
+A provider turns a chat history (OpenAI Chat Completions messages, the one canonical form the
+loop keeps: JSON towards the LLM, a `Message`) and the tool schemas into one `AssistantTurn`;
+`message_calls`, `call_function` and `text_field` read a message's parts with their types.
+Exceptions, all `ProviderError`::
 
     ProviderError              the LLM could not answer (after the provider's own retries)
     ├── ContextOverflow        the history is longer than the model's context: shorten it, retry
@@ -17,22 +19,29 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from harness.wire import JsonObject, JsonValue, as_json
 
 __all__ = [
     "AssistantTurn",
     "ContextOverflow",
     "Interrupted",
     "LLMProvider",
+    "Message",
     "ProviderError",
     "ToolCall",
     "Usage",
+    "call_function",
     "estimate_text_tokens",
     "estimate_tokens",
+    "message_calls",
     "parse_arguments",
+    "text_field",
 ]
 
-Message = dict[str, Any]
+#: A chat message (or a tool schema) in the Chat Completions form: JSON on its way to the LLM.
+Message: TypeAlias = JsonObject
 
 #: Characters per token when an endpoint reports no usage (a rough English/code average).
 CHARS_PER_TOKEN = 4
@@ -98,10 +107,10 @@ class ToolCall:
     id: str
     name: str
     raw_arguments: str
-    arguments: dict[str, Any] | None
+    arguments: JsonObject | None
     error: str | None = None
 
-    def to_message(self) -> dict[str, Any]:
+    def to_message(self) -> JsonObject:
         """The OpenAI ``tool_calls`` entry kept in the history: its arguments always a JSON object.
 
         Servers re-read every earlier call's arguments as JSON (vLLM's chat-template preparation,
@@ -159,7 +168,7 @@ class AssistantTurn:
 class LLMProvider(Protocol):
     """An LLM that answers a chat with tools. Implementations must be safe to call from threads."""
 
-    def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
+    def complete(self, messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]], *,
                  temperature: float, text_tools: bool = False,
                  should_stop: Callable[[], bool] | None = None) -> AssistantTurn:
         """One assistant turn for this history.
@@ -179,10 +188,30 @@ class LLMProvider(Protocol):
         ...
 
 
-def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """A tool call's arguments as a dict, or None and the reason (for the model) why not."""
-    if isinstance(raw, dict):
-        return raw, None
+def text_field(message: Mapping[str, JsonValue], key: str) -> str | None:
+    """A message's string field (``role``, ``content``, ``tool_call_id`` …), None if absent or not a string."""
+    value = message.get(key)
+    return value if isinstance(value, str) else None
+
+
+def message_calls(message: Mapping[str, JsonValue]) -> list[Mapping[str, JsonValue]]:
+    """An assistant message's ``tool_calls`` entries (those that are objects)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list | tuple):
+        return []
+    return [call for call in calls if isinstance(call, Mapping)]
+
+
+def call_function(call: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+    """A ``tool_calls`` entry's ``function`` object (``name``, ``arguments``); empty if it has none."""
+    function = call.get("function")
+    return function if isinstance(function, Mapping) else {}
+
+
+def parse_arguments(raw: object) -> tuple[JsonObject | None, str | None]:
+    """A tool call's arguments as a JSON object, or None and the reason (for the model) why not."""
+    if isinstance(raw, Mapping):
+        return {str(k): as_json(v) for k, v in raw.items()}, None
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None
     if not isinstance(raw, str):
@@ -196,20 +225,20 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
                       "quotes escaped")
     if not isinstance(value, dict):
         return None, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
+    return {str(k): as_json(v) for k, v in value.items()}, None
 
 
-def estimate_tokens(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> int:
+def estimate_tokens(messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]] = ()) -> int:
     """A rough token count of a history and its tool schemas (for usage when the endpoint
     reports none, and for fitting the window: the loop calibrates it against reported usage)."""
     chars = 0
     for message in messages:
         content = message.get("content")
         chars += len(content if isinstance(content, str) else json.dumps(content or "")) + 16
-        chars += len(message.get("reasoning_content") or "")
-        for call in message.get("tool_calls") or ():
-            function = call.get("function", {})
-            chars += len(function.get("name", "")) + len(str(function.get("arguments") or "")) + 16
+        chars += len(text_field(message, "reasoning_content") or "")
+        for call in message_calls(message):
+            function = call_function(call)
+            chars += len(text_field(function, "name") or "") + len(str(function.get("arguments") or "")) + 16
     if tools:
         chars += len(json.dumps(list(tools)))
     return chars // CHARS_PER_TOKEN + 1

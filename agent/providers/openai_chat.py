@@ -42,6 +42,7 @@ from agent.providers.base import (
     AssistantTurn,
     ContextOverflow,
     Interrupted,
+    Message,
     ProviderError,
     ToolCall,
     Usage,
@@ -50,6 +51,7 @@ from agent.providers.base import (
     parse_arguments,
 )
 from agent.providers.textcalls import parse_text_tool_calls, to_text_messages
+from harness.wire import JsonObject, JsonValue, WireError, as_json
 
 if TYPE_CHECKING:
     from config.settings import LLMProfile
@@ -211,13 +213,16 @@ def _retry_after(exc: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _error_body(exc: Any) -> dict[str, Any]:
+def _error_body(exc: Any) -> JsonObject:
     """The error object of a failed response: OpenAI's ``{"error": {...}}`` or SGLang's flat one."""
     body = getattr(exc, "body", None)
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping):
-            return dict(inner)
+            try:
+                return {str(k): as_json(v) for k, v in inner.items()}
+            except WireError:
+                return {str(k): str(v) for k, v in inner.items()}
         return {"message": str(inner)}
     return {}
 
@@ -362,18 +367,18 @@ class OpenAIProvider:
             return self._tools_refused
 
     # -- the request -------------------------------------------------------------------------
-    def _build(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
-               temperature: float, text_mode: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The request's named parameters and its ``extra_body``."""
+    def _build(self, messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]], *,
+               temperature: float, text_mode: bool) -> tuple[JsonObject, JsonObject]:
+        """The request's named parameters and its ``extra_body`` (both JSON: the body sent)."""
         pass_back = self.profile.reasoning_history.value == "pass_back"
-        outgoing = [dict(m) for m in messages]
+        outgoing: list[Message] = [dict(m) for m in messages]
         if not pass_back:
             for message in outgoing:
                 message.pop("reasoning_content", None)
         if text_mode:
             outgoing = to_text_messages(outgoing, tools)
-        request: dict[str, Any] = {"model": self.model, "messages": _alternating(outgoing),
-                                   "temperature": temperature}
+        request: JsonObject = {"model": self.model, "messages": _alternating(outgoing),
+                               "temperature": temperature}
         if tools and not text_mode:
             request["tools"] = [dict(t) for t in tools]
         with self._lock:
@@ -383,14 +388,14 @@ class OpenAIProvider:
         if self.profile.stream:
             request["stream"] = True
             request["stream_options"] = {"include_usage": True}
-        extra = {k: v for k, v in self.profile.extra_body.items() if k not in omitted}
+        extra: JsonObject = {k: v for k, v in self.profile.extra_body.items() if k not in omitted}
         for name in omitted - _ESSENTIAL:
             request.pop(name, None)
         if "stream_options" in omitted:
             request.pop("stream_options", None)
         return request, extra
 
-    def _adjust(self, exc: Any, request: Mapping[str, Any], extra: Mapping[str, Any], *, text_mode: bool,
+    def _adjust(self, exc: Any, request: Mapping[str, JsonValue], extra: Mapping[str, JsonValue], *, text_mode: bool,
                 adjusted: set[str], status: int) -> str | None:
         """How a 400 can be answered by changing the request: ``"text"``, a dropped or renamed
         parameter's name, or None. Each parameter is adjusted once per request."""
@@ -415,7 +420,7 @@ class OpenAIProvider:
         return name
 
     # -- one turn ----------------------------------------------------------------------------
-    def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
+    def complete(self, messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]], *,
                  temperature: float, text_tools: bool = False,
                  should_stop: Callable[[], bool] | None = None) -> AssistantTurn:
         stop = should_stop or (lambda: False)
@@ -474,7 +479,7 @@ class OpenAIProvider:
             self._pause(self.retry.delay(attempt, retry_after), stop)
             attempt += 1
 
-    def _call(self, request: dict[str, Any], extra: dict[str, Any], reply: _Reply, stop: Callable[[], bool]) -> None:
+    def _call(self, request: JsonObject, extra: JsonObject, reply: _Reply, stop: Callable[[], bool]) -> None:
         """One HTTP request, read in a helper thread while this one watches ``stop`` and the clock.
 
         Raises what the client raised, `_IdleTimeout`, or `Interrupted`.
@@ -486,15 +491,18 @@ class OpenAIProvider:
         timeout = httpx.Timeout(read_s + 1.0, connect=CONNECT_TIMEOUT_S)
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         abandon = threading.Event()
-        holder: dict[str, Any] = {}
+        # The body is assembled as JSON (parameters dropped and renamed as the endpoint asks), so
+        # the client's typed parameters are not what checks it: its ``create`` is called untyped.
+        create: Callable[..., Any] = self._client.chat.completions.create
+        streams: list[Any] = []  # the open stream, for closing it from this thread
 
         def pump() -> None:
             try:
-                result = self._client.chat.completions.create(**request, extra_body=extra or None, timeout=timeout)
+                result = create(**request, extra_body=extra or None, timeout=timeout)
                 if not streaming:
                     events.put(("response", result))
                     return
-                holder["stream"] = result
+                streams.append(result)
                 for chunk in result:
                     if abandon.is_set():
                         break
@@ -503,8 +511,8 @@ class OpenAIProvider:
             except Exception as exc:  # noqa: BLE001 - handed to the caller, which classifies it
                 events.put(("error", exc))
             finally:
-                if abandon.is_set() and "stream" in holder:
-                    _close_quietly(holder["stream"])
+                if abandon.is_set() and streams:
+                    _close_quietly(streams[0])
 
         thread = threading.Thread(target=pump, name="llm-request", daemon=True)
         thread.start()
@@ -535,8 +543,8 @@ class OpenAIProvider:
                     raise item
         except BaseException:
             abandon.set()
-            if "stream" in holder:
-                _close_quietly(holder["stream"])
+            if streams:
+                _close_quietly(streams[0])
             raise
 
     def _pause(self, seconds: float, stop: Callable[[], bool]) -> None:
@@ -550,20 +558,20 @@ class OpenAIProvider:
             time.sleep(min(POLL_S, left))
 
     # -- the reply ---------------------------------------------------------------------------
-    def _estimate(self, request: Mapping[str, Any], reply: _Reply) -> Usage:
+    def _estimate(self, request: Mapping[str, JsonValue], reply: _Reply) -> Usage:
         """What an abandoned try cost: the prompt the server read, and what it sent so far."""
-        usage = Usage(tokens_in=estimate_tokens(request.get("messages") or (), request.get("tools") or ()),
+        usage = Usage(tokens_in=_request_tokens(request),
                       tokens_out=reply.output_chars // 4, estimated=True)
         return Usage(tokens_in=usage.tokens_in, tokens_out=usage.tokens_out, cost_usd=self.pricing.cost(usage),
                      estimated=True)
 
-    def _usage(self, reply: _Reply, request: Mapping[str, Any], calls: Sequence[ToolCall]) -> Usage:
+    def _usage(self, reply: _Reply, request: Mapping[str, JsonValue], calls: Sequence[ToolCall]) -> Usage:
         raw = reply.usage
         tokens_in = getattr(raw, "prompt_tokens", None)
         tokens_out = getattr(raw, "completion_tokens", None)
         estimated = tokens_in is None or tokens_out is None
         if tokens_in is None:
-            tokens_in = estimate_tokens(request.get("messages") or (), request.get("tools") or ())
+            tokens_in = _request_tokens(request)
         if tokens_out is None:
             tokens_out = estimate_text_tokens(reply.content) + estimate_text_tokens(reply.reasoning) + sum(
                 estimate_text_tokens(c.raw_arguments) for c in calls)
@@ -574,7 +582,7 @@ class OpenAIProvider:
         return Usage(tokens_in=usage.tokens_in, tokens_out=usage.tokens_out, cost_usd=self.pricing.cost(usage),
                      tokens_cached=cached, tokens_reasoning=reasoning, estimated=estimated)
 
-    def _turn(self, reply: _Reply, request: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], *,
+    def _turn(self, reply: _Reply, request: Mapping[str, JsonValue], tools: Sequence[Mapping[str, JsonValue]], *,
               text_mode: bool, latency_ms: float, abandoned: Usage) -> AssistantTurn:
         content: str | None = reply.content or None
         reasoning = reply.reasoning.strip() or None
@@ -593,6 +601,15 @@ class OpenAIProvider:
         return AssistantTurn(content=content, tool_calls=calls, usage=answered + abandoned, latency_ms=latency_ms,
                              finish_reason=reply.finish_reason, refusal=reply.refusal or None, reasoning=reasoning,
                              text_mode=text_mode, prompt_tokens=None if answered.estimated else answered.tokens_in)
+
+
+def _request_tokens(request: Mapping[str, JsonValue]) -> int:
+    """`estimate_tokens` of a request body's messages and tools."""
+    def objects(key: str) -> list[Mapping[str, JsonValue]]:
+        items = request.get(key)
+        return [m for m in items if isinstance(m, Mapping)] if isinstance(items, list | tuple) else []
+
+    return estimate_tokens(objects("messages"), objects("tools"))
 
 
 def _detail(usage: Any, group: str, name: str) -> int:
@@ -625,10 +642,10 @@ def _cut_off(call: ToolCall, limit: int | None) -> ToolCall:
     return ToolCall(id=call.id, name=call.name, raw_arguments=call.raw_arguments, arguments=None, error=error)
 
 
-def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _alternating(messages: list[Message]) -> list[JsonValue]:
     """The history with consecutive user messages joined, as strict chat templates require
     ("Conversation roles must alternate user/assistant/user/assistant/...")."""
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     for message in messages:
         previous = out[-1] if out else None
         if (previous is not None and message.get("role") == "user" and previous.get("role") == "user"
@@ -636,7 +653,7 @@ def _alternating(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out[-1] = {**previous, "content": f"{previous['content']}\n\n{message['content']}"}
         else:
             out.append(message)
-    return out
+    return list(out)
 
 
 def _close_quietly(stream: Any) -> None:

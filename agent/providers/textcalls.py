@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from agent.providers.base import ToolCall, parse_arguments
+from agent.providers.base import Message, ToolCall, call_function, message_calls, parse_arguments, text_field
+from harness.wire import JsonValue
 
 __all__ = ["parse_text_tool_calls", "render_tool_instructions", "to_text_messages"]
 
@@ -29,16 +29,23 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _TOOL_NAME = re.compile(r'"(?:tool|name)"\s*:\s*"([^"]+)"')
 
 
-def _tools_taking_source(tools: Sequence[Mapping[str, Any]]) -> set[str]:
+def _properties(function: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+    """A tool schema's parameter properties (empty if it has none)."""
+    parameters = function.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    return properties if isinstance(properties, Mapping) else {}
+
+
+def _tools_taking_source(tools: Sequence[Mapping[str, JsonValue]]) -> set[str]:
     names = set()
     for tool in tools:
-        function = tool.get("function", {})
-        if "source" in function.get("parameters", {}).get("properties", {}):
-            names.add(function.get("name", ""))
+        function = call_function(tool)
+        if "source" in _properties(function):
+            names.add(text_field(function, "name") or "")
     return names
 
 
-def render_tool_instructions(tools: Sequence[Mapping[str, Any]]) -> str:
+def render_tool_instructions(tools: Sequence[Mapping[str, JsonValue]]) -> str:
     """The tool protocol for a model that cannot call functions natively."""
     lines = [
         "## Calling tools (this endpoint has no native function calling)",
@@ -50,14 +57,13 @@ def render_tool_instructions(tools: Sequence[Mapping[str, Any]]) -> str:
         "Tools:",
     ]
     for tool in tools:
-        function = tool.get("function", {})
-        params = function.get("parameters", {}).get("properties", {})
-        signature = ", ".join(params)
+        function = call_function(tool)
+        signature = ", ".join(_properties(function))
         lines.append(f"- {function.get('name')}({signature}): {function.get('description', '')}")
     return "\n".join(lines)
 
 
-def parse_text_tool_calls(content: str | None, tools: Sequence[Mapping[str, Any]], *,
+def parse_text_tool_calls(content: str | None, tools: Sequence[Mapping[str, JsonValue]], *,
                           id_prefix: str) -> tuple[ToolCall, ...]:
     """The tool calls written as fenced JSON blocks in ``content``, in order."""
     if not content:
@@ -93,38 +99,39 @@ def parse_text_tool_calls(content: str | None, tools: Sequence[Mapping[str, Any]
     return tuple(calls)
 
 
-def _render_call(call: Mapping[str, Any]) -> str:
-    function = call.get("function", {})
+def _render_call(call: Mapping[str, JsonValue]) -> str:
+    function = call_function(call)
     arguments, _ = parse_arguments(function.get("arguments"))
     shown = {k: ("<the python block above>" if k == "source" else v) for k, v in (arguments or {}).items()}
     return "```json\n" + json.dumps({"tool": function.get("name"), "arguments": shown}) + "\n```"
 
 
-def to_text_messages(messages: Sequence[Mapping[str, Any]],
-                     tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def to_text_messages(messages: Sequence[Mapping[str, JsonValue]],
+                     tools: Sequence[Mapping[str, JsonValue]]) -> list[Message]:
     """The canonical history rewritten for an endpoint that knows only system/user/assistant text."""
     names: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
+    out: list[Message] = []
     instructions = render_tool_instructions(tools)
     system_done = False
     for message in messages:
         role = message.get("role")
-        content = message.get("content") or ""
+        content = text_field(message, "content") or ""
         if role == "system" and not system_done:
             out.append({"role": "system", "content": f"{content}\n\n{instructions}"})
             system_done = True
         elif role == "assistant":
-            calls = message.get("tool_calls") or []
+            calls = message_calls(message)
             for call in calls:
-                names[call.get("id", "")] = call.get("function", {}).get("name", "?")
+                names[text_field(call, "id") or ""] = text_field(call_function(call), "name") or "?"
             if calls and "```json" not in content:
                 content = "\n".join([content, *(_render_call(c) for c in calls)]).strip()
             out.append({"role": "assistant", "content": content})
         elif role == "tool":
-            call_id = message.get("tool_call_id") or ""
+            call_id = text_field(message, "tool_call_id") or ""
             text = f"Result of {names.get(call_id, 'the tool call')} ({call_id}):\n{content}"
-            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("Result of "):
-                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + text}
+            previous = text_field(out[-1], "content") if out and out[-1]["role"] == "user" else None
+            if previous is not None and previous.startswith("Result of "):
+                out[-1] = {"role": "user", "content": previous + "\n\n" + text}
             else:
                 out.append({"role": "user", "content": text})
         else:

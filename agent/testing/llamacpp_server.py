@@ -22,9 +22,9 @@ tools/server/server-task.cpp ``server_task_result_error::to_json``; tools/server
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from agent.testing.scripted import Failure, ScriptedServer, Step
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["LlamaCppServer"]
 
@@ -55,13 +55,13 @@ class LlamaCppServer(ScriptedServer):
         self.legacy_wording = legacy_wording
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-              **fields: Any) -> Failure:
+              **fields: JsonValue) -> Failure:
         kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                 503: "unavailable_error"}.get(status, "server_error")
-        error = {"code": status, "message": message, "type": fields.pop("type", kind), **fields}
+        error: JsonObject = {"code": status, "message": message, "type": fields.pop("type", kind), **fields}
         return Failure(status, {"error": error}, headers=dict(headers or {}))
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
         if self.loading_requests > 0:
             self.loading_requests -= 1
             return self.error(503, "Loading model")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.verdict import ErrorKind, Verdict, source_sha256
+from harness.wire import JsonObject
 
-__all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedUsage"]
+__all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedStart", "RecordedUsage"]
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class RecordedMessage:
     trajectory: int
     role: str
     content: str | None
-    tool_calls: list[Any] | None
+    tool_calls: list[JsonObject] | None
     tool_call_id: str | None
     tokens_in: int
     tokens_out: int
@@ -25,6 +25,14 @@ class RecordedMessage:
     cost_usd: float
     tokens_reasoning: int = 0
     tokens_cached: int = 0
+
+
+@dataclass(frozen=True)
+class RecordedStart:
+    """A trajectory's start: its sampling temperature and strategy hint."""
+
+    temperature: float
+    strategy: str
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class MemoryRecorder:
     #: Usage recorded apart from messages (abandoned or failed LLM calls).
     usages: list[RecordedUsage] = field(default_factory=list)
     attempts: list[RecordedAttempt] = field(default_factory=list)
-    started: dict[int, dict[str, Any]] = field(default_factory=dict)
+    started: dict[int, RecordedStart] = field(default_factory=dict)
     finished: dict[int, str] = field(default_factory=dict)
     #: Every call, as (method, trajectory or None), in order.
     events: list[tuple[str, int | None]] = field(default_factory=list)
@@ -69,14 +77,15 @@ class MemoryRecorder:
 
     def trajectory_started(self, *, index: int, temperature: float, strategy: str) -> None:
         with self._lock:
-            self.started[index] = {"temperature": temperature, "strategy": strategy}
+            self.started[index] = RecordedStart(temperature=temperature, strategy=strategy)
             self.events.append(("trajectory_started", index))
 
-    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: list[Any] | None,
+    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
                 cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         with self._lock:
-            self.messages.append(RecordedMessage(trajectory, role, content, tool_calls, tool_call_id, tokens_in,
+            calls = list(tool_calls) if tool_calls is not None else None
+            self.messages.append(RecordedMessage(trajectory, role, content, calls, tool_call_id, tokens_in,
                                                  tokens_out, latency_ms, cost_usd, tokens_reasoning, tokens_cached))
             self.events.append(("message", trajectory))
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from agent.testing.scripted import Failure, ScriptedServer, Step, prompt_tokens
+from agent.providers.base import call_function, message_calls, text_field
+from agent.testing.scripted import Failure, ScriptedServer, Step, prompt_tokens, request_messages
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["OllamaServer"]
 
@@ -46,15 +47,16 @@ class OllamaServer(ScriptedServer):
         self.truncated: list[int] = []
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-              **fields: Any) -> Failure:
+              **fields: JsonValue) -> Failure:
         kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
         return Failure(status, {"error": {"message": message, "type": kind, "param": None, "code": None}},
                        headers=dict(headers or {}))
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
-        for message in body.get("messages") or ():
-            for call in message.get("tool_calls") or ():
-                arguments = (call.get("function") or {}).get("arguments")
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
+        messages = request_messages(body)
+        for message in messages:
+            for call in message_calls(message):
+                arguments = call_function(call).get("arguments")
                 try:
                     value = json.loads(arguments) if isinstance(arguments, str) else arguments
                 except ValueError:
@@ -63,14 +65,14 @@ class OllamaServer(ScriptedServer):
                     return self.error(400, "invalid tool call arguments")
         if body.get("tools") and not self.supports_tools:
             return self.error(400, f"registry.ollama.ai/library/{self.model} does not support tools")
-        last = (body.get("messages") or [{}])[-1]
+        last: Mapping[str, JsonValue] = messages[-1] if messages else {}
         if len(prompt_tokens({"messages": [last], "tools": body.get("tools")})) > self.context_window:
             return self.error(400, "the input length exceeds the context length")
         return None
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
-        messages = list(body.get("messages") or ())
-        system = [m for m in messages[:1] if m.get("role") == "system"]
+    def prepare(self, body: JsonObject) -> JsonObject:
+        messages = request_messages(body)
+        system = [m for m in messages[:1] if text_field(m, "role") == "system"]
         rest = messages[len(system):]
         dropped = 0
         while len(rest) > 1 and len(prompt_tokens({**body, "messages": system + rest})) > self.context_window:

@@ -26,10 +26,11 @@ errors users report against it, e.g. github.com/microsoft/vscode-copilot-release
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
-from agent.testing.scripted import Failure, ScriptedServer, Step
+from agent.providers.base import message_calls, text_field
+from agent.testing.scripted import Failure, ScriptedServer, Step, request_messages, requested_output_tokens
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["OpenAIServer"]
 
@@ -58,7 +59,7 @@ class OpenAIServer(ScriptedServer):
                           headers={"retry-after": f"{retry_after_s:g}",
                                    "retry-after-ms": f"{int(retry_after_s * 1000)}"})
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
         if self.reasoning_model:
             if "temperature" in body:
                 return self.error(400, "Unsupported parameter: 'temperature' is not supported with this model.",
@@ -67,10 +68,10 @@ class OpenAIServer(ScriptedServer):
                 return self.error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
                                   "Use 'max_completion_tokens' instead.", param="max_tokens",
                                   code="unsupported_parameter")
-        problem = _tool_answers(body.get("messages") or [])
+        problem = _tool_answers(request_messages(body))
         if problem is not None:
             return self.error(400, problem[1], param=f"messages.[{problem[0]}].role")
-        completion = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+        completion = requested_output_tokens(body)
         if tokens + completion > self.context_window:
             return self.error(400, f"This model's maximum context length is {self.context_window} tokens. However, "
                               f"you requested {tokens + completion} tokens ({tokens} in the messages, {completion} in "
@@ -79,21 +80,22 @@ class OpenAIServer(ScriptedServer):
         return None
 
 
-def _tool_answers(messages: list[dict[str, Any]]) -> tuple[int, str] | None:
+def _tool_answers(messages: Sequence[Mapping[str, JsonValue]]) -> tuple[int, str] | None:
     """(index, message) of the first tool-message rule the history breaks."""
-    pending: list[str] = []
+    pending: list[str | None] = []
     for i, message in enumerate(messages):
         role = message.get("role")
         if role == "tool":
-            if message.get("tool_call_id") not in pending:
+            call_id = text_field(message, "tool_call_id")
+            if call_id not in pending:
                 return i, ("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
                            "message with 'tool_calls'.")
-            pending.remove(message["tool_call_id"])
+            pending.remove(call_id)
             continue
         if pending:
             return i - 1, ("An assistant message with 'tool_calls' must be followed by tool messages responding "
                            "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
-                           + ", ".join(pending))
+                           + ", ".join(str(p) for p in pending))
         if role == "assistant":
-            pending = [c.get("id") for c in message.get("tool_calls") or ()]
+            pending = [text_field(c, "id") for c in message_calls(message)]
     return None

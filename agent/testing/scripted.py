@@ -23,8 +23,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
+
+from agent.providers.base import call_function, message_calls
+from agent.testing.localhttp import LocalPostServer, parse_body
+from harness.wire import JsonObject, JsonValue
 
 __all__ = [
     "Call",
@@ -33,6 +36,8 @@ __all__ = [
     "ScriptedServer",
     "count_tokens",
     "prompt_tokens",
+    "request_messages",
+    "requested_output_tokens",
     "roles_alternate",
 ]
 
@@ -50,22 +55,34 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-def _message_text(message: Mapping[str, Any]) -> str:
+def _message_text(message: Mapping[str, JsonValue]) -> str:
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content) if content else ""
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
+    for call in message_calls(message):
+        function = call_function(call)
         arguments = function.get("arguments")
         text += f" {function.get('name', '')} " + (arguments if isinstance(arguments, str) else json.dumps(arguments))
     return text
 
 
-def prompt_tokens(body: Mapping[str, Any]) -> list[str]:
+def request_messages(body: Mapping[str, JsonValue]) -> list[Mapping[str, JsonValue]]:
+    """A request body's ``messages`` (those that are objects)."""
+    messages = body.get("messages")
+    return [m for m in messages if isinstance(m, Mapping)] if isinstance(messages, list | tuple) else []
+
+
+def requested_output_tokens(body: Mapping[str, JsonValue]) -> int:
+    """The request's output limit (``max_completion_tokens``, else ``max_tokens``); 0 if none."""
+    value = body.get("max_completion_tokens") or body.get("max_tokens")
+    return int(value) if isinstance(value, int | float | str) and value else 0
+
+
+def prompt_tokens(body: Mapping[str, JsonValue]) -> list[str]:
     """The request's prompt as tokens, in order (the tools first, as templates render them)."""
     tokens: list[str] = []
     if body.get("tools"):
         tokens.extend(_TOKEN.findall(json.dumps(body["tools"])))
-    for message in body.get("messages") or ():
+    for message in request_messages(body):
         tokens.extend([f"<|{message.get('role')}|>"] * TEMPLATE_TOKENS_PER_MESSAGE)
         tokens.extend(_TOKEN.findall(_message_text(message)))
     return tokens
@@ -78,7 +95,7 @@ class Call:
     a JSON object where the protocol has a string (as some servers and proxies do)."""
 
     name: str
-    arguments: str | dict[str, Any]
+    arguments: str | JsonObject
     as_object: bool = False
 
 
@@ -122,18 +139,18 @@ class Failure:
     """An HTTP error answer (``body`` JSON-encoded unless a str)."""
 
     status: int
-    body: dict[str, Any] | str
+    body: JsonObject | str
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Step = Reply | Failure | Callable[[dict[str, Any]], "Reply | Failure"]
+Step = Reply | Failure | Callable[[JsonObject], "Reply | Failure"]
 
 
 @dataclass
 class _Exchange:
     """One request as the server saw it, and how it answered."""
 
-    body: dict[str, Any]
+    body: JsonObject
     headers: dict[str, str]
     status: int = 200
     prompt_tokens: int = 0
@@ -142,7 +159,7 @@ class _Exchange:
     disconnected: bool = False
 
 
-class ScriptedServer:
+class ScriptedServer(LocalPostServer):
     """A Chat Completions server on 127.0.0.1 that answers from a script, the way its kind does.
 
     Subclasses override `validate` (a real server's checks, before any generation), `error`
@@ -173,27 +190,27 @@ class ScriptedServer:
 
     def __init__(self, script: Iterable[Step] = (), *, model: str = "scripted-model",
                  context_window: int = 32_768) -> None:
+        super().__init__()
         self.model = model
         self.context_window = context_window
         self._queue: deque[Step] = deque(script)
         self._lock = threading.Lock()
         self.exchanges: list[_Exchange] = []
         self._previous_prompt: list[str] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- the kind's behaviour (overridden) -----------------------------------------------------
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-              **fields: Any) -> Failure:
+              **fields: JsonValue) -> Failure:
         """The server's error answer (OpenAI's ``{"error": {...}}`` shape by default)."""
-        error = {"message": message, "type": "invalid_request_error", "param": None, "code": None, **fields}
+        error: JsonObject = {"message": message, "type": "invalid_request_error", "param": None, "code": None,
+                             **fields}
         return Failure(status, {"error": error}, headers=dict(headers or {}))
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
         """Refuse the request as the real server would, before generating (None: accepted)."""
         return None
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, body: JsonObject) -> JsonObject:
         """The request as the server goes on to use it (e.g. silently truncated); default: as sent."""
         return body
 
@@ -208,68 +225,24 @@ class ScriptedServer:
             return len(self._queue)
 
     @property
-    def requests(self) -> list[dict[str, Any]]:
+    def requests(self) -> list[JsonObject]:
         return [e.body for e in self.exchanges]
 
     @property
     def statuses(self) -> list[int]:
         return [e.status for e in self.exchanges]
 
-    def _next(self, body: dict[str, Any]) -> Reply | Failure:
+    def _next(self, body: JsonObject) -> Reply | Failure:
         with self._lock:
             step = self._queue.popleft() if self._queue else None
         if step is None:
             return self.error(500, "the scripted server's script is exhausted", type="server_error")
         return step(body) if callable(step) else step
 
-    # -- life cycle ------------------------------------------------------------------------------
-    def start(self) -> ScriptedServer:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                return
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                server._handle(self, raw)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"{type(self).__name__}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> ScriptedServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the scripted server is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
     # -- one request -----------------------------------------------------------------------------
-    def _handle(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
+    def handle_post(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
         headers = {k.lower(): v for k, v in handler.headers.items()}
-        try:
-            body = json.loads(raw or b"{}")
-        except json.JSONDecodeError:
-            body = {}
+        body = parse_body(raw) or {}
         exchange = _Exchange(body=body, headers=headers)
         with self._lock:
             self.exchanges.append(exchange)
@@ -312,9 +285,9 @@ class ScriptedServer:
             return 0
         return common - common % self.cache_block
 
-    def _usage(self, body: Mapping[str, Any], reply: Reply, exchange: _Exchange) -> dict[str, Any]:
+    def _usage(self, body: Mapping[str, JsonValue], reply: Reply, exchange: _Exchange) -> JsonObject:
         completion = reply.completion_tokens()
-        usage: dict[str, Any] = {"prompt_tokens": exchange.prompt_tokens, "completion_tokens": completion,
+        usage: JsonObject = {"prompt_tokens": exchange.prompt_tokens, "completion_tokens": completion,
                                  "total_tokens": exchange.prompt_tokens + completion}
         if self.reports_cached_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": exchange.cached_tokens}
@@ -322,26 +295,28 @@ class ScriptedServer:
             usage["completion_tokens_details"] = {"reasoning_tokens": count_tokens(reply.reasoning)}
         return usage
 
-    def _calls_json(self, reply: Reply, *, with_index: bool) -> list[dict[str, Any]]:
-        calls = []
-        for i, call in enumerate(reply.calls):
-            arguments: Any = call.arguments
-            if not isinstance(arguments, str) and not call.as_object:
-                arguments = json.dumps(arguments)
-            entry: dict[str, Any] = {"id": f"call_{next(_IDS)}", "type": "function",
-                                     "function": {"name": call.name, "arguments": arguments}}
-            if with_index:
-                entry["index"] = i
-            calls.append(entry)
-        return calls
+    def _calls_json(self, reply: Reply, *, with_index: bool) -> list[JsonObject]:
+        return [self._call_json(call, index=i if with_index else None) for i, call in enumerate(reply.calls)]
+
+    @staticmethod
+    def _call_json(call: Call, *, index: int | None, call_id: str | None = None) -> JsonObject:
+        """One ``tool_calls`` entry (``index``: as streamed chunks carry it)."""
+        arguments: JsonValue = call.arguments
+        if not isinstance(arguments, str) and not call.as_object:
+            arguments = json.dumps(arguments)
+        entry: JsonObject = {"id": call_id or f"call_{next(_IDS)}", "type": "function",
+                             "function": {"name": call.name, "arguments": arguments}}
+        if index is not None:
+            entry["index"] = index
+        return entry
 
     def _content(self, reply: Reply) -> str | None:
         if reply.reasoning and self.reasoning_field is None and self.reasoning_in_content:
             return f"<think>\n{reply.reasoning}\n</think>\n\n{reply.content or ''}"
         return reply.content
 
-    def _message(self, reply: Reply) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self._content(reply)}
+    def _message(self, reply: Reply) -> JsonObject:
+        message: JsonObject = {"role": "assistant", "content": self._content(reply)}
         if reply.reasoning and self.reasoning_field:
             message[self.reasoning_field] = reply.reasoning
         if reply.calls:
@@ -350,8 +325,8 @@ class ScriptedServer:
             message["refusal"] = reply.refusal
         return message
 
-    def _completion(self, body: Mapping[str, Any], reply: Reply, exchange: _Exchange) -> dict[str, Any]:
-        completion: dict[str, Any] = {
+    def _completion(self, body: Mapping[str, JsonValue], reply: Reply, exchange: _Exchange) -> JsonObject:
+        completion: JsonObject = {
             "id": f"chatcmpl-{next(_IDS)}", "object": "chat.completion", "created": int(time.time()),
             "model": self.model,
             "choices": [{"index": 0, "message": self._message(reply), "finish_reason": reply.finish, "logprobs": None}],
@@ -360,12 +335,12 @@ class ScriptedServer:
             completion["usage"] = self._usage(body, reply, exchange)
         return completion
 
-    def chunks(self, body: Mapping[str, Any], reply: Reply, exchange: _Exchange) -> Iterator[dict[str, Any]]:
+    def chunks(self, body: Mapping[str, JsonValue], reply: Reply, exchange: _Exchange) -> Iterator[JsonObject]:
         """The reply as ``chat.completion.chunk`` objects, in order."""
-        base = {"id": f"chatcmpl-{next(_IDS)}", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": self.model}
+        base: JsonObject = {"id": f"chatcmpl-{next(_IDS)}", "object": "chat.completion.chunk",
+                            "created": int(time.time()), "model": self.model}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        def chunk(delta: JsonObject, finish: str | None = None, **extra: JsonValue) -> JsonObject:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
                     **extra}
 
@@ -377,16 +352,18 @@ class ScriptedServer:
             yield chunk({"content": piece})
         if reply.refusal:
             yield chunk({"refusal": reply.refusal})
-        for i, call in enumerate(self._calls_json(reply, with_index=True)):
-            if not self.incremental_tool_calls or not isinstance(call["function"]["arguments"], str):
-                yield chunk({"tool_calls": [call]})
+        for i, call in enumerate(reply.calls):
+            entry = self._call_json(call, index=i)
+            arguments = call_function(entry).get("arguments")
+            if not self.incremental_tool_calls or not isinstance(arguments, str):
+                yield chunk({"tool_calls": [entry]})
                 continue
-            function = call["function"]
-            yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                         "function": {"name": function["name"], "arguments": ""}}]})
-            for piece in _pieces(function["arguments"]):
+            yield chunk({"tool_calls": [{"index": i, "id": entry["id"], "type": "function",
+                                         "function": {"name": call.name, "arguments": ""}}]})
+            for piece in _pieces(arguments):
                 yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        include = bool((body.get("stream_options") or {}).get("include_usage"))
+        stream_options = body.get("stream_options")
+        include = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
         send_usage = reply.usage and (include or not self.usage_needs_include)
         if send_usage and not self.usage_chunk_apart:
             yield chunk({}, reply.finish, usage=self._usage(body, reply, exchange))
@@ -396,7 +373,7 @@ class ScriptedServer:
             yield {**base, "choices": [], "usage": self._usage(body, reply, exchange)}
 
     # -- the wire --------------------------------------------------------------------------------
-    def _send_json(self, handler: BaseHTTPRequestHandler, status: int, payload: Any,
+    def _send_json(self, handler: BaseHTTPRequestHandler, status: int, payload: JsonObject | str,
                    headers: Mapping[str, str] | None = None) -> None:
         data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         handler.send_response(status)
@@ -434,7 +411,7 @@ def _pieces(text: str) -> Sequence[str]:
     return [text[i:i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
 
 
-def roles_alternate(messages: Sequence[Mapping[str, Any]], *, allow_tools: bool) -> str | None:
+def roles_alternate(messages: Sequence[Mapping[str, JsonValue]], *, allow_tools: bool) -> str | None:
     """Why the roles break a strict template's alternation, or None.
 
     After an optional system message: user first, then user and assistant in turn; with

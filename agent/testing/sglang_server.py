@@ -17,9 +17,9 @@ validation; python/sglang/srt/entrypoints/openai/protocol.py ``ErrorResponse``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from agent.testing.scripted import Failure, ScriptedServer, Step
+from agent.testing.scripted import Failure, ScriptedServer, Step, requested_output_tokens
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["SGLangServer"]
 
@@ -35,18 +35,19 @@ class SGLangServer(ScriptedServer):
         self.reasoning_in_content = not reasoning_parser
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-              **fields: Any) -> Failure:
-        body = {"object": "error", "message": message, "type": "BadRequest" if status == 400 else "InternalServerError",
-                "param": fields.get("param"), "code": status}
+              **fields: JsonValue) -> Failure:
+        kind = "BadRequest" if status == 400 else "InternalServerError"
+        body: JsonObject = {"object": "error", "message": message, "type": kind, "param": fields.get("param"),
+                            "code": status}
         return Failure(status, body, headers=dict(headers or {}))
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
         if tokens >= self.context_window:
             return self.error(400, f"The input ({tokens} tokens) is longer than the model's context length "
                               f"({self.context_window} tokens).")
-        completion = body.get("max_completion_tokens") or body.get("max_tokens")
-        if completion and tokens + int(completion) >= self.context_window:
-            total = tokens + int(completion)
+        completion = requested_output_tokens(body)
+        if completion and tokens + completion >= self.context_window:
+            total = tokens + completion
             return self.error(400, f"Requested token count exceeds the model's maximum context length of "
                               f"{self.context_window} tokens. You requested a total of {total} tokens: {tokens} "
                               f"tokens from the input messages and {completion} tokens for the completion. Please "

@@ -18,8 +18,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
+
+from agent.testing.localhttp import LocalPostServer, parse_body
+from harness.wire import JsonObject
 
 __all__ = ["StubChatServer", "StubResponse"]
 
@@ -31,16 +33,16 @@ class StubResponse:
     """One scripted HTTP answer. ``body`` is JSON-encoded unless it is already a string."""
 
     status: int = 200
-    body: dict[str, Any] | str = field(default_factory=dict)
+    body: JsonObject | str = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     #: Seconds to wait before answering (to trigger client timeouts).
     delay_s: float = 0.0
 
     # -- successful completions ----------------------------------------------------------------
     @classmethod
-    def completion(cls, message: dict[str, Any], *, finish_reason: str, usage: tuple[int, int] | None = (120, 40),
+    def completion(cls, message: JsonObject, *, finish_reason: str, usage: tuple[int, int] | None = (120, 40),
                    model: str = "stub-model") -> StubResponse:
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "id": f"chatcmpl-{next(_CALL_IDS)}", "object": "chat.completion", "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason,
@@ -52,10 +54,10 @@ class StubResponse:
         return cls(body=body)
 
     @classmethod
-    def tool_calls(cls, *calls: tuple[str, dict[str, Any] | str], content: str | None = None,
+    def tool_calls(cls, *calls: tuple[str, JsonObject | str], content: str | None = None,
                    usage: tuple[int, int] | None = (120, 40)) -> StubResponse:
         """Function calls; arguments given as a str are sent as is (malformed JSON, for instance)."""
-        entries = [{"id": f"call_{next(_CALL_IDS)}", "type": "function",
+        entries: list[JsonObject] = [{"id": f"call_{next(_CALL_IDS)}", "type": "function",
                     "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
                    for name, args in calls]
         return cls.completion({"content": content, "tool_calls": entries}, finish_reason="tool_calls", usage=usage)
@@ -92,10 +94,10 @@ class StubResponse:
                          code="context_length_exceeded", type_="invalid_request_error")
 
 
-Responder = StubResponse | Callable[[dict[str, Any]], StubResponse]
+Responder = StubResponse | Callable[[JsonObject], StubResponse]
 
 
-class StubChatServer:
+class StubChatServer(LocalPostServer):
     """Serves ``POST /v1/chat/completions`` from a queue; an empty queue answers 500.
 
     Args:
@@ -103,73 +105,32 @@ class StubChatServer:
     """
 
     def __init__(self, responses: Iterable[Responder] = ()) -> None:
+        super().__init__()
         self._queue: deque[Responder] = deque(responses)
         self._lock = threading.Lock()
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[JsonObject] = []
         self.paths: list[str] = []
         #: Request headers, names lower-cased.
         self.headers: list[dict[str, str]] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- life cycle ------------------------------------------------------------------------------
-    def start(self) -> StubChatServer:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                return
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {"_unparsed": raw.decode(errors="replace")}
-                response = stub._next(self.path, body, {k.lower(): v for k, v in self.headers.items()})
-                if response.delay_s:
-                    time.sleep(response.delay_s)
-                payload = response.body if isinstance(response.body, str) else json.dumps(response.body)
-                data = payload.encode()
-                self.send_response(response.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in response.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="stub-chat-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> StubChatServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def handle_post(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
+        body = parse_body(raw)
+        if body is None:
+            body = {"_unparsed": raw.decode(errors="replace")}
+        response = self._next(handler.path, body, {k.lower(): v for k, v in handler.headers.items()})
+        if response.delay_s:
+            time.sleep(response.delay_s)
+        payload = response.body if isinstance(response.body, str) else json.dumps(response.body)
+        data = payload.encode()
+        handler.send_response(response.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for key, value in response.headers.items():
+            handler.send_header(key, value)
+        handler.end_headers()
+        handler.wfile.write(data)
 
     # -- the script ------------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the stub server is not started")
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}/v1"
-
     def enqueue(self, *responses: Responder) -> None:
         with self._lock:
             self._queue.extend(responses)
@@ -179,7 +140,7 @@ class StubChatServer:
         with self._lock:
             return len(self._queue)
 
-    def _next(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> StubResponse:
+    def _next(self, path: str, body: JsonObject, headers: dict[str, str]) -> StubResponse:
         with self._lock:
             self.requests.append(body)
             self.paths.append(path)

@@ -28,9 +28,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from agent.testing.scripted import Failure, ScriptedServer, Step, roles_alternate
+from agent.providers.base import call_function, message_calls
+from agent.testing.scripted import (
+    Failure,
+    ScriptedServer,
+    Step,
+    request_messages,
+    requested_output_tokens,
+    roles_alternate,
+)
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["VLLMServer"]
 
@@ -63,22 +71,24 @@ class VLLMServer(ScriptedServer):
         self.template_tools = template_tools
 
     def error(self, status: int, message: str, *, headers: Mapping[str, str] | None = None,
-              **fields: Any) -> Failure:
+              **fields: JsonValue) -> Failure:
         kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
-        error = {"message": message, "type": kind,
-                 "param": fields.get("param"), "code": status}
+        error: JsonObject = {"message": message, "type": kind, "param": fields.get("param"), "code": status}
         return Failure(status, {"error": error}, headers=dict(headers or {}))
 
-    def validate(self, body: dict[str, Any], tokens: int) -> Failure | None:
+    def validate(self, body: JsonObject, tokens: int) -> Failure | None:
         if body.get("tools") and not self.tool_parser and body.get("tool_choice", "auto") == "auto":
             return self.error(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
                               "to be set")
-        for message in body.get("messages") or ():
-            for call in message.get("tool_calls") or ():
-                arguments = (call.get("function") or {}).get("arguments")
-                if not arguments or isinstance(arguments, dict):
+        for message in request_messages(body):
+            for call in message_calls(message):
+                arguments = call_function(call).get("arguments")
+                if not arguments or isinstance(arguments, Mapping):
                     continue
                 try:
+                    if not isinstance(arguments, str):  # json.loads's own words
+                        raise TypeError(f"the JSON object must be str, bytes or bytearray, not "
+                                        f"{type(arguments).__name__}")
                     value = json.loads(arguments)
                 except (TypeError, ValueError) as exc:
                     if self.history_status == 500:
@@ -86,14 +96,14 @@ class VLLMServer(ScriptedServer):
                     return self.error(400, f"{exc} None")
                 if not isinstance(value, dict):
                     return self.error(400, "Can only get item pairs from a mapping.")
-        if self.strict_roles and roles_alternate(body.get("messages") or (), allow_tools=self.template_tools):
+        if self.strict_roles and roles_alternate(request_messages(body), allow_tools=self.template_tools):
             return self.error(400, "Conversation roles must alternate user/assistant/user/assistant/...")
         if tokens >= self.context_window:
             return self.error(400, f"This model's maximum context length is {self.context_window} tokens. However, "
                               f"your request has {tokens} input tokens. Please reduce the length of the input "
                               "messages.", param="input_tokens")
-        completion = body.get("max_completion_tokens") or body.get("max_tokens")
-        if completion and tokens + int(completion) > self.context_window:
+        completion = requested_output_tokens(body)
+        if completion and tokens + completion > self.context_window:
             return self.error(400, f"'max_tokens' or 'max_completion_tokens' is too large: {completion}. This model's "
                               f"maximum context length is {self.context_window} tokens and your request has {tokens} "
                               f"input tokens ({completion} > {self.context_window} - {tokens}).")

@@ -324,8 +324,8 @@ def test_trajectories_run_concurrently_share_dedup_and_pick_the_best(seed1: Prob
     result = run_job(spec_for(seed1, trajectories=3), evaluator=evaluator, recorder=recorder, provider=replay1,
                      sleep=no_sleep)
     assert set(recorder.finished.values()) == {"submitted"} and len(result.trajectories) == 3
-    assert [recorder.started[i]["temperature"] for i in range(3)] == [0.2, 0.7, 0.9]
-    assert recorder.started[1]["strategy"].startswith("vendor_plus_epilogue: Keep the vendor library")
+    assert [recorder.started[i].temperature for i in range(3)] == [0.2, 0.7, 0.9]
+    assert recorder.started[1].strategy.startswith("vendor_plus_epilogue: Keep the vendor library")
     strategies = {m.content for m in recorder.messages if m.role == "system"}
     assert any("## Strategy for this session" in (s or "") for s in strategies)
     # the same script in every trajectory: each (source, depth) evaluated once in the whole job
