@@ -33,7 +33,7 @@ WORKDIR /app
 # Dependencies first (a layer that survives code edits), then the code, installed editable so that
 # migrations/ and examples/ (the replay provider's candidates) stay beside the packages.
 COPY pyproject.toml README.md ./
-RUN mkdir -p problems harness agent store worker api cli config migrations \
+RUN mkdir -p problems harness agent store worker api cli config display migrations \
  && pip install ".[service]" && pip uninstall -y kernelloop
 COPY alembic.ini ./
 COPY problems ./problems
@@ -44,6 +44,7 @@ COPY worker ./worker
 COPY api ./api
 COPY cli ./cli
 COPY config ./config
+COPY display ./display
 COPY migrations ./migrations
 COPY examples ./examples
 RUN pip install --no-deps -e . \

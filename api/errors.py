@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.schemas import ErrorPublic
+from harness.wire import JsonObject, JsonValue
 from problems import ProblemFormatError
 from store import IllegalTransition, NotFound
 
@@ -94,7 +96,7 @@ class ApiError(Exception):
     code = "bad_request"
 
     def __init__(self, detail: str, *, code: str | None = None, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: JsonObject | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
         if code is not None:
@@ -129,7 +131,8 @@ class QueueUnavailable(ApiError):
     code = "queue_unavailable"
 
 
-def error_body(detail: str, code: str, **extra: Any) -> dict[str, Any]:
+def error_body(detail: str, code: str, **extra: JsonValue) -> JsonObject:
+    """An error response's JSON (`ErrorPublic`): the detail, the code, and ``extra`` fields."""
     return {"detail": detail, "code": code, **extra}
 
 
@@ -141,17 +144,21 @@ class _ErrorResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def _json(status: int, detail: str, code: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+def _json(status: int, detail: str, code: str, headers: dict[str, str] | None = None,
+          **extra: JsonValue) -> JSONResponse:
     return _ErrorResponse(jsonable_encoder(error_body(detail, code, **extra)), status_code=status, headers=headers)
 
 
-def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+def _field(loc: object) -> str:
     # ("body", "budgets", "turns") -> "budgets.turns"; ("query", "limit") -> "limit".
+    if not isinstance(loc, tuple | list):
+        return "body"
     parts = [str(p) for p in loc[1:]] if loc and loc[0] in ("body", "query", "path", "header") else list(map(str, loc))
     return ".".join(parts) or "body"
 
 
-def _validation_message(error: dict[str, Any]) -> str:
+def _validation_message(error: Mapping[str, object]) -> str:
+    """One of FastAPI's validation errors (pydantic's error details) in words."""
     message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     return f"{_field(error.get('loc', ()))}: {message}"
 

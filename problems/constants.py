@@ -23,8 +23,8 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-__all__ = ["DECLARATION_NAMES", "Constant", "Constants", "NotConstant", "as_constant", "assigned_names", "evaluate",
-           "literal_sizes", "module_constants", "resolve_overrides"]
+__all__ = ["DECLARATION_NAMES", "Constant", "Constants", "NotConstant", "as_constant", "assigned_names",
+           "evaluate_constant", "literal_sizes", "module_constants", "resolve_overrides"]
 
 #: A module constant's value as this evaluator computes it (and as ``CPU_SIZES`` sets one).
 Constant: TypeAlias = "bool | int | float | str | tuple[Constant, ...] | list[Constant] | None"
@@ -68,7 +68,7 @@ def as_constant(value: object) -> Constant:
     raise NotConstant(type(value).__name__)
 
 
-def evaluate(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
+def evaluate_constant(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
     """The value of expression ``node`` with the names in ``known`` bound (nothing runs).
 
     Raises:
@@ -81,15 +81,15 @@ def evaluate(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
             return known[node.id]
         raise NotConstant(node.id)
     if isinstance(node, (ast.Tuple, ast.List)):
-        items = tuple(evaluate(e, known) for e in node.elts)
+        items = tuple(evaluate_constant(e, known) for e in node.elts)
         return items if isinstance(node, ast.Tuple) else list(items)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         try:
-            return as_constant(_UNARY[type(node.op)](evaluate(node.operand, known)))
+            return as_constant(_UNARY[type(node.op)](evaluate_constant(node.operand, known)))
         except TypeError as exc:
             raise NotConstant(str(exc)) from None
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = evaluate(node.left, known), evaluate(node.right, known)
+        left, right = evaluate_constant(node.left, known), evaluate_constant(node.right, known)
         if isinstance(node.op, ast.Pow) and isinstance(right, int) and abs(right) > _MAX_INT_BITS:
             raise NotConstant("exponent too large")
         try:
@@ -100,7 +100,7 @@ def evaluate(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
             raise NotConstant("integer too large")
         return value
     if isinstance(node, ast.Subscript):
-        container, index = evaluate(node.value, known), evaluate(node.slice, known)
+        container, index = evaluate_constant(node.value, known), evaluate_constant(node.slice, known)
         if not isinstance(container, tuple | list | str) or not isinstance(index, int):
             raise NotConstant("a subscript that is not an index into a tuple, list or string")
         try:
@@ -109,7 +109,7 @@ def evaluate(node: ast.expr, known: Mapping[str, Constant]) -> Constant:
             raise NotConstant(str(exc)) from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS \
             and not node.keywords:
-        args = [evaluate(a, known) for a in node.args]
+        args = [evaluate_constant(a, known) for a in node.args]
         try:
             return as_constant(_CALLS[node.func.id](*args))
         except (TypeError, ValueError) as exc:
@@ -166,7 +166,7 @@ def module_constants(tree: ast.Module, overrides: Mapping[str, Constant] | None 
     known: Constants = {}
     for targets, value in _assignments(tree):
         try:
-            evaluated = evaluate(value, known)
+            evaluated = evaluate_constant(value, known)
         except NotConstant:
             for target in targets:
                 for name in _names_in(target):

@@ -1,6 +1,6 @@
 """Figures for issue 15 (one typed contract): how far the tree is from one shape per value.
 
-Prints, for the packages (agent api cli config harness problems store worker):
+Prints, for the packages (agent api cli config display harness problems store worker):
 - the number of `dict[str, Any]` annotations,
 - the largest module and the largest class in harness/ (lines),
 - the public top-level classes/functions whose name is defined in two or more packages,
@@ -20,7 +20,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGES = ("agent", "api", "cli", "config", "harness", "problems", "store", "worker")
+PACKAGES = ("agent", "api", "cli", "config", "display", "harness", "problems", "store", "worker")
 EXCLUDED_FROM_DUPLICATES = ("examples/", "problems/bundled/")
 DICT_STR_ANY = re.compile(r"dict\[str,\s*Any\]")
 

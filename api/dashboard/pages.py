@@ -8,8 +8,7 @@ escapes what it wraps). Numbers are formatted by the filters below the way
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -27,15 +26,16 @@ from api.dashboard.views import (
     TimelineEntry,
     TrajectoryView,
 )
-from api.schemas import AttemptPublic, JobPublic
+from api.schemas import AttemptPublic, BestSummary, JobPublic
+from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd, problem_label
+from harness.wire import JsonObject
 from store import JobProblem, JobState, Target
 
 __all__ = [
+    "BudgetBar",
     "JobFilters",
     "WorkFigures",
     "attempt_page",
-    "fmt_ms",
-    "fmt_speedup",
     "job_page",
     "jobs_page",
     "login_page",
@@ -48,33 +48,11 @@ _LIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
 
 
 # -- numbers (mirrored in dashboard.js) ----------------------------------------------------------
+# `display` has the formats the CLI shares (ms, speedup, %, $); these are the dashboard's own.
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def fmt_ms(value: Any) -> str:
-    v = _finite(value)
-    if v is None:
-        return "—"
-    return f"{v:.3f}" if v >= 1 else f"{v:.3g}"
-
-
-def fmt_speedup(value: Any) -> str:
-    v = _finite(value)
-    return "—" if v is None else f"{v:.2f}×"
-
-
-def fmt_pct(value: Any) -> str:
-    v = _finite(value)
-    return "—" if v is None else f"{v:.1f}%"
-
-
-def fmt_count(value: Any) -> str:
-    v = _finite(value)
+def fmt_count(value: object) -> str:
+    v = finite(value)
     if v is None:
         return "—"
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -83,13 +61,8 @@ def fmt_count(value: Any) -> str:
     return f"{v:.0f}"
 
 
-def fmt_usd(value: Any) -> str:
-    v = _finite(value)
-    return "—" if v is None else f"${v:.2f}" if v >= 0.01 or v == 0 else f"${v:.4f}"
-
-
-def fmt_seconds(value: Any) -> str:
-    v = _finite(value)
+def fmt_seconds(value: object) -> str:
+    v = finite(value)
     if v is None:
         return "—"
     if v < 60:
@@ -98,8 +71,8 @@ def fmt_seconds(value: Any) -> str:
     return f"{minutes} min {seconds:02d} s"
 
 
-def fmt_err(value: Any) -> str:
-    v = _finite(value)
+def fmt_err(value: object) -> str:
+    v = finite(value)
     return "—" if v is None else f"{v:.3g}"
 
 
@@ -163,7 +136,7 @@ def message_page(*, heading: str, text: str, owner: str | None = None, csrf: str
 
 
 def problem_name(job: JobPublic) -> str:
-    return job.problem.bundled_id or f"posted {job.problem.sha256[:10]}"
+    return problem_label(job.problem.bundled_id, job.problem.sha256)
 
 
 @dataclass(frozen=True)
@@ -196,7 +169,7 @@ def jobs_page(
     total: int | None,
 ) -> str:
     """The jobs list with its filters (state, target, problem)."""
-    problem_choices = [(p.bundled_id or p.sha256, p.bundled_id or f"posted {p.sha256[:10]}") for p in problems]
+    problem_choices = [(p.bundled_id or p.sha256, problem_label(p.bundled_id, p.sha256)) for p in problems]
     if filters.problem and filters.problem not in {value for value, _ in problem_choices}:
         problem_choices.append((filters.problem, filters.problem))
     return _render(
@@ -210,15 +183,25 @@ def jobs_page(
 # -- one job ---------------------------------------------------------------------------------------
 
 
-def _budgets(job: JobPublic, elapsed_s: float | None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class BudgetBar:
+    """One of a job page's budget bars: how much of a limit is used (``width``: percent)."""
+
+    id: str
+    label: str
+    text: str
+    width: float
+
+
+def _budgets(job: JobPublic, elapsed_s: float | None) -> list[BudgetBar]:
     budgets = job.budgets or {}
     tokens = job.tokens_in + job.tokens_out
     max_tokens, max_cost, wall = budgets.get("max_tokens"), budgets.get("max_cost_usd"), budgets.get("wall_clock_s")
 
-    def bar(ident: str, label: str, used: float, limit: Any, text: str) -> dict[str, Any]:
-        limit_f = _finite(limit)
+    def bar(ident: str, label: str, used: float, limit: object, text: str) -> BudgetBar:
+        limit_f = finite(limit)
         width = min(100.0, 100.0 * used / limit_f) if limit_f and limit_f > 0 else 0.0
-        return {"id": ident, "label": label, "text": text if limit_f else f"{text} (no limit)", "width": width}
+        return BudgetBar(id=ident, label=label, text=text if limit_f else f"{text} (no limit)", width=width)
 
     bars = [
         bar("tokens", "tokens", tokens, max_tokens,
@@ -232,13 +215,13 @@ def _budgets(job: JobPublic, elapsed_s: float | None) -> list[dict[str, Any]]:
     return bars
 
 
-def best_label(best: Mapping[str, Any] | None) -> str:
+def best_label(best: BestSummary | None) -> str:
     if not best:
         return "none verified yet"
-    return f"attempt {best['n']} · {fmt_ms(best.get('median_ms'))} ms · {fmt_speedup(best.get('speedup_vs_eager'))}"
+    return f"attempt {best.n} · {fmt_ms(best.median_ms)} ms · {fmt_speedup(best.speedup_vs_eager)}"
 
 
-def _attempt_json(a: AttemptPublic) -> dict[str, Any]:
+def _attempt_json(a: AttemptPublic) -> JsonObject:
     """What the page's script needs of an attempt (the table's columns; the chart's mark, series)."""
     return a.model_dump(mode="json", include={
         "n", "trajectory_id", "tool", "status", "stage", "median_ms", "speedup_vs_eager", "speedup_vs_compile",
@@ -262,12 +245,12 @@ def job_page(
     now: datetime,
 ) -> str:
     """The live job page: attempts, chart, messages timeline, what runs now, the best kernel."""
-    best = job.best.model_dump() if job.best else None
-    data = {
+    best = job.best
+    data: JsonObject = {
         "job_id": job.id,
         "state": job.state.value,
         "last_event_id": last_event_id,
-        "best_n": best["n"] if best else None,
+        "best_n": best.n if best else None,
         "compile_line": compile_line,
         "attempts": [_attempt_json(a) for a in attempts],
         "trajectories": [t.to_json() for t in trajectories],

@@ -18,7 +18,7 @@ from problems.constants import (
     Constants,
     NotConstant,
     as_constant,
-    evaluate,
+    evaluate_constant,
     module_constants,
 )
 
@@ -101,7 +101,7 @@ def _shape(call: ast.Call, env: Constants) -> tuple[int, ...] | None:
     elif factory == "full" or factory == "randperm":
         args = args[:1]
     try:
-        values = [evaluate(a, env) for a in args]
+        values = [evaluate_constant(a, env) for a in args]
     except (NotConstant, RecursionError):
         return None
     if len(values) == 1 and isinstance(values[0], tuple | list):

@@ -17,7 +17,9 @@ from enum import StrEnum
 from typing import Any
 
 from api.dashboard.highlight import DiffLine, count_changes, diff_lines
+from display import finite
 from harness.verdict import Status, Verdict
+from harness.wire import JsonObject
 from store import Attempt, JobEvent, Message, Trajectory
 
 __all__ = [
@@ -49,12 +51,6 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 # -- chart marks ---------------------------------------------------------------------------------
 
 
@@ -72,7 +68,7 @@ class MarkKind(StrEnum):
 
 def mark_kind(status: str, speedup_vs_eager: float | None) -> MarkKind:
     """The chart mark of an attempt with this status and speedup."""
-    speedup = _finite(speedup_vs_eager)
+    speedup = finite(speedup_vs_eager)
     if speedup is not None and speedup > 0:
         return MarkKind.TIMED
     if status in (Status.PASS, Status.SUSPICIOUS):
@@ -99,7 +95,7 @@ class TrajectoryView:
             parts.append(self.strategy)
         return " · ".join(parts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "index": self.index, "state": self.state, "label": self.label}
 
 
@@ -191,10 +187,10 @@ class EventView:
 
     id: int
     type: str
-    data: dict[str, Any]
+    data: JsonObject
     at: datetime
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "type": self.type, "data": self.data, "at": self.at.isoformat()}
 
 

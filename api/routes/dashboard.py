@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -356,18 +356,19 @@ def _work_figures(session: Session, key: ApiKey, sha256: str) -> tuple[list[page
         candidates = [job.best_attempt] if job.best_attempt is not None else []
         candidates += list_attempts(session=session, job_id=job.id, limit=20).items
         for attempt in candidates:
-            verdict: dict[str, Any] = attempt.verdict or {}
-            if verdict.get("flops") is None and verdict.get("min_bytes") is None:
+            verdict = Reader(attempt.verdict or {}, f"attempt {attempt.id}'s verdict")
+            flops, min_bytes = verdict.optional_number("flops"), verdict.optional_number("min_bytes")
+            if flops is None and min_bytes is None:
                 continue
-            provenance = verdict.get("provenance") or {}
+            provenance = verdict.nested("provenance", optional=True).data
             ident = (str(provenance.get("target") or job.target.value), str(provenance.get("device") or "?"))
             if ident in figures:
                 break
-            baselines = verdict.get("baselines") or {}
+            baselines = verdict.nested("baselines", optional=True)
             figures[ident] = pages.WorkFigures(
-                target=ident[0], device=ident[1], flops=verdict.get("flops"), min_bytes=verdict.get("min_bytes"),
-                sol_ms=verdict.get("sol_ms"), eager_ms=baselines.get("eager_ms"),
-                compile_ms=baselines.get("compile_ms"), job_id=job.id,
+                target=ident[0], device=ident[1], flops=flops, min_bytes=min_bytes,
+                sol_ms=verdict.optional_number("sol_ms"), eager_ms=baselines.optional_number("eager_ms"),
+                compile_ms=baselines.optional_number("compile_ms"), job_id=job.id,
             )
             break
     return list(figures.values()), [j.id for j in jobs]
@@ -398,14 +399,14 @@ def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) ->
     except NotFound:
         return _not_found(browser, f"Job {job_id}")
     stored = job.problem
-    declarations: dict[str, Any] = dict(stored.declarations or {})
+    declarations = Reader(stored.declarations or {}, f"problem {stored.id}'s declarations")
     work, job_ids = _work_figures(session, browser.key, stored.sha256)
     body = pages.problem_page(
         name=stored.bundled_id or f"problem of job {job_id}",
-        description=str(declarations.get("description") or ""),
-        source=stored.source, mode=str(declarations.get("mode", "train")),
-        policy=str(declarations.get("policy", "mixed")), atol=declarations.get("atol"),
-        rtol=declarations.get("rtol"), sha256=stored.sha256, facts=read_facts(stored.source), work=work,
+        description=declarations.text("description", ""),
+        source=stored.source, mode=declarations.text("mode", "train"),
+        policy=declarations.text("policy", "mixed"), atol=declarations.optional_number("atol"),
+        rtol=declarations.optional_number("rtol"), sha256=stored.sha256, facts=read_facts(stored.source), work=work,
         job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
     )
     return _html(body)
