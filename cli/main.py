@@ -211,7 +211,7 @@ def _register_service_commands() -> None:
     app.command("replay")(client.replay)
     app.command("bench")(client.bench)
     app.command("up")(service.up)
-    app.command("serve")(service.serve)
+    app.command("serve")(service.serve_api)
     app.command("worker")(service.worker)
     app.add_typer(keys.keys_app, name="keys")
 

@@ -11,6 +11,7 @@ the admitted ones; ``import.json`` holds every file's outcome.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from harness.footprint import Footprint, format_bytes
 from harness.options import HarnessOptions
 from harness.sizing import Sizing, fit_cpu_sizes
+from harness.wire import JsonObject
+from problems.constants import Constant, Constants
 from problems.spec import Problem, ProblemFormatError, parse_problem
 
 __all__ = ["ImportOutcome", "import_folder", "render_declarations"]
@@ -37,13 +40,13 @@ class ImportOutcome:
     name: str
     admitted: bool
     reasons: tuple[str, ...]
-    cpu_sizes: dict[str, Any]
+    cpu_sizes: Constants
     random: bool
     full: Footprint | None
     chosen: Footprint | None
     written: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "admitted": self.admitted, "reasons": list(self.reasons),
                 "cpu_sizes": self.cpu_sizes, "random": self.random,
                 "full_bytes": self.full.to_dict() if self.full else None,
@@ -56,7 +59,7 @@ class ImportOutcome:
         return f"{full} → {chosen}"
 
 
-def render_declarations(cpu_sizes: dict[str, Any], random: bool) -> str:
+def render_declarations(cpu_sizes: Mapping[str, Constant], random: bool) -> str:
     lines = ["", "", ADDED_MARKER]
     if cpu_sizes:
         lines.append(f"CPU_SIZES = {cpu_sizes!r}")

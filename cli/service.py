@@ -4,7 +4,7 @@ Plain Typer command functions, registered by `cli.main`::
 
     app.command("up")(service.up)
     app.command("worker")(service.worker)
-    app.command("serve")(service.serve)
+    app.command("serve")(service.serve_api)
 
 (`service_commands` is the same three as a Typer app: ``python -m cli.service worker …``, which
 is what the container images run; it also has the processes ``serve --workers N`` and ``up``
@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -52,10 +52,11 @@ from config.logs import uvicorn_log_config
 if TYPE_CHECKING:
     from cli.keys import LocalKey
 
-__all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve", "service_commands", "up", "worker"]
+__all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve_api", "service_commands", "up", "worker"]
 
 err = Console(stderr=True)
-_UVICORN_OPTIONS: dict[str, Any] = {"log_level": "info", "proxy_headers": True}
+#: uvicorn's own log level (the app's loggers are configured by `uvicorn_log_config`).
+_UVICORN_LOG_LEVEL = "info"
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ def worker(
                      "--hostname", f"kernelloop-{queue}-{device}@%h", "--loglevel", loglevel])
 
 
-def serve(
+def serve_api(
     host: Annotated[str | None, typer.Option(help="address to listen on (default KERNELLOOP_API_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default KERNELLOOP_API_PORT)")] = None,
     workers: Annotated[int, typer.Option(
@@ -249,7 +250,8 @@ def serve(
         from api.app import create_app
 
         uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log,
-                    log_config=uvicorn_log_config(access_log=access_log), **_UVICORN_OPTIONS)
+                    log_config=uvicorn_log_config(access_log=access_log), log_level=_UVICORN_LOG_LEVEL,
+                    proxy_headers=True)
         return
     try:
         check_port_free(host, port)
@@ -284,7 +286,8 @@ def api_process(
     # Settings from the environment, as the supervisor's: an app cannot be handed to another process.
     app = create_app(load_settings())
     config = uvicorn.Config(app, host=host, port=port, access_log=access_log,
-                            log_config=uvicorn_log_config(access_log=access_log), **_UVICORN_OPTIONS)
+                            log_config=uvicorn_log_config(access_log=access_log), log_level=_UVICORN_LOG_LEVEL,
+                            proxy_headers=True)
     uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
 
 
@@ -307,7 +310,7 @@ service_commands = typer.Typer(help="Run the service: embedded (up) or distribut
                                no_args_is_help=True, add_completion=False)
 service_commands.command("up")(up)
 service_commands.command("worker")(worker)
-service_commands.command("serve")(serve)
+service_commands.command("serve")(serve_api)
 service_commands.command("api-process", hidden=True)(api_process)
 service_commands.command("embedded-worker", hidden=True)(embedded_worker)
 

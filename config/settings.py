@@ -6,9 +6,9 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, JsonValue, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from harness.options import default_cache_dir
@@ -88,7 +88,7 @@ class LLMProfile(BaseModel):
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     #: Added to every request body, e.g. ``{"reasoning_effort": "low"}`` or vLLM's
     #: ``{"chat_template_kwargs": {"enable_thinking": false}}``.
-    extra_body: dict[str, Any] = Field(default_factory=dict)
+    extra_body: dict[str, JsonValue] = Field(default_factory=dict)
     #: Request parameters never sent (e.g. ``["temperature"]`` for reasoning models). A 400 that
     #: names an unsupported parameter also drops it, for the rest of the job.
     omit_params: tuple[str, ...] = ()

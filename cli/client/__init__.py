@@ -21,7 +21,7 @@ Plain Typer command functions, registered by `cli.main`::
 
 (`client_commands` is the same commands as a Typer app: ``python -m cli.client watch 12``.)
 
-Exit codes (`ExitCode`): ``watch`` and a following ``submit`` exit by the job's final state
+Exit codes (`CliExit`): ``watch`` and a following ``submit`` exit by the job's final state
 (succeeded 0, failed 1, cancelled 3); ``replay`` by the local verdict (pass 0, fail or suspicious
 1, error 2); ``bench`` 0 once every job ended, 1 on ``--timeout`` or a spent daily quota or cost
 cap, 130 when interrupted (Ctrl-C, SIGTERM: it says how to ``--resume``); ``jobs``, ``messages``
@@ -35,9 +35,17 @@ import typer
 
 from cli.client.bench import BENCH_THRESHOLDS, BenchResult, BenchSummary, bench, read_suite, summarize
 from cli.client.export import export_standalone
-from cli.client.http import DEFAULT_API_URL, ApiClient, ApiError, ClientConfig, SseEvent, parse_sse, resolve_config
+from cli.client.http import (
+    DEFAULT_API_URL,
+    ApiClient,
+    ApiRequestError,
+    ClientConfig,
+    SseEvent,
+    parse_sse,
+    resolve_config,
+)
 from cli.client.jobs import cancel, jobs, logs, messages
-from cli.client.output import ExitCode
+from cli.client.output import CliExit
 from cli.client.replay import replay
 from cli.client.submit import submit
 from cli.client.watch import watch
@@ -46,11 +54,11 @@ __all__ = [
     "BENCH_THRESHOLDS",
     "DEFAULT_API_URL",
     "ApiClient",
-    "ApiError",
+    "ApiRequestError",
     "BenchResult",
     "BenchSummary",
+    "CliExit",
     "ClientConfig",
-    "ExitCode",
     "SseEvent",
     "bench",
     "cancel",

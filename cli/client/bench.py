@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -22,9 +22,11 @@ from cli.client.benchrun import (
     interrupt_on_sigterm,
     run_suite,
 )
-from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
-from cli.client.output import ExitCode, JsonOpt, err, finite, fmt_usd, fmt_x, out, print_json
+from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
+from cli.client.output import CliExit, JsonOpt, err, json_count, json_object, out, print_json
+from display import finite, fmt_speedup, fmt_usd
 from harness import Target
+from harness.wire import JsonObject, JsonValue, Reader
 from problems import ProblemFormatError, bundled_ids, read_problem_file
 
 #: fast_p thresholds (KernelBench): correct and more than p times faster than eager PyTorch.
@@ -87,19 +89,20 @@ class BenchResult:
     cost_usd: float
 
     @classmethod
-    def from_job(cls, problem: str, job: Mapping[str, Any]) -> BenchResult:
-        best = job.get("best") or {}
+    def from_job(cls, problem: str, job: Mapping[str, JsonValue]) -> BenchResult:
+        best = json_object(job.get("best"))
+        read = Reader(job, f"the job of {problem}")
         return cls(
             problem=problem,
-            job_id=int(job["id"]),
-            state=str(job["state"]),
+            job_id=read.integer("id"),
+            state=read.text("state"),
             # A job's best attempt is always a verified ("pass") one.
             correct=bool(best),
             speedup_vs_eager=finite(best.get("speedup_vs_eager")),
             speedup_vs_compile=finite(best.get("speedup_vs_compile")),
             median_ms=finite(best.get("median_ms")),
-            tokens=int(job.get("tokens_in") or 0) + int(job.get("tokens_out") or 0),
-            cost_usd=float(job.get("cost_usd") or 0.0),
+            tokens=json_count(job.get("tokens_in")) + json_count(job.get("tokens_out")),
+            cost_usd=finite(job.get("cost_usd")) or 0.0,
         )
 
     @classmethod
@@ -130,7 +133,7 @@ class BenchSummary:
     tokens: int
     cost_usd: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "problems": self.problems,
             "fast_p": {f"{p:g}": v for p, v in self.fast_p.items()},
@@ -215,8 +218,9 @@ def _bench_candidates(entries: Sequence[SuiteEntry], suite: Path, candidates: Pa
 
     def show(run: CandidateRun) -> None:
         r = run.result
-        err.print(f"{r.problem}: {r.state}, {fmt_x(r.speedup_vs_eager)} vs eager, {fmt_x(r.speedup_vs_compile)} "
-                  "vs torch.compile" + (" (re-timed)" if run.retimed else ""), highlight=False)
+        err.print(f"{r.problem}: {r.state}, {fmt_speedup(r.speedup_vs_eager)} vs eager, "
+                  f"{fmt_speedup(r.speedup_vs_compile)} vs torch.compile" + (" (re-timed)" if run.retimed else ""),
+                  highlight=False)
 
     runs = run_candidates(entries, candidates, target, options, on_result=show)
     _, markdown = write_report(runs, target, out_dir, suite=suite, candidates_dir=candidates)
@@ -258,25 +262,28 @@ def bench(
     if resume is not None:
         try:
             previous = BenchState.load(_resume_path(resume))
+            saved = Reader(previous.header, f"the header of {previous.path}")
+            saved_target, saved_llm = saved.optional_text("target"), saved.optional_text("llm_profile")
+            saved_trajectories = saved.optional_integer("trajectories")
         except ValueError as exc:
             err.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(ExitCode.USAGE) from None
+            raise typer.Exit(CliExit.USAGE) from None
         suite = suite or Path(str(previous.header.get("suite")))
-        target = target or (Target(previous.header["target"]) if previous.header.get("target") else None)
-        llm = llm or previous.header.get("llm_profile")
-        trajectories = trajectories or previous.header.get("trajectories")
+        target = target or (Target(saved_target) if saved_target else None)
+        llm = llm or saved_llm
+        trajectories = trajectories or saved_trajectories
     if suite is None:
         err.print("[red]error:[/red] name a suite (a file of problem ids, or a directory), or --resume a report")
-        raise typer.Exit(ExitCode.USAGE)
+        raise typer.Exit(CliExit.USAGE)
     try:
         entries = read_suite(suite)
     except (OSError, ValueError, ProblemFormatError) as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise typer.Exit(CliExit.USAGE) from None
     if candidates is not None:
         _bench_candidates(entries, suite, candidates, target, out_dir or Path("."), cache_dir)
         return
-    extra: dict[str, Any] = {}
+    extra: JsonObject = {}
     if target is not None:
         extra["target"] = target.value
     if llm is not None:
@@ -286,9 +293,9 @@ def bench(
     out_dir = out_dir or (_resume_path(resume).parent if resume is not None else Path("."))
     interrupted = False
     with open_client(api, key) as client:
-        header = {"suite": str(suite.resolve()), "api_url": client.config.api_url, "target": extra.get("target"),
-                  "llm_profile": extra.get("llm_profile"), "trajectories": extra.get("trajectories"),
-                  "client": local_versions()}
+        header: JsonObject = {"suite": str(suite.resolve()), "api_url": client.config.api_url,
+                              "target": extra.get("target"), "llm_profile": extra.get("llm_profile"),
+                              "trajectories": extra.get("trajectories"), "client": local_versions()}
         state = BenchState(path=out_dir / "bench.json", header=header, runs=[ProblemRun(e.name) for e in entries])
         if previous is not None:
             state.runs = [previous.run(e.name) or ProblemRun(e.name) for e in entries]
@@ -309,7 +316,7 @@ def bench(
                 finished = run_suite(client, state, submissions, poll_s=poll, timeout_s=timeout, on_change=show)
         except (KeyboardInterrupt, BenchInterrupted):
             finished, interrupted = False, True
-        except ApiError as exc:
+        except ApiRequestError as exc:
             state.save()
             err.print(f"the report so far is in {state.path}; `kernelloop bench --resume {state.path}` continues",
                       highlight=False, soft_wrap=True)
@@ -330,14 +337,14 @@ def bench(
             table.add_column(col)
         for r in results:
             table.add_row(
-                r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no", fmt_x(r.speedup_vs_eager),
-                fmt_x(r.speedup_vs_compile), f"{r.tokens:,}", fmt_usd(r.cost_usd),
+                r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no", fmt_speedup(r.speedup_vs_eager),
+                fmt_speedup(r.speedup_vs_compile), f"{r.tokens:,}", fmt_usd(r.cost_usd),
             )
         out.print(table)
         out.print(
             "  ".join(f"fast_{p:g} = {v:.2f}" for p, v in summary.fast_p.items())
-            + f"  geomean {fmt_x(summary.geomean_speedup_vs_eager)} vs eager, "
-            f"{fmt_x(summary.geomean_speedup_vs_compile)} vs torch.compile",
+            + f"  geomean {fmt_speedup(summary.geomean_speedup_vs_eager)} vs eager, "
+            f"{fmt_speedup(summary.geomean_speedup_vs_compile)} vs torch.compile",
             highlight=False,
         )
     err.print(f"wrote {out_dir / 'bench.md'} and {state.path}")
@@ -349,14 +356,14 @@ def bench(
                   f"stops one), {len(unsent)} problems not submitted; unfinished ones count as not correct. "
                   "Continue with:", highlight=False)
         err.print(f"  kernelloop bench --resume {state.path}", highlight=False, soft_wrap=True)
-        raise typer.Exit(ExitCode.INTERRUPTED if interrupted else ExitCode.FAILED)
+        raise typer.Exit(CliExit.INTERRUPTED if interrupted else CliExit.FAILED)
 
 
-def provenance_markdown(provenance: Mapping[str, Any]) -> str:
+def provenance_markdown(provenance: Mapping[str, JsonValue]) -> str:
     """Where the figures come from, under the tables."""
-    client = provenance.get("client") or {}
+    client = json_object(provenance.get("client"))
 
-    def value(v: Any) -> str:
+    def value(v: JsonValue) -> str:
         return "—" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v)
 
     rows = [("target", provenance.get("target")), ("device", provenance.get("device")),

@@ -14,16 +14,16 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cli.client.bench import BenchResult, BenchSummary, SuiteEntry, summarize
 from harness.options import HarnessOptions, Target
 from harness.retime import evaluate_with_retime
 from harness.verdict import Status, Verdict
+from harness.wire import JsonObject, JsonValue
 from problems import Problem, load_problem, parse_problem
 
 __all__ = ["CandidateRun", "environment", "kernelbench_table", "run_candidates"]
@@ -76,7 +76,7 @@ def run_candidates(entries: Sequence[SuiteEntry], candidates_dir: Path, target: 
     return runs
 
 
-def environment(runs: Sequence[CandidateRun], target: Target) -> dict[str, Any]:
+def environment(runs: Sequence[CandidateRun], target: Target) -> JsonObject:
     """Where the figures were measured: device and versions (from the verdicts' provenance) and the host."""
     prov = next((r.verdict.provenance for r in runs if r.verdict is not None and r.verdict.provenance.get("device")),
                 {})
@@ -93,7 +93,7 @@ def environment(runs: Sequence[CandidateRun], target: Target) -> dict[str, Any]:
     }
 
 
-def kernelbench_table(results: Sequence[BenchResult], summary: BenchSummary, env: dict[str, Any], *,
+def kernelbench_table(results: Sequence[BenchResult], summary: BenchSummary, env: Mapping[str, JsonValue], *,
                       title: str, notes: Sequence[str] = ()) -> str:
     """KernelBench's figures as Markdown: fast_p and geomean speedups, then one row per problem."""
 

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from cli.client.http import ApiClient, ApiError, in_user_terms
+from cli.client.http import ApiClient, ApiRequestError, in_user_terms
+from cli.client.output import json_count, json_object
+from harness.wire import JsonObject, JsonValue, Reader
 
 __all__ = [
     "BenchInterrupted",
@@ -75,10 +76,11 @@ class ProblemRun:
 
     name: str
     job_id: int | None = None
-    job: dict[str, Any] | None = None
+    #: The job as the API last sent it.
+    job: JsonObject | None = None
     refused: str | None = None
     #: The provenance of the verdict the job's figures come from (its best, else its last attempt).
-    provenance: dict[str, Any] | None = None
+    provenance: JsonObject | None = None
 
     @property
     def state(self) -> str:
@@ -92,14 +94,25 @@ class ProblemRun:
     def ended(self) -> bool:
         return self.refused is not None or self.state in TERMINAL_STATES
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"problem": self.name, "job_id": self.job_id, "state": self.state, "refused": self.refused,
                 "job": self.job, "provenance": self.provenance}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ProblemRun:
-        return cls(name=str(data["problem"]), job_id=data.get("job_id"), job=data.get("job"),
-                   refused=data.get("refused"), provenance=data.get("provenance"))
+    def from_dict(cls, data: object) -> ProblemRun:
+        """A problem's entry of a saved report.
+
+        Raises:
+            WireError: a field of the wrong type (``problem`` missing, a ``job_id`` not an integer).
+        """
+        read = Reader(data, "a problem of the report")
+        return cls(name=read.text("problem"), job_id=read.optional_integer("job_id"),
+                   job=_object_or_none(read.data.get("job")), refused=read.optional_text("refused"),
+                   provenance=_object_or_none(read.data.get("provenance")))
+
+
+def _object_or_none(value: object) -> JsonObject | None:
+    return value if isinstance(value, dict) else None
 
 
 @dataclass
@@ -108,7 +121,7 @@ class BenchState:
 
     path: Path
     #: Written into the report as they are: suite, api_url, the job options, versions.
-    header: dict[str, Any]
+    header: JsonObject
     runs: list[ProblemRun]
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
@@ -121,7 +134,7 @@ class BenchState:
         """
         try:
             data = json.loads(path.read_text())
-            runs = [ProblemRun.from_dict(p) for p in data["problems"]]
+            runs = Reader(data, str(path)).items_of("problems", ProblemRun.from_dict)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a kernelloop bench report: {exc}") from None
         header = {k: v for k, v in data.items() if k not in ("problems", "summary", "created_at", "updated_at",
@@ -131,10 +144,10 @@ class BenchState:
     def run(self, name: str) -> ProblemRun | None:
         return next((r for r in self.runs if r.name == name), None)
 
-    def report(self, *, summary: Mapping[str, Any] | None = None, results: Sequence[Mapping[str, Any]] = (),
-               interrupted: bool = False) -> dict[str, Any]:
+    def report(self, *, summary: Mapping[str, JsonValue] | None = None,
+               results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False) -> JsonObject:
         """The report's JSON: the header, the provenance, the summary, one entry per problem."""
-        by_name = {r["problem"]: r for r in results}
+        by_name = {str(r["problem"]): r for r in results}
         provenance = bench_provenance(self.runs, client=self.header.get("client"))
         return {
             **self.header,
@@ -149,15 +162,17 @@ class BenchState:
             "problems": [{**by_name.get(r.name, {}), **r.to_dict()} for r in self.runs],
         }
 
-    def save(self, **report: Any) -> None:
-        """Rewrite the report atomically (a crash mid-write leaves the previous one)."""
+    def save(self, *, summary: Mapping[str, JsonValue] | None = None,
+             results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False) -> None:
+        """Rewrite the report (`report`'s arguments) atomically (a crash mid-write leaves the previous one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        scratch.write_text(json.dumps(self.report(**report), indent=2, default=str) + "\n")
+        report = self.report(summary=summary, results=results, interrupted=interrupted)
+        scratch.write_text(json.dumps(report, indent=2, default=str) + "\n")
         os.replace(scratch, self.path)
 
 
-def _common(values: Sequence[Any]) -> Any:
+def _common(values: Sequence[JsonValue]) -> JsonValue:
     """One value if all agree, else the distinct values (a bench spread over devices says so)."""
     distinct = sorted({v for v in values if v is not None}, key=str)
     if not distinct:
@@ -165,11 +180,11 @@ def _common(values: Sequence[Any]) -> Any:
     return distinct[0] if len(distinct) == 1 else distinct
 
 
-def bench_provenance(runs: Sequence[ProblemRun], *, client: Any = None) -> dict[str, Any]:
+def bench_provenance(runs: Sequence[ProblemRun], *, client: JsonValue = None) -> JsonObject:
     """Where the figures were measured: the jobs' target (as the server chose it), and the device,
     driver and versions of their verdicts; ``client``: this CLI's versions."""
     measured = [r.provenance for r in runs if r.provenance]
-    facts: dict[str, Any] = {"target": _common([(r.job or {}).get("target") for r in runs])}
+    facts: JsonObject = {"target": _common([(r.job or {}).get("target") for r in runs])}
     for name in PROVENANCE_FIELDS:
         facts[name] = _common([p.get(name) for p in measured])
     facts["measured_jobs"] = len(measured)
@@ -177,21 +192,22 @@ def bench_provenance(runs: Sequence[ProblemRun], *, client: Any = None) -> dict[
     return facts
 
 
-def _verdict_provenance(client: ApiClient, job: Mapping[str, Any]) -> dict[str, Any] | None:
+def _verdict_provenance(client: ApiClient, job: JsonObject) -> JsonObject | None:
     """The provenance of the job's best verdict, else of its last attempt's (none: no attempt)."""
-    job_id = int(job["id"])
+    job_id = Reader(job, "a bench job").integer("id")
+    attempts = json_count(job.get("attempts_count"))
     try:
         if job.get("best"):
-            verdict = client.best(job_id)["attempt"]["verdict"]
-        elif int(job.get("attempts_count") or 0) > 0:
-            verdict = client.attempt(job_id, int(job["attempts_count"]))["verdict"]
+            attempt = client.best_attempt(job_id)
+        elif attempts > 0:
+            attempt = client.attempt(job_id, attempts)
         else:
             return None
-    except ApiError as exc:
+    except ApiRequestError as exc:
         if exc.status == 404:
             return None
         raise
-    provenance = verdict.get("provenance") or {}
+    provenance = json_object(json_object(attempt.get("verdict")).get("provenance"))
     return {k: provenance.get(k) for k in ("target", *PROVENANCE_FIELDS)}
 
 
@@ -200,7 +216,7 @@ class Submission:
     """A problem to submit: its name and the job body (problem fields and job options)."""
 
     name: str
-    body: Mapping[str, Any]
+    body: JsonObject
 
 
 def run_suite(
@@ -218,7 +234,7 @@ def run_suite(
     Returns whether every problem ended (``False``: the timeout came first).
 
     Raises:
-        ApiError: the API failed otherwise than with a quota or a refused problem (unreachable,
+        ApiRequestError: the API failed otherwise than with a quota or a refused problem (unreachable,
             bad key): the state saved so far can be resumed.
         KeyboardInterrupt, BenchInterrupted: the caller saves a partial report.
     """
@@ -239,12 +255,13 @@ def run_suite(
             run = runs[item.name]
             try:
                 job = client.submit_job(item.body)
-            except ApiError as exc:
+            except ApiRequestError as exc:
                 if exc.status == 429:
                     running = sum(1 for r in state.runs if r.job_id is not None and not r.ended)
                     if exc.quota_name == "max_concurrent_jobs" and running:
                         held_for_ours = True
-                        on_change(f"the key's {int((exc.quota or {}).get('limit') or running)} concurrent jobs "
+                        limit = json_count((exc.quota or {}).get("limit")) or running
+                        on_change(f"the key's {limit} concurrent jobs "
                                   f"are running; {len(waiting)} problems wait for a free slot")
                     elif exc.quota_name == "max_concurrent_jobs":
                         hold_until = time.monotonic() + (exc.retry_after_s or poll_s * QUOTA_RETRY_POLLS)
@@ -260,7 +277,7 @@ def run_suite(
                     on_change(f"{item.name}: refused: {run.refused}")
                     continue
                 raise
-            run.job_id, run.job = int(job["id"]), dict(job)
+            run.job_id, run.job = Reader(job, "the queued job").integer("id"), dict(job)
             waiting.pop(0)
             state.save()
             on_change(f"job {run.job_id} {job['state']}: {item.name}")
@@ -270,7 +287,7 @@ def run_suite(
             try:
                 run.job = client.get_job(run.job_id)
                 unreachable = 0
-            except ApiError as exc:
+            except ApiRequestError as exc:
                 # A restarting API is waited for; a refusal (401, 404) is not.
                 unreachable += 1
                 if exc.status is not None or unreachable > MAX_UNREACHABLE_POLLS:

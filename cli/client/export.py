@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from cli.client.output import fmt_ms, fmt_x
+from cli.client.output import json_object
+from display import fmt_ms, fmt_speedup
+from harness.wire import JsonValue
 from problems import Problem
 
 
@@ -153,20 +154,22 @@ if __name__ == "__main__":
 
 
 def export_standalone(
-    *, problem: Problem, candidate_source: str, job_id: int, attempt_n: int, stored: Mapping[str, Any], path: Path
+    *, problem: Problem, candidate_source: str, job_id: int, attempt_n: int, stored: Mapping[str, JsonValue],
+    path: Path,
 ) -> None:
-    """Write a single .py that checks and times the candidate against the problem with torch only."""
+    """Write a single .py that checks and times the candidate against the problem with torch only
+    (``stored``: the job's Verdict JSON, for the figures it quotes)."""
     summary = (
-        f"{fmt_ms((stored.get('timing') or {}).get('median_ms'))} ms, "
-        f"{fmt_x(stored.get('speedup_vs_eager'))} vs eager, "
-        f"{fmt_x(stored.get('speedup_vs_compile'))} vs torch.compile"
+        f"{fmt_ms(json_object(stored.get('timing')).get('median_ms'))} ms, "
+        f"{fmt_speedup(stored.get('speedup_vs_eager'))} vs eager, "
+        f"{fmt_speedup(stored.get('speedup_vs_compile'))} vs torch.compile"
     )
     text = _STANDALONE.format(
         job_id=job_id,
         attempt_n=attempt_n,
         problem_name=problem.id,
         file_name=path.name,
-        stored_device=(stored.get("provenance") or {}).get("device", "?"),
+        stored_device=json_object(stored.get("provenance")).get("device", "?"),
         stored_summary=summary,
         problem_id=problem.id,
         mode=problem.mode.value,

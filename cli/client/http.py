@@ -1,5 +1,9 @@
 """Where the API is (flags, environment, config file) and a small synchronous client of it.
 
+The client's answers are the API's JSON (`harness.wire.JsonObject`: a job, an attempt, a
+message as ``GET`` returns it); a page of them is a `JsonPage`, and a body that is not the
+object it should be is a `WireError`. The commands read the fields they show.
+
 ``--api``/``--key`` flags, else ``KERNELLOOP_API_URL``/``KERNELLOOP_API_KEY``, else
 ``api_url``/``api_key`` in ``$XDG_CONFIG_HOME/kernelloop/config.toml`` (default
 ``~/.config/kernelloop/config.toml``), else ``http://127.0.0.1:8000`` and no key. httpx is
@@ -15,13 +19,16 @@ import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
 from rich.markup import escape
 
-from cli.client.output import ExitCode, err
+from cli.client.output import CliExit, err
+from display import finite
+from harness.wire import JsonObject, JsonValue, Reader, WireError
 
 if TYPE_CHECKING:
     import httpx
@@ -70,7 +77,7 @@ def resolve_config(
     """
     env = os.environ if environ is None else environ
     path = config_path or default_config_path(env)
-    file_values: dict[str, Any] = {}
+    file_values: dict[str, object] = {}
     if path.is_file():
         try:
             file_values = tomllib.loads(path.read_text())
@@ -105,16 +112,16 @@ def _is_loopback(url: str) -> bool:
 # -- HTTP ----------------------------------------------------------------------------------------
 
 
-def _httpx() -> Any:
+def _httpx() -> ModuleType:
     try:
         import httpx
     except ImportError:
         err.print("[red]error:[/red] the client needs httpx: pip install 'kernelloop[service]'")
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise typer.Exit(CliExit.USAGE) from None
     return httpx
 
 
-class ApiError(Exception):
+class ApiRequestError(Exception):
     """The API answered with an error (``detail`` says what to fix), or could not be reached."""
 
     def __init__(
@@ -123,7 +130,7 @@ class ApiError(Exception):
         *,
         status: int | None = None,
         code: str | None = None,
-        quota: Mapping[str, Any] | None = None,
+        quota: Mapping[str, JsonValue] | None = None,
         retry_after_s: float | None = None,
     ) -> None:
         self.detail = detail
@@ -155,7 +162,8 @@ class SseEvent:
 
     id: int | None
     type: str
-    data: Any
+    #: The decoded JSON (the text itself when it is not JSON).
+    data: JsonValue
 
 
 def parse_sse(lines: Iterable[str]) -> Iterator[SseEvent]:
@@ -169,7 +177,7 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SseEvent]:
             if data:
                 text = "\n".join(data)
                 try:
-                    payload: Any = json.loads(text)
+                    payload: JsonValue = json.loads(text)
                 except ValueError:
                     payload = text
                 yield SseEvent(id=event_id, type=event_type, data=payload)
@@ -185,6 +193,30 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SseEvent]:
             event_type = value
         elif name == "id" and value.isdigit():
             event_id = int(value)
+
+
+@dataclass(frozen=True)
+class JsonPage:
+    """One page of a listing: its items (JSON objects) and where the next page starts."""
+
+    items: list[JsonObject]
+    #: The ``after``/``offset`` of the next page; None on the last.
+    next_cursor: int | None
+    #: Every match of the listing's filters, when the API counts them.
+    total: int | None = None
+
+    @classmethod
+    def from_json(cls, value: JsonValue, what: str) -> JsonPage:
+        page = Reader(value, what)
+        return cls(items=page.items_of("items", lambda item: _object(item, f"an item of {what}")),
+                   next_cursor=page.optional_integer("next_cursor"), total=page.optional_integer("total"))
+
+
+def _object(value: object, what: str) -> JsonObject:
+    """``value`` if it is a JSON object (the API's answer to a ``GET`` of one thing)."""
+    if not isinstance(value, dict):
+        raise WireError(f"{what} is not a JSON object")
+    return value
 
 
 class ApiClient:
@@ -215,14 +247,18 @@ class ApiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, *, json: JsonObject | None = None,
+                 params: Mapping[str, str | int] | None = None) -> JsonValue:
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, json=json, params=params)
         except self._httpx.TransportError as exc:
-            raise ApiError(f"cannot reach the API at {self.config.api_url}: {exc}") from None
+            raise ApiRequestError(f"cannot reach the API at {self.config.api_url}: {exc}") from None
         return self._answer(response)
 
-    def _answer(self, response: httpx.Response) -> Any:
+    def _get_object(self, path: str, what: str) -> JsonObject:
+        return _object(self._request("GET", path), what)
+
+    def _answer(self, response: httpx.Response) -> JsonValue:
         if response.status_code >= 400:
             quota = None
             try:
@@ -232,58 +268,64 @@ class ApiClient:
             except (ValueError, AttributeError):
                 detail, code = response.text[:300] or response.reason_phrase, None
             retry_after = response.headers.get("Retry-After", "")
-            raise ApiError(detail, status=response.status_code, code=code, quota=quota,
+            raise ApiRequestError(detail, status=response.status_code, code=code, quota=quota,
                            retry_after_s=float(retry_after) if retry_after.isdigit() else None)
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
 
-    def submit_job(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(self._request("POST", "/jobs", json=dict(body)))
+    def submit_job(self, body: JsonObject) -> JsonObject:
+        """``POST /jobs``: the job as queued."""
+        return _object(self._request("POST", "/jobs", json=dict(body)), "the queued job")
 
-    def get_job(self, job_id: int) -> dict[str, Any]:
-        return dict(self._request("GET", f"/jobs/{job_id}"))
+    def get_job(self, job_id: int) -> JsonObject:
+        return self._get_object(f"/jobs/{job_id}", f"job {job_id}")
 
-    def attempts(self, job_id: int) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
+    def attempts(self, job_id: int) -> list[JsonObject]:
+        found: list[JsonObject] = []
         after: int | None = 0
         while after is not None:
-            page = self._request("GET", f"/jobs/{job_id}/attempts", params={"after": after, "limit": 500})
-            found.extend(page["items"])
-            after = page["next_cursor"]
+            page = JsonPage.from_json(self._request("GET", f"/jobs/{job_id}/attempts",
+                                                    params={"after": after, "limit": 500}),
+                                      f"job {job_id}'s attempts")
+            found.extend(page.items)
+            after = page.next_cursor
         return found
 
-    def best(self, job_id: int) -> dict[str, Any]:
-        return dict(self._request("GET", f"/jobs/{job_id}/best"))
+    def best_attempt(self, job_id: int) -> JsonObject:
+        """The job's best attempt, with its source and whole verdict (``GET /jobs/{id}/best``'s ``attempt``)."""
+        best = Reader(self._request("GET", f"/jobs/{job_id}/best"), f"job {job_id}'s best")
+        return _object(best.data.get("attempt"), f"job {job_id}'s best attempt")
 
-    def job_problem(self, job_id: int) -> dict[str, Any]:
-        return dict(self._request("GET", f"/jobs/{job_id}/problem"))
+    def job_problem(self, job_id: int) -> JsonObject:
+        return self._get_object(f"/jobs/{job_id}/problem", f"job {job_id}'s problem")
 
     def list_jobs(
         self, *, state: str | None = None, target: str | None = None, problem: str | None = None,
         limit: int = 50, offset: int = 0,
-    ) -> dict[str, Any]:
-        """One page of the key's jobs, newest first: ``{"items", "next_cursor", "total"}``."""
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
+    ) -> JsonPage:
+        """One page of the key's jobs, newest first (``next_cursor``: the next page's offset)."""
+        params: dict[str, str | int] = {"limit": limit, "offset": offset}
         params.update({k: v for k, v in (("state", state), ("target", target), ("problem", problem)) if v})
-        return dict(self._request("GET", "/jobs", params=params))
+        return JsonPage.from_json(self._request("GET", "/jobs", params=params), "the jobs page")
 
-    def cancel_job(self, job_id: int) -> dict[str, Any]:
+    def cancel_job(self, job_id: int) -> JsonObject:
         """``{"outcome": "cancelled"|"requested"|"already_finished", "job": {...}}``."""
-        return dict(self._request("POST", f"/jobs/{job_id}/cancel"))
+        return _object(self._request("POST", f"/jobs/{job_id}/cancel"), f"the cancel of job {job_id}")
 
-    def attempt(self, job_id: int, n: int) -> dict[str, Any]:
+    def attempt(self, job_id: int, n: int) -> JsonObject:
         """One attempt with its source and whole verdict."""
-        return dict(self._request("GET", f"/jobs/{job_id}/attempts/{n}"))
+        return self._get_object(f"/jobs/{job_id}/attempts/{n}", f"attempt {n} of job {job_id}")
 
     def messages(
         self, job_id: int, *, after: int = 0, trajectory: int | None = None, limit: int = 200
-    ) -> dict[str, Any]:
+    ) -> JsonPage:
         """One page of the job's LLM messages after message id ``after``."""
-        params: dict[str, Any] = {"after": after, "limit": limit}
+        params: dict[str, str | int] = {"after": after, "limit": limit}
         if trajectory is not None:
             params["trajectory"] = trajectory
-        return dict(self._request("GET", f"/jobs/{job_id}/messages", params=params))
+        return JsonPage.from_json(self._request("GET", f"/jobs/{job_id}/messages", params=params),
+                                  f"job {job_id}'s messages")
 
     def events(self, job_id: int, *, after: int = 0, idle_s: float | None = None) -> Iterator[SseEvent]:
         """The job's events after ``after`` until the server closes the stream (with ``idle_s``:
@@ -298,9 +340,9 @@ class ApiClient:
                 yield from parse_sse(response.iter_lines())
         except self._httpx.ReadTimeout:
             if idle_s is None:
-                raise ApiError(f"the event stream of job {job_id} went silent") from None
+                raise ApiRequestError(f"the event stream of job {job_id} went silent") from None
         except self._httpx.TransportError as exc:
-            raise ApiError(f"the event stream of job {job_id} broke: {exc}") from None
+            raise ApiRequestError(f"the event stream of job {job_id} broke: {exc}") from None
 
 
 # -- the commands' shared options ---------------------------------------------------------------
@@ -316,7 +358,7 @@ def open_client(api: str | None, key: str | None) -> ApiClient:
         config = resolve_config(api_url=api, api_key=key, local_key_path=load_settings().local_key_path)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise typer.Exit(CliExit.USAGE) from None
     if not config.api_key:
         err.print(
             f"[yellow]warning:[/yellow] no API key: pass --key, set ${ENV_API_KEY}, or put api_key in "
@@ -346,11 +388,11 @@ _FIELD_WORDS = (
 )
 
 
-def in_user_terms(exc: ApiError) -> str:
+def in_user_terms(exc: ApiRequestError) -> str:
     """What an API error means for someone at the command line, and what to type about it."""
     detail = exc.detail
     quota = exc.quota or {}
-    used, limit = int(quota.get("used") or 0), int(quota.get("limit") or 0)
+    used, limit = int(finite(quota.get("used")) or 0), int(finite(quota.get("limit")) or 0)
     if exc.quota_name == "max_concurrent_jobs":
         counts = f"{used} jobs queued or running, and may have {limit} at once" if quota else (
             "as many jobs queued or running as it may have")
@@ -377,6 +419,6 @@ def in_user_terms(exc: ApiError) -> str:
     return detail
 
 
-def api_failure(exc: ApiError) -> typer.Exit:
+def api_failure(exc: ApiRequestError) -> typer.Exit:
     err.print(f"[red]error:[/red] {escape(in_user_terms(exc))}", highlight=False)
-    return typer.Exit(ExitCode.USAGE)
+    return typer.Exit(CliExit.USAGE)

@@ -8,24 +8,27 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cli.client.http import ApiClient, ApiError, ApiOpt, KeyOpt, api_failure, open_client
+from cli.client.http import ApiClient, ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import (
-    ExitCode,
+    CliExit,
     JsonOpt,
     err,
-    fmt_usd,
-    fmt_x,
+    job_problem_label,
+    json_count,
+    json_items,
+    json_object,
     out,
     print_json,
-    problem_name,
 )
+from display import finite, fmt_speedup, fmt_usd
 from harness import Target
+from harness.wire import JsonObject, JsonValue, Reader
 
 #: States a job never leaves.
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -37,13 +40,13 @@ _STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 _STATE_STYLE = {"queued": "cyan", "running": "yellow", "succeeded": "green", "failed": "red", "cancelled": "dim"}
 
 
-def _when(value: str | None) -> str:
-    if not value:
+def _when(value: JsonValue) -> str:
+    if not value or not isinstance(value, str):
         return "—"
     return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def jobs_table(items: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+def jobs_table(items: Sequence[Mapping[str, JsonValue]], *, title: str) -> Table:
     table = Table(title=title)
     for name, justify in (("id", "right"), ("state", "left"), ("problem", "left"), ("target", "left"),
                           ("LLM", "left"), ("attempts", "right"), ("best vs eager", "right"),
@@ -51,12 +54,12 @@ def jobs_table(items: Sequence[Mapping[str, Any]], *, title: str) -> Table:
         table.add_column(name, justify=justify, no_wrap=name in ("id", "state", "created"),  # type: ignore[arg-type]
                          overflow="fold")
     for job in items:
-        best = job.get("best") or {}
+        best = json_object(job.get("best"))
         state = str(job.get("state"))
         table.add_row(
-            str(job["id"]), f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]", escape(problem_name(job)),
+            str(job["id"]), f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]", escape(job_problem_label(job)),
             str(job.get("target")), escape(str(job.get("llm_profile") or "—")), str(job.get("attempts_count", 0)),
-            fmt_x(best.get("speedup_vs_eager")), fmt_usd(job.get("cost_usd")), _when(job.get("created_at")),
+            fmt_speedup(best.get("speedup_vs_eager")), fmt_usd(job.get("cost_usd")), _when(job.get("created_at")),
         )
     return table
 
@@ -74,8 +77,8 @@ def jobs(
     """List your jobs (every job for an admin key), newest first."""
     if state is not None and state not in _STATES:
         err.print(f"[red]error:[/red] --state {escape(state)!r} is not a state; use one of: {', '.join(_STATES)}")
-        raise typer.Exit(ExitCode.USAGE)
-    found: list[dict[str, Any]] = []
+        raise typer.Exit(CliExit.USAGE)
+    found: list[JsonObject] = []
     total: int | None = None
     with open_client(api, key) as client:
         try:
@@ -83,10 +86,10 @@ def jobs(
             while offset is not None and len(found) < limit:
                 page = client.list_jobs(state=state, target=target.value if target else None, problem=problem,
                                         limit=min(limit - len(found), 200), offset=offset)
-                found.extend(page["items"])
-                total = page.get("total")
-                offset = page.get("next_cursor")
-        except ApiError as exc:
+                found.extend(page.items)
+                total = page.total
+                offset = page.next_cursor
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
     if as_json:
         print_json({"items": found, "total": total})
@@ -110,16 +113,16 @@ def cancel(
     with open_client(api, key) as client:
         try:
             answer = client.cancel_job(job)
-        except ApiError as exc:
+        except ApiRequestError as exc:
             if exc.status == 409:
                 state = client.get_job(job)["state"] if exc.code == "illegal_transition" else "finished"
                 err.print(f"[red]error:[/red] job {job} already {state}; there is nothing to cancel")
-                raise typer.Exit(ExitCode.FAILED) from None
+                raise typer.Exit(CliExit.FAILED) from None
             raise api_failure(exc) from None
     if as_json:
         print_json(answer)
         return
-    outcome = answer["outcome"]
+    outcome = Reader(answer, "the cancel's answer").text("outcome")
     said = {
         "cancelled": f"job {job} cancelled",
         "requested": f"job {job} is running: its worker stops it at the next safe point "
@@ -132,8 +135,9 @@ def cancel(
 # -- messages -------------------------------------------------------------------------------------
 
 
-def _tool_call_line(call: Mapping[str, Any], *, full: bool) -> str:
-    function = call.get("function") or {}
+def _tool_call_line(call: JsonValue, *, full: bool) -> str:
+    call = json_object(call)
+    function = json_object(call.get("function"))
     name = function.get("name") or call.get("name") or "?"
     arguments = function.get("arguments", call.get("arguments"))
     if isinstance(arguments, str):
@@ -151,22 +155,23 @@ def _tool_call_line(call: Mapping[str, Any], *, full: bool) -> str:
     return f"→ {name}({', '.join(parts)})"
 
 
-def render_message(message: Mapping[str, Any], *, full: bool) -> str:
+def render_message(message: Mapping[str, JsonValue], *, full: bool) -> str:
     """A message as a person reads it: who, when, tokens, then the whole text (tool sources folded
     to their line count unless ``full``)."""
     role = str(message.get("role"))
     tokens = []
     if message.get("tokens_in") or message.get("tokens_out"):
-        tokens.append(f"{int(message.get('tokens_in') or 0):,} in / {int(message.get('tokens_out') or 0):,} out")
-    if message.get("latency_ms"):
-        tokens.append(f"{float(message['latency_ms']) / 1000:.1f} s")
+        tokens.append(f"{json_count(message.get('tokens_in')):,} in / {json_count(message.get('tokens_out')):,} out")
+    latency_ms = finite(message.get("latency_ms"))
+    if latency_ms:
+        tokens.append(f"{latency_ms / 1000:.1f} s")
     if message.get("cost_usd"):
         tokens.append(fmt_usd(message["cost_usd"]))
     colour = {"assistant": "cyan", "user": "green", "tool": "magenta", "system": "dim"}.get(role, "white")
     head = (f"[bold {colour}]{role}[/] [dim]trajectory {message.get('trajectory_id')} · #{message.get('seq')} · "
             f"{_when(message.get('created_at'))}" + (f" · {' · '.join(tokens)}" if tokens else "") + "[/]")
     body = [escape(str(message.get("content") or "").rstrip())]
-    body += [escape(_tool_call_line(c, full=full)) for c in message.get("tool_calls") or []]
+    body += [escape(_tool_call_line(c, full=full)) for c in json_items(message.get("tool_calls"))]
     return "\n".join([head, *[b for b in body if b]])
 
 
@@ -184,10 +189,10 @@ def messages(
     with open_client(api, key) as client:
         try:
             _print_messages(client, job, trajectory=trajectory, full=full, follow=follow, as_json=as_json)
-        except ApiError as exc:
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
         except KeyboardInterrupt:
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            raise typer.Exit(CliExit.INTERRUPTED) from None
 
 
 def _print_messages(client: ApiClient, job: int, *, trajectory: int | None, full: bool, follow: bool,
@@ -197,15 +202,15 @@ def _print_messages(client: ApiClient, job: int, *, trajectory: int | None, full
         state = client.get_job(job)["state"] if follow else None
         while True:
             page = client.messages(job, after=after, trajectory=trajectory)
-            for message in page["items"]:
+            for message in page.items:
                 printed += 1
                 if as_json:
                     print_json(message)
                 else:
                     out.print(render_message(message, full=full), highlight=False)
                     out.print()
-            after = page["items"][-1]["id"] if page["items"] else after
-            if page.get("next_cursor") is None:
+            after = Reader(page.items[-1], "a message").integer("id") if page.items else after
+            if page.next_cursor is None:
                 break
         if not follow or state in TERMINAL_STATES:
             break
@@ -226,19 +231,19 @@ def _words(text: str, limit: int) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut and len(line) > limit else cut).rstrip(" ,.;:") + " …"
 
 
-def describe_event(event_type: str, data: Any) -> str:
+def describe_event(event_type: str, data: JsonValue) -> str:
     """One event in words (the SSE payloads of `api.streaming`)."""
     d = data if isinstance(data, dict) else {"value": data}
     if event_type == "state":
         why = d.get("error") or d.get("reason")
         return f"job is {d.get('state')}" + (f": {why}" if why else "")
     if event_type == "attempt":
-        figures = [f"{k.replace('_', ' ')} {fmt_x(d[k])}" for k in ("speedup_vs_eager", "speedup_vs_compile")
+        figures = [f"{k.replace('_', ' ')} {fmt_speedup(d[k])}" for k in ("speedup_vs_eager", "speedup_vs_compile")
                    if d.get(k) is not None]
         return (f"attempt {d.get('n')}: {d.get('tool')} → {d.get('status')} at {d.get('stage')}"
                 + (f" ({', '.join(figures)})" if figures else "") + (" — best so far" if d.get("best") else ""))
     if event_type == "message":
-        tools = ", ".join(d.get("tool_calls") or d.get("tools") or [])
+        tools = ", ".join(str(t) for t in json_items(d.get("tool_calls") or d.get("tools")))
         preview = _words(str(d.get("preview") or ""), 80)
         return (f"{d.get('role')} message" + (f" calling {tools}" if tools else "")
                 + (f": {preview}" if preview else ""))
@@ -264,7 +269,7 @@ def follow_json(client: ApiClient, job_id: int) -> str:
                     return str(job["state"])
                 after = event.id if event.id is not None else after
                 print_json({"id": event.id, "type": event.type, "data": event.data})
-        except ApiError as exc:
+        except ApiRequestError as exc:
             failures += 1
             if exc.status is not None or failures > 5:
                 raise
@@ -293,9 +298,9 @@ def logs(
                 stamp = f"[dim]{_when(at) if isinstance(at, str) else ''}[/] " if at else ""
                 out.print(f"[dim]{event.id:>5}[/] {stamp}{escape(describe_event(event.type, event.data))}",
                           highlight=False)
-        except ApiError as exc:
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
         except KeyboardInterrupt:
-            raise typer.Exit(ExitCode.INTERRUPTED) from None
+            raise typer.Exit(CliExit.INTERRUPTED) from None
     if not count:
         err.print(f"job {job} has no events yet")

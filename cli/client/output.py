@@ -1,23 +1,32 @@
-"""What the client commands share besides HTTP: exit codes, the two consoles, number formats."""
+"""What the client commands share besides HTTP: exit codes, the two consoles, the ``--json`` option,
+and lenient reads of the API's JSON for display (`json_object`, `json_items`, `json_count`: a
+field of an unexpected type shows as missing instead of failing the command).
+
+Numbers and problem names are formatted by `display` (the dashboard formats them the same way).
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Mapping
 from enum import IntEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from display import finite, problem_label
+from harness.wire import JsonValue
+
 err = Console(stderr=True)
 out = Console()
 
 
-class ExitCode(IntEnum):
+class CliExit(IntEnum):
+    """The command line's exit statuses (`cli.client`'s docstring says which command exits how)."""
+
     OK = 0
     FAILED = 1
     USAGE = 2
@@ -30,39 +39,28 @@ class ExitCode(IntEnum):
 JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout instead of tables (messages go to stderr)")]
 
 
-def print_json(value: Any) -> None:
+def print_json(value: JsonValue) -> None:
     """One JSON document on stdout, on one line (``jq`` reads it)."""
     sys.stdout.write(json.dumps(value, default=str) + "\n")
     sys.stdout.flush()
 
 
-JOB_EXIT_CODES = {"succeeded": ExitCode.OK, "failed": ExitCode.FAILED, "cancelled": ExitCode.CANCELLED}
+JOB_EXIT_CODES = {"succeeded": CliExit.OK, "failed": CliExit.FAILED, "cancelled": CliExit.CANCELLED}
 
 
-def finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+def json_object(value: JsonValue) -> Mapping[str, JsonValue]:
+    """``value`` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, Mapping) else {}
 
 
-def fmt_ms(value: Any) -> str:
-    v = finite(value)
-    return "—" if v is None else f"{v:.3f}" if v >= 1 else f"{v:.3g}"
+def json_items(value: JsonValue) -> list[JsonValue]:
+    """``value``'s items if it is a JSON list, else none."""
+    return list(value) if isinstance(value, list | tuple) else []
 
 
-def fmt_x(value: Any) -> str:
-    v = finite(value)
-    return "—" if v is None else f"{v:.2f}×"
-
-
-def fmt_pct(value: Any) -> str:
-    v = finite(value)
-    return "—" if v is None else f"{v:.1f}%"
-
-
-def fmt_usd(value: Any) -> str:
-    v = finite(value)
-    return "—" if v is None else f"${v:.4f}" if 0 < v < 0.01 else f"${v:.2f}"
+def json_count(value: JsonValue) -> int:
+    """``value`` as a whole number (a count, tokens, an id); 0 if it is not a number."""
+    return int(finite(value) or 0)
 
 
 def status_text(status: str) -> Text:
@@ -70,7 +68,11 @@ def status_text(status: str) -> Text:
     return Text(status, style=colour)
 
 
-def problem_name(job: Mapping[str, Any]) -> str:
-    problem = job.get("problem") or {}
-    return problem.get("bundled_id") or f"posted {str(problem.get('sha256', ''))[:10]}"
+def job_problem_label(job: Mapping[str, JsonValue]) -> str:
+    """`display.problem_label` of a job as the API sends it (``GET /jobs/{id}``)."""
+    problem = job.get("problem")
+    if not isinstance(problem, Mapping):
+        problem = {}
+    bundled_id = problem.get("bundled_id")
+    return problem_label(bundled_id if isinstance(bundled_id, str) else None, str(problem.get("sha256", "")))
 

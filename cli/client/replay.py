@@ -24,16 +24,18 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.client.export import export_standalone
-from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
-from cli.client.output import ExitCode, err, fmt_ms, fmt_pct, fmt_x, out, status_text
+from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
+from cli.client.output import CliExit, err, out, status_text
+from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions, Status, Target, Verdict, evaluate
+from harness.wire import JsonObject, Reader, WireError
 from problems import ProblemFormatError, parse_problem
 
 VERDICT_EXIT_CODES = {
-    Status.PASS: ExitCode.OK,
-    Status.FAIL: ExitCode.FAILED,
-    Status.SUSPICIOUS: ExitCode.FAILED,
-    Status.ERROR: ExitCode.USAGE,
+    Status.PASS: CliExit.OK,
+    Status.FAIL: CliExit.FAILED,
+    Status.SUSPICIOUS: CliExit.FAILED,
+    Status.ERROR: CliExit.USAGE,
 }
 
 
@@ -141,8 +143,8 @@ def replay_table(
         ("candidate ms", stored.candidate_ms, local.candidate_ms, fmt_ms),
         ("eager ms", stored.eager_ms, local.eager_ms, fmt_ms),
         ("torch.compile ms", stored.compile_ms, local.compile_ms, fmt_ms),
-        ("speedup vs eager", stored.vs_eager, local.vs_eager, fmt_x),
-        ("speedup vs torch.compile", stored.vs_compile, local.vs_compile, fmt_x),
+        ("speedup vs eager", stored.vs_eager, local.vs_eager, fmt_speedup),
+        ("speedup vs torch.compile", stored.vs_compile, local.vs_compile, fmt_speedup),
         ("% of SOL", stored.pct_sol, local.pct_sol, fmt_pct),
     ):
         table.add_row(label, fmt(s), fmt(r), relative_difference(r, s))
@@ -174,52 +176,71 @@ def replay(
     """Re-run the job's best kernel through the same harness here: compile, check, time; compare."""
     with open_client(api, key) as client:
         try:
-            job_row = client.get_job(job)
-            best = client.best(job)["attempt"]
-            stored_problem = client.job_problem(job)
-        except ApiError as exc:
+            job_row = Reader(client.get_job(job), f"job {job}")
+            best_json = client.best_attempt(job)
+            stored_problem = Reader(client.job_problem(job), f"job {job}'s problem")
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
+    best = _BestAttempt.of(best_json, job)
     try:
         problem = parse_problem(
-            stored_problem["source"], problem_id=stored_problem.get("bundled_id") or f"job{job}-problem"
+            stored_problem.text("source"), problem_id=stored_problem.optional_text("bundled_id") or f"job{job}-problem"
         )
     except ProblemFormatError as exc:
         err.print(f"[red]error:[/red] the job's problem does not parse here: {exc}")
-        raise typer.Exit(ExitCode.USAGE) from None
-    job_target = Target(job_row["target"])
+        raise typer.Exit(CliExit.USAGE) from None
+    job_target = Target(job_row.text("target"))
     run_target = target or job_target
     if run_target is Target.CUDA and not _has_local_gpu():
         err.print(
             f"[red]error:[/red] job {job} ran on cuda and this machine has no NVIDIA GPU; "
             "replay it on a GPU machine, or try --target cpu (a CUDA kernel will not build there)"
         )
-        raise typer.Exit(ExitCode.USAGE)
-    stored = Verdict.from_dict(best["verdict"])
+        raise typer.Exit(CliExit.USAGE)
+    stored = Verdict.from_dict(best.verdict)
     if export is not None:
         export_standalone(
-            problem=problem, candidate_source=best["source"], job_id=job, attempt_n=best["n"], stored=best["verdict"],
+            problem=problem, candidate_source=best.source, job_id=job, attempt_n=best.n, stored=best.verdict,
             path=export,
         )
         err.print(f"wrote {export} (run it with `python {export}`)")
     arch_list = arch or (local_arch_list() if run_target is Target.CUDA else None)
     with err.status(
-        f"replaying job {job} attempt {best['n']} on {problem.id} ({run_target.value}): compile, trials, timing "
+        f"replaying job {job} attempt {best.n} on {problem.id} ({run_target.value}): compile, trials, timing "
         "of the kernel, eager and torch.compile…"
     ):
         options = replay_options(trials=trials, cache_dir=cache_dir, arch_list=arch_list,
                                  reuse_baselines=reuse_baselines)
-        local = evaluate(problem, best["source"], run_target, options)
+        local = evaluate(problem, best.source, run_target, options)
     if details:
         from cli.common import render_verdict
 
         render_verdict(local, err if as_json else out)
     console = err if as_json else out
-    console.print(replay_table(_Figures.of(stored), _Figures.of(local), job_id=job, attempt_n=best["n"],
+    console.print(replay_table(_Figures.of(stored), _Figures.of(local), job_id=job, attempt_n=best.n,
                                baselines_remeasured=not reuse_baselines))
     _replay_warnings(stored, local, job_target=job_target, run_target=run_target, console=console)
     if as_json:
         sys.stdout.write(json.dumps(local.to_dict()) + "\n")
     raise typer.Exit(VERDICT_EXIT_CODES[local.status])
+
+
+@dataclass(frozen=True)
+class _BestAttempt:
+    """What replay needs of the job's best attempt as the API sends it."""
+
+    n: int
+    source: str
+    #: The stored Verdict JSON.
+    verdict: JsonObject
+
+    @classmethod
+    def of(cls, attempt: JsonObject, job_id: int) -> _BestAttempt:
+        read = Reader(attempt, f"job {job_id}'s best attempt")
+        verdict = attempt.get("verdict")
+        if not isinstance(verdict, dict):
+            raise WireError(f"job {job_id}'s best attempt has no verdict object")
+        return cls(n=read.integer("n"), source=read.text("source"), verdict=verdict)
 
 
 def _replay_warnings(

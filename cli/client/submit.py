@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from cli.client.http import ApiError, ApiOpt, KeyOpt, api_failure, open_client
+from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.jobs import follow_json
-from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out, print_json, problem_name
+from cli.client.output import JOB_EXIT_CODES, CliExit, err, job_problem_label, out, print_json
 from cli.client.watch import follow_job
 from harness import Target
+from harness.wire import JsonObject, Reader
 from problems import bundled_ids
 
 
@@ -25,7 +26,7 @@ def _problem_fields(problem: str) -> dict[str, str]:
     if "/" in problem and not path.suffix:
         return {"problem_id": problem}  # the server may know ids this install does not; it says if not
     err.print(f"[red]error:[/red] {problem!r} is neither a bundled problem id (`kernelloop problems list`) nor a file")
-    raise typer.Exit(ExitCode.USAGE)
+    raise typer.Exit(CliExit.USAGE)
 
 
 def submit(
@@ -51,7 +52,7 @@ def submit(
         "max_tokens": max_tokens, "max_cost_usd": max_cost, "turns": turns, "wall_clock_s": wall_clock,
         "target_speedup": target_speedup,
     }
-    body: dict[str, Any] = {**_problem_fields(problem), "budgets": {k: v for k, v in budgets.items() if v is not None}}
+    body: JsonObject = {**_problem_fields(problem), "budgets": {k: v for k, v in budgets.items() if v is not None}}
     if target is not None:
         body["target"] = target.value
     if llm is not None:
@@ -66,14 +67,15 @@ def submit(
             else:
                 out.print(str(job["id"]), highlight=False)
             err.print(
-                f"job {job['id']} {job['state']}: {problem_name(job)} on {job['target']} "
+                f"job {job['id']} {job['state']}: {job_problem_label(job)} on {job['target']} "
                 f"(LLM {job.get('llm_profile')}); dashboard: {client.config.api_url}/dashboard/jobs/{job['id']}",
                 highlight=False,
             )
             if not follow:
                 return
-            state = follow_json(client, int(job["id"])) if as_json else follow_job(client, int(job["id"]), console=out)
-        except ApiError as exc:
+            job_id = Reader(job, "the queued job").integer("id")
+            state = follow_json(client, job_id) if as_json else follow_job(client, job_id, console=out)
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
-    raise typer.Exit(JOB_EXIT_CODES.get(state, ExitCode.FAILED))
+    raise typer.Exit(JOB_EXIT_CODES.get(state, CliExit.FAILED))
 

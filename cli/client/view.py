@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cli.client.output import finite, fmt_ms, fmt_pct, fmt_usd, fmt_x, problem_name, status_text
+from cli.client.output import job_problem_label, json_count, json_items, json_object, status_text
+from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd
+from harness.wire import JsonObject, JsonValue
 
 __all__ = ["STAGE_LABELS", "JobView", "cut_at_word", "verdict_sentence"]
 
@@ -62,14 +63,14 @@ def cut_at_word(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:-") + "…"
 
 
-def _seconds(value: Any) -> str:
+def _seconds(value: object) -> str:
     v = finite(value)
     if v is None:
         return "—"
     return f"{v:.1f} s" if v < 100 else f"{v / 60:.1f} min"
 
 
-def _parse_time(value: Any) -> float | None:
+def _parse_time(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -79,7 +80,7 @@ def _parse_time(value: Any) -> float | None:
     return moment.replace(tzinfo=moment.tzinfo or UTC).timestamp()
 
 
-def verdict_sentence(best: Mapping[str, Any] | None) -> tuple[str, str]:
+def verdict_sentence(best: Mapping[str, JsonValue] | None) -> tuple[str, str]:
     """(style, sentence): whether the best kernel beats eager PyTorch and torch.compile, plainly."""
     if not best:
         return "yellow", "No verified kernel: no attempt was both correct and timed."
@@ -120,10 +121,11 @@ class JobView:
         clock: wall-clock seconds (a test seam).
     """
 
-    job: dict[str, Any]
-    budget_defaults: dict[str, Any] = field(default_factory=dict)
+    job: JsonObject
+    budget_defaults: JsonObject = field(default_factory=dict)
     clock: Callable[[], float] = time.time
-    attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Each attempt's ``attempt`` events merged, by its number.
+    attempts: dict[int, JsonObject] = field(default_factory=dict)
     #: The stage running now and the slow steps done (header build, reference, baselines).
     steps: list[_Step] = field(default_factory=list)
     running: _Step | None = None
@@ -135,38 +137,38 @@ class JobView:
     note: str = ""
 
     # -- events ------------------------------------------------------------------------------
-    def apply(self, event_type: str, data: Any) -> str | None:
+    def apply(self, event_type: str, data: JsonValue) -> str | None:
         """Take one event in; returns a line for a log (Rich markup), if it says anything."""
         if not isinstance(data, dict):
             return None
         handler = getattr(self, f"_on_{event_type}", None)
         return handler(data) if handler is not None else None
 
-    def _on_attempt(self, a: dict[str, Any]) -> str | None:
-        if "n" not in a:
+    def _on_attempt(self, a: JsonObject) -> str | None:
+        n = a.get("n")
+        if not isinstance(n, int):
             return None
-        n = int(a["n"])
         self.attempts[n] = {**self.attempts.get(n, {}), **a}
         self.running = None
         self.note = "the agent is reading the verdict"
         best = "  [bold green]best[/]" if a.get("best") else ""
         return (
             f"attempt {n:>3}  {a.get('tool', ''):<10} {a.get('status', ''):<10} "
-            f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_x(a.get('speedup_vs_eager')):>8} vs eager  "
-            f"{fmt_x(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
+            f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_speedup(a.get('speedup_vs_eager')):>8} vs eager  "
+            f"{fmt_speedup(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
         )
 
-    def _on_state(self, data: dict[str, Any]) -> str | None:
+    def _on_state(self, data: JsonObject) -> str | None:
         self.job["state"] = data.get("state", self.job.get("state"))
         reason = data.get("error") or data.get("reason")
         if self.job["state"] in ("succeeded", "failed", "cancelled"):
             self.running = None
         return f"job {self.job['id']} is {self.job['state']}" + (f": {escape(str(reason))}" if reason else "")
 
-    def _on_cancel_requested(self, _data: dict[str, Any]) -> str | None:
+    def _on_cancel_requested(self, _data: JsonObject) -> str | None:
         return f"job {self.job['id']}: cancel requested"
 
-    def _on_stage(self, data: dict[str, Any]) -> str | None:
+    def _on_stage(self, data: JsonObject) -> str | None:
         stage = str(data.get("stage") or "?")
         label = STAGE_LABELS.get(stage, stage.replace("_", " "))
         at = _parse_time(data.get("at")) or self.clock()
@@ -180,7 +182,7 @@ class JobView:
             self.steps.append(_Step(stage, at - (seconds or 0.0), seconds))
         return f"  {label}: {_seconds(seconds)}" if stage in _STEPS or (seconds or 0) >= 10 else None
 
-    def _on_progress(self, data: dict[str, Any]) -> str | None:
+    def _on_progress(self, data: JsonObject) -> str | None:
         phase = str(data.get("phase") or "")
         text = _PROGRESS_LABELS.get(phase, phase.replace("_", " "))
         if phase == "infra_retry" and data.get("message"):
@@ -188,8 +190,8 @@ class JobView:
         self.note = text
         return escape(text)
 
-    def _on_trajectory(self, data: dict[str, Any]) -> str | None:
-        index = int(data.get("index") or 0)
+    def _on_trajectory(self, data: JsonObject) -> str | None:
+        index = json_count(data.get("index"))
         state = str(data.get("state") or "")
         self.trajectories[index] = state
         reason = data.get("reason")
@@ -199,12 +201,12 @@ class JobView:
         why = f" ({escape(str(reason))})" if reason and reason != state else ""
         return f"trajectory {index} {state}{why}"
 
-    def _on_message(self, data: dict[str, Any]) -> str | None:
+    def _on_message(self, data: JsonObject) -> str | None:
         if data.get("role") != "assistant":
             return None  # tool results are the attempts' rows; the prompt is long and known
-        index = int(data.get("trajectory") or 0)
+        index = json_count(data.get("trajectory"))
         self.turns[index] = self.turns.get(index, 0) + 1
-        tools = [str(t) for t in data.get("tool_calls") or ()]
+        tools = [str(t) for t in json_items(data.get("tool_calls"))]
         self.calls[index] = self.calls.get(index, 0) + len(tools)
         words = cut_at_word(str(data.get("preview") or ""), MESSAGE_CHARS)
         self.last_words = words
@@ -213,9 +215,8 @@ class JobView:
         return f"  [dim]agent:[/] {escape(words)}{calls}" if words else (f"  [dim]agent{calls}[/]" if calls else None)
 
     # -- rendering ---------------------------------------------------------------------------
-    def _budget(self, name: str) -> Any:
-        budgets = self.job.get("budgets") or {}
-        value = budgets.get(name)
+    def _budget(self, name: str) -> JsonValue:
+        value = json_object(self.job.get("budgets")).get(name)
         return value if value is not None else self.budget_defaults.get(name)
 
     def budget_line(self) -> str:
@@ -226,26 +227,26 @@ class JobView:
             limit_turns, limit_calls = self._budget("turns"), self._budget("tool_calls")
             parts.append(f"turns {turns}" + (f" / {limit_turns}" if limit_turns else ""))
             parts.append(f"tool calls {calls}" + (f" / {limit_calls}" if limit_calls else ""))
-        tokens = int(job.get("tokens_in") or 0) + int(job.get("tokens_out") or 0)
-        max_tokens = self._budget("max_tokens")
-        parts.append(f"tokens {tokens:,}" + (f" / {int(max_tokens):,}" if max_tokens else ""))
+        tokens = json_count(job.get("tokens_in")) + json_count(job.get("tokens_out"))
+        max_tokens = json_count(self._budget("max_tokens"))
+        parts.append(f"tokens {tokens:,}" + (f" / {max_tokens:,}" if max_tokens else ""))
         max_cost = self._budget("max_cost_usd")
         parts.append(f"cost {fmt_usd(job.get('cost_usd'))}" + (f" / {fmt_usd(max_cost)}" if max_cost is not None
                                                                 else ""))
         started = _parse_time(job.get("started_at"))
         if started is not None:
             end = _parse_time(job.get("finished_at")) or self.clock()
-            wall = self._budget("wall_clock_s")
-            parts.append(f"wall {max(0.0, end - started):.0f} s" + (f" / {float(wall):.0f} s" if wall else ""))
+            wall = finite(self._budget("wall_clock_s"))
+            parts.append(f"wall {max(0.0, end - started):.0f} s" + (f" / {wall:.0f} s" if wall else ""))
         if job.get("target") == "cuda":
-            parts.append(f"GPU {float(job.get('gpu_seconds') or 0):.1f} s")
+            parts.append(f"GPU {finite(job.get('gpu_seconds')) or 0:.1f} s")
         return " · ".join(parts)
 
     def table(self) -> Table:
         job = self.job
-        best = job.get("best") or {}
+        best = json_object(job.get("best"))
         table = Table(
-            title=f"job {job['id']} · {problem_name(job)} · {job.get('target')} · {job.get('state')}",
+            title=f"job {job['id']} · {job_problem_label(job)} · {job.get('target')} · {job.get('state')}",
             caption=self.budget_line(),
         )
         for name, justify in (
@@ -261,7 +262,8 @@ class JobView:
                 "—" if a.get("trajectory_id") is None else str(a["trajectory_id"]),
                 str(a.get("tool", "")),
                 status_text(str(a.get("status", ""))), str(a.get("stage", "")), fmt_ms(a.get("median_ms")),
-                fmt_x(a.get("speedup_vs_eager")), fmt_x(a.get("speedup_vs_compile")), fmt_pct(a.get("pct_of_sol")),
+                fmt_speedup(a.get("speedup_vs_eager")), fmt_speedup(a.get("speedup_vs_compile")),
+                fmt_pct(a.get("pct_of_sol")),
             )
         return table
 
@@ -291,13 +293,13 @@ class JobView:
         """The closing lines (Rich markup): the verdict in words, then where to see the kernel."""
         job = self.job
         lines = []
-        best = job.get("best")
+        best = json_object(job.get("best"))
         if job.get("error"):
             lines.append(f"[red]error:[/] {escape(str(job['error']))}")
         if best:
             lines.append(f"best: attempt {best.get('n')}, {fmt_ms(best.get('median_ms'))} ms, "
-                         f"{fmt_x(best.get('speedup_vs_eager'))} vs eager, "
-                         f"{fmt_x(best.get('speedup_vs_compile'))} vs torch.compile")
+                         f"{fmt_speedup(best.get('speedup_vs_eager'))} vs eager, "
+                         f"{fmt_speedup(best.get('speedup_vs_compile'))} vs torch.compile")
         style, sentence = verdict_sentence(best)
         lines.append(f"[{style}]{escape(sentence)}[/]")
         if best and replay_hint:

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from cli.client.http import ApiClient, ApiError, ApiOpt, KeyOpt, api_failure, open_client
-from cli.client.output import JOB_EXIT_CODES, ExitCode, err, out
+from cli.client.http import ApiClient, ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
+from cli.client.output import JOB_EXIT_CODES, CliExit, err, out
 from cli.client.view import JobView
 
 #: Reconnections in a row without receiving anything before ``watch`` gives up.
@@ -28,7 +28,7 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
     last event id.
 
     Raises:
-        ApiError: the API refused, or the stream broke ``MAX_RECONNECTS`` times in a row.
+        ApiRequestError: the API refused, or the stream broke ``MAX_RECONNECTS`` times in a row.
     """
     view = JobView(job=client.get_job(job_id))
     live = console.is_terminal if live is None else live
@@ -46,7 +46,8 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
                     if event.type == "end":
                         data = event.data if isinstance(event.data, dict) else {}
                         if data.get("deleted"):
-                            raise ApiError(f"job {job_id} was deleted while watched", status=404, code="not_found")
+                            raise ApiRequestError(f"job {job_id} was deleted while watched", status=404,
+                                                  code="not_found")
                         final = str(data.get("state") or "")
                         break
                     if event.id is not None:
@@ -60,7 +61,7 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
                         live_view.refresh()
                     elif line:
                         console.print(line, highlight=False)
-            except ApiError as exc:
+            except ApiRequestError as exc:
                 if exc.status is not None:
                     raise
                 failures += 1
@@ -96,7 +97,7 @@ def watch(
     with open_client(api, key) as client:
         try:
             state = follow_json(client, job) if as_json else follow_job(client, job, console=out)
-        except ApiError as exc:
+        except ApiRequestError as exc:
             raise api_failure(exc) from None
-    raise typer.Exit(JOB_EXIT_CODES.get(state, ExitCode.FAILED))
+    raise typer.Exit(JOB_EXIT_CODES.get(state, CliExit.FAILED))
 

@@ -180,12 +180,12 @@ def test_submit_json_and_version(service: Service, tmp_path: Path) -> None:
 
 def test_quota_errors_are_read_from_the_words_of_older_servers() -> None:
     """A server without the 429's ``quota`` field: the kind of quota comes from its detail."""
-    from cli.client.http import ApiError, in_user_terms
+    from cli.client.http import ApiRequestError, in_user_terms
 
-    full = ApiError("this key has 2 jobs queued or running, its limit is 2; wait for one to finish or cancel one "
-                    "(POST /jobs/{id}/cancel)", status=429, code="quota_exceeded")
+    full = ApiRequestError("this key has 2 jobs queued or running, its limit is 2; wait for one to finish or "
+                           "cancel one (POST /jobs/{id}/cancel)", status=429, code="quota_exceeded")
     assert full.quota_name == "max_concurrent_jobs"
     assert "POST" not in in_user_terms(full) and "`kernelloop cancel JOB_ID`" in in_user_terms(full)
-    daily = ApiError("this key created 9 jobs in the last 24 hours, its limit is 9; try again later", status=429)
+    daily = ApiRequestError("this key created 9 jobs in the last 24 hours, its limit is 9; try again later", status=429)
     assert daily.quota_name == "max_jobs_per_day" and "try again later" in in_user_terms(daily)
-    assert ApiError("job 3 not found", status=404).quota_name is None
+    assert ApiRequestError("job 3 not found", status=404).quota_name is None
