@@ -17,7 +17,8 @@ May import: `harness` (its value types; `Referee` only to type the default evalu
 In and out: a `JobSpec` comes in; `Verdict` values come from the `Evaluator`; everything that
 happens goes out through the `Recorder` (verdicts as `Verdict`s), and `run_job` returns a
 `JobResult` whose best and quarantined candidates are `CandidateRecord`s. JSON only towards the
-LLM (tool calls and messages).
+LLM: the history's messages and the tool schemas are `harness.wire.JsonObject`s
+(`agent.providers.base.Message`, read through `message_calls`, `call_function`, `text_field`).
 """
 
 from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult

@@ -8,10 +8,12 @@ Exceptions: `StoreError` and its subclasses (`store.errors`).
 Owns: the schema, sessions, job states and their transitions (`store.states`), claims and leases
 (`store.leases`), attempts (`store.attempts`: the best-attempt rule is `Verdict.is_verified`),
 events, API keys.
-May import: SQLAlchemy and `harness`'s value types (`Verdict`, `Target`, `source_sha256`); never
-the agent, the worker or the API.
+May import: SQLAlchemy and `harness`'s value modules (`Verdict`, `Target`, `source_sha256`, and
+`harness.wire` for the JSON columns); never the agent, the worker or the API.
 In and out: plain values and `Verdict`s come in (serialised at the column: ``Verdict.to_dict()``);
-ORM rows and frozen `RowPage`s go out.
+ORM rows, frozen `RowPage`s and the payload dataclasses go out. The JSON columns (verdict,
+budgets, declarations, provenance, payload, tool_calls) are typed `harness.wire.JsonObject`;
+`JsonField` is that type in the form pydantic documents (the API's responses use it).
 """
 
 from store.apikeys import (

@@ -23,8 +23,10 @@ Owns: running a claimed job (`runner.run_claimed_job`), leases' heartbeats, the 
 worker's events (`recorder.WorkerEvent`).
 May import: `agent` (its types and `run_job`, directly), `harness`, `store`, `problems`, `config`,
 Celery (only in the modules above); never `api`.
-In and out: a job id comes in (a Celery task or the embedded loop's claim); verdicts, messages,
-events and the job's final state go out to the store, as values (JSON only at the columns).
+In and out: a job id comes in (a Celery task or the embedded loop's claim); the job's columns are
+read as values (its budgets and the problem's declarations through `harness.wire.Reader`);
+verdicts, messages, events and the job's final state go out to the store, as values (JSON only
+at the columns).
 """
 
 from worker.evaluator import RefereeEvaluator

@@ -1,0 +1,264 @@
+"""The packages' import graph (DESIGN §1), read from the sources with `ast` (nothing is imported).
+
+The direction, as the code has it (pinned here; the package docstrings say the same)::
+
+    problems   display            stdlib only (problems: parsed, never run; display: formats)
+       ↑
+    harness                        the referee; torch only inside its stage processes
+       ↑         ↑        ↑
+    agent      store    config     value types of the harness only (store, config); the agent
+       ↑         ↑                 also types its default evaluator with `harness.Referee`
+    worker ──────┘                 composes agent + harness + store (+ config, problems)
+    api                            store, config, problems, display and the harness's value
+                                   types; of the agent only its replay scripts' table
+    cli                            on top: everything (its client commands: no server package)
+
+An import counts wherever it is written, at module level or inside a function; imports under
+``if TYPE_CHECKING:`` are left out (they run nothing). A *value module* of the harness is one
+that, with everything it imports from the harness at module level, imports none of `_RUNS`
+(subprocesses, threads, signals, torch …): `harness.verdict`, `harness.wire`,
+`harness.options`, `harness.devices`, … Within a package, module-level imports have no cycle
+(a function-level import is how a package breaks one, on purpose).
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("problems", "display", "harness", "config", "store", "agent", "worker", "api", "cli")
+
+#: Which packages each package may import.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "problems": frozenset(),
+    "display": frozenset(),
+    "harness": frozenset({"problems"}),
+    # `harness.options.default_cache_dir`: the one default both the harness and the service use.
+    "config": frozenset({"harness"}),
+    "store": frozenset({"harness"}),
+    "agent": frozenset({"harness", "problems", "config"}),
+    "worker": frozenset({"agent", "harness", "store", "problems", "config"}),
+    "api": frozenset({"store", "config", "problems", "harness", "display", "agent"}),
+    "cli": frozenset(set(PACKAGES) - {"cli"}),
+}
+#: Packages that may take only the harness's value modules.
+HARNESS_VALUES_ONLY = ("config", "store", "api")
+#: The API checks a replay job has a script before queueing it (a 422, not a failed job); that
+#: table is all it takes of the agent, which it never runs.
+API_AGENT_MODULES = frozenset({"agent.providers.replay"})
+#: The client commands run on a user's machine against the API: no server package.
+CLIENT_PACKAGE = "cli.client"
+CLIENT_NEVER = frozenset({"api", "store", "worker", "agent"})
+#: Importing one of these (directly, or through the harness modules imported) runs or starts
+#: something: a value module imports none.
+_RUNS = frozenset({"subprocess", "multiprocessing", "threading", "signal", "socket", "ctypes", "torch"})
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    #: The module imported: for ``from a.b import c``, ``a.b.c`` if that is a module, else ``a.b``.
+    target: str
+    line: int
+    top_level: bool
+
+    @property
+    def where(self) -> str:
+        return f"{self.importer}:{self.line} imports {self.target}" + ("" if self.top_level else " (in a function)")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of the packages (bundled problem files are data, not modules of the service)."""
+    return {
+        _module_name(path): path
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "bundled" not in path.relative_to(ROOT).parts
+    }
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports_of(name: str, path: Path) -> Iterator[Import]:
+    known = modules()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def absolute(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        return ".".join([*base, *([node.module] if node.module else [])])
+
+    def walk(node: ast.AST, top_level: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    yield from walk_one(other, top_level)
+                continue
+            yield from walk_one(child, top_level)
+
+    def walk_one(node: ast.AST, top_level: bool) -> Iterator[Import]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(name, alias.name, node.lineno, top_level)
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(node)
+            for alias in node.names:
+                submodule = f"{module}.{alias.name}"
+                yield Import(name, submodule if submodule in known else module, node.lineno, top_level)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            yield from walk(node, False)
+        else:
+            yield from walk(node, top_level)
+
+    yield from walk(ast.parse(path.read_text()), True)
+
+
+@cache
+def imports() -> tuple[Import, ...]:
+    return tuple(i for name, path in modules().items() for i in _imports_of(name, path))
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _known(module: str) -> str | None:
+    """The module of ours that ``module`` names (``a.b.c`` may be a name inside module ``a.b``)."""
+    known = modules()
+    while module and module not in known:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def _across(importer_package: str) -> list[Import]:
+    return [i for i in imports() if _package(i.importer) == importer_package
+            and _package(i.target) in PACKAGES and _package(i.target) != importer_package]
+
+
+@cache
+def _runs(module: str) -> frozenset[str]:
+    """What of `_RUNS` importing ``module`` brings in (through the harness's modules too)."""
+    found: set[str] = set()
+    for i in imports():
+        if i.importer != module or not i.top_level:
+            continue
+        if _package(i.target) in _RUNS:
+            found.add(_package(i.target))
+        target = _known(i.target)
+        if target is not None and _package(target) == "harness" and target != module:
+            found |= _runs(target)
+    return frozenset(found)
+
+
+def test_every_package_has_its_rule() -> None:
+    packaged = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    installed = {pattern.rstrip("*") for pattern in packaged["include"]} - {"migrations"}
+    assert installed == set(MAY_IMPORT) == set(PACKAGES)
+
+
+def test_packages_import_only_in_the_allowed_direction() -> None:
+    wrong = [i.where for package in PACKAGES for i in _across(package)
+             if _package(i.target) not in MAY_IMPORT[package]]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_allowed_direction_has_no_cycle() -> None:
+    order: list[str] = []
+    left = dict(MAY_IMPORT)
+    while left:
+        ready = sorted(p for p, needs in left.items() if needs <= set(order))
+        assert ready, f"a cycle among {sorted(left)}"
+        order.extend(ready)
+        for p in ready:
+            del left[p]
+
+
+def test_service_packages_take_only_the_harness_value_modules() -> None:
+    wrong = [f"{i.where}, which brings in {sorted(_runs(target))}"
+             for package in HARNESS_VALUES_ONLY for i in _across(package)
+             if _package(i.target) == "harness" and (target := _known(i.target) or "harness")
+             and (target == "harness" or _runs(target))]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_value_modules_of_the_harness_exist() -> None:
+    # The rule above would pass vacuously if the classification broke.
+    assert not _runs("harness.verdict") and not _runs("harness.wire") and not _runs("harness.options")
+    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.timing")
+
+
+def test_the_api_takes_of_the_agent_only_its_replay_scripts() -> None:
+    wrong = [i.where for i in _across("api") if _package(i.target) == "agent" and i.target not in API_AGENT_MODULES]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_client_commands_import_no_server_package() -> None:
+    wrong = [i.where for i in _across("cli")
+             if i.importer.startswith(CLIENT_PACKAGE) and _package(i.target) in CLIENT_NEVER]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_no_module_level_import_cycle_within_a_package() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for i in imports():
+        target = _known(i.target)
+        if i.top_level and target is not None and target != i.importer and _package(target) == _package(i.importer):
+            graph[i.importer].add(target)
+    cycles = _cycles(graph)
+    assert cycles == [], "module-level import cycles: " + "; ".join(" → ".join(c) for c in cycles)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
