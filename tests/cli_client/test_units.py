@@ -105,3 +105,26 @@ def test_replay_differences_are_relative_to_the_stored_figure() -> None:
     assert relative_difference(1.2, 1.0) == "+20.0%"
     assert relative_difference(0.75, 1.5) == "-50.0%"
     assert relative_difference(None, 1.0) == relative_difference(1.0, None) == relative_difference(1.0, 0) == ""
+
+
+def test_a_page_of_the_api_reads_as_a_json_page() -> None:
+    from cli.client.http import JsonPage
+    from harness.wire import WireError
+
+    page = JsonPage.from_json({"items": [{"id": 1}, {"id": 2}], "next_cursor": 2, "total": 9}, "the jobs page")
+    assert page == JsonPage(items=[{"id": 1}, {"id": 2}], next_cursor=2, total=9)
+    assert JsonPage.from_json({"items": [], "next_cursor": None}, "p") == JsonPage(items=[], next_cursor=None)
+    with pytest.raises(WireError, match="an item of the jobs page is not a JSON object"):
+        JsonPage.from_json({"items": [1], "next_cursor": None}, "the jobs page")
+    with pytest.raises(WireError, match="'next_cursor' is not an integer"):
+        JsonPage.from_json({"items": [], "next_cursor": "2"}, "the jobs page")
+
+
+def test_a_bench_report_entry_reads_back_or_names_its_field() -> None:
+    from cli.client.benchrun import ProblemRun
+    from harness.wire import WireError
+
+    run = ProblemRun("level1/relu", job_id=3, job={"id": 3, "state": "running"}, provenance={"device": "cpu"})
+    assert ProblemRun.from_dict(run.to_dict()) == run
+    with pytest.raises(WireError, match="'job_id' is not an integer"):
+        ProblemRun.from_dict({"problem": "level1/relu", "job_id": "3"})

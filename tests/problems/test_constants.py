@@ -74,3 +74,31 @@ def test_literal_sizes_are_the_scalable_constants() -> None:
 
 def test_huge_exponents_are_not_evaluated() -> None:
     assert "x" not in module_constants(ast.parse("x = 2 ** 10 ** 9\n"))
+
+
+def test_constants_are_what_a_size_can_be() -> None:
+    from problems.constants import NotConstant, as_constant
+
+    assert as_constant((1, [2.5, "x"], None, True)) == (1, [2.5, "x"], None, True)
+    for value in ({"a": 1}, {1, 2}, b"raw", 1j, ...):
+        with pytest.raises(NotConstant):
+            as_constant(value)
+    # An expression whose value is no Constant is not a constant (the name is left out).
+    constants = module_constants(ast.parse("a = 2\nz = (-1) ** 0.5\nb = b'x'\nc = -'s'\nd = (3, 4)[1]\n"))
+    assert constants == {"a": 2, "d": 4}
+
+
+def test_a_cpu_size_that_is_no_constant_is_refused_with_its_name() -> None:
+    with pytest.raises(ProblemFormatError, match=r"CPU_SIZES\['dim'\] must be a number"):
+        parse_problem(DERIVED + BODY + 'CPU_SIZES = {"dim": {"nested": 1}}\n', problem_id="user/dict_size")
+
+
+def test_a_problem_reads_back_from_its_fields() -> None:
+    from problems import Problem
+
+    problem = parse_problem(DERIVED + BODY + 'CPU_SIZES = {"batch_size": 2}\n', problem_id="user/p", level=2)
+    assert Problem.from_dict(problem.to_dict()) == problem
+    with pytest.raises(ProblemFormatError, match="source and id"):
+        Problem.from_dict({"id": "user/p"})
+    with pytest.raises(ProblemFormatError, match="level"):
+        Problem.from_dict({**problem.to_dict(), "level": "2"})

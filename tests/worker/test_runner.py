@@ -18,6 +18,7 @@ from agent.retry import InfraRetry
 from config import Settings
 from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
 from harness.devices import DeviceSpecs
+from harness.wire import WireError
 from store import (
     JobState,
     TrajectoryState,
@@ -176,6 +177,12 @@ def test_agent_budgets_merge_the_job_over_the_defaults(sqlite_settings: Settings
     budgets = agent_budgets({"turns": 4, "unknown": 1, "max_cost_usd": None}, sqlite_settings)
     assert budgets == Budgets(turns=4, tool_calls=30, max_tokens=400_000, max_cost_usd=5.0, wall_clock_s=3600.0)
     assert agent_budgets({"tool_calls": 12}, sqlite_settings).tool_calls == 12
+    assert agent_budgets({"target_speedup": 2}, sqlite_settings).target_speedup == 2.0
+
+
+def test_a_budget_of_the_wrong_type_is_named(sqlite_settings: Settings) -> None:
+    with pytest.raises(WireError, match="'turns' is not an integer"):
+        agent_budgets({"turns": "4"}, sqlite_settings)
 
 
 def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
