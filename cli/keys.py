@@ -23,6 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from config import Settings, load_settings
+from harness.wire import JsonObject
 from store import (
     ApiKey,
     NotFound,
@@ -96,7 +97,7 @@ def ensure_local_key(settings: Settings) -> LocalKey:
     return LocalKey(key_id=key_id, plaintext=issued.plaintext, path=path, created=True)
 
 
-def _row(key: ApiKey) -> dict[str, object]:
+def _row(key: ApiKey) -> JsonObject:
     return {
         "id": key.id,
         "name": key.name,

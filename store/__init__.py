@@ -101,6 +101,7 @@ from store.trajectories import (
     list_messages,
     list_trajectories,
     set_trajectory_state,
+    tool_call_names,
 )
 
 __all__ = [
@@ -195,6 +196,7 @@ __all__ = [
     "session_scope",
     "set_trajectory_state",
     "source_sha256",
+    "tool_call_names",
     "transition",
     "utcnow",
     "verdict_figures",

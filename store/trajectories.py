@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject
+from harness.wire import JsonObject, JsonValue
 from store._sql import bump_counter
 from store.errors import NotFound
 from store.jobs import add_job_usage
@@ -22,6 +22,7 @@ __all__ = [
     "list_messages",
     "list_trajectories",
     "set_trajectory_state",
+    "tool_call_names",
 ]
 
 _FINISHED = frozenset(
@@ -78,6 +79,17 @@ def set_trajectory_state(
         trajectory.error = error
     session.flush()
     return trajectory
+
+
+def tool_call_names(tool_calls: Sequence[JsonValue] | None) -> list[str]:
+    """The functions a message's ``tool_calls`` (as the column stores them) call, ``?`` for an
+    entry that names none."""
+    names = []
+    for call in tool_calls or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        names.append(str(name or (call.get("name") if isinstance(call, Mapping) else None) or "?"))
+    return names
 
 
 def append_message(

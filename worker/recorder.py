@@ -17,7 +17,7 @@ finished per stage that runs, none for a cached one).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 
@@ -41,6 +41,7 @@ from store import (
     record_attempt,
     session_scope,
     set_trajectory_state,
+    tool_call_names,
     utcnow,
 )
 from store.payloads import MessagePayload, ProgressPayload, TrajectoryPayload
@@ -73,15 +74,6 @@ def trajectory_state_for(reason: str) -> TrajectoryState:
         return TrajectoryState(reason)
     except ValueError:
         return TrajectoryState.FAILED
-
-
-def _tool_names(tool_calls: Sequence[JsonObject] | None) -> list[str]:
-    names = []
-    for call in tool_calls or ():
-        function = call.get("function") if isinstance(call, Mapping) else None
-        name = function.get("name") if isinstance(function, Mapping) else None
-        names.append(str(name or (call.get("name") if isinstance(call, Mapping) else None) or "?"))
-    return names
 
 
 class StoreRecorder:
@@ -156,7 +148,7 @@ class StoreRecorder:
             )
             payload = MessagePayload(
                 trajectory=trajectory, trajectory_id=trajectory_id, message_id=stored.id, seq=stored.seq, role=role,
-                tool_calls=_tool_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
+                tool_calls=tool_call_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
                 tokens_out=tokens_out, tokens_reasoning=stored.tokens_reasoning, tokens_cached=stored.tokens_cached,
                 latency_ms=latency_ms, cost_usd=cost_usd, preview=(content or "")[:MESSAGE_PREVIEW_CHARS],
             )

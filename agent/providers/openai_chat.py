@@ -155,7 +155,7 @@ def refuses_tools(text: str) -> bool:
     return any(p in lowered for p in _TOOLS_REFUSED)
 
 
-def unsupported_parameter(error: Mapping[str, Any], text: str) -> str | None:
+def unsupported_parameter(error: Mapping[str, JsonValue], text: str) -> str | None:
     """The request parameter a 400 says is unsupported, if it names one."""
     code = str(error.get("code") or "")
     param = error.get("param")

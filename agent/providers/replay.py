@@ -16,10 +16,18 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from agent.providers.base import AssistantTurn, ProviderError, ToolCall, Usage, estimate_tokens, parse_arguments
+from agent.providers.base import (
+    AssistantTurn,
+    ProviderError,
+    ToolCall,
+    Usage,
+    estimate_tokens,
+    message_calls,
+    parse_arguments,
+)
 from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
+from harness.wire import JsonValue
 
 __all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "has_script", "no_script_message",
            "replay_script", "scripted_problems"]
@@ -299,13 +307,13 @@ class ReplayProvider:
         return self.sources[candidate]
 
     @staticmethod
-    def position(messages: Sequence[Mapping[str, Any]]) -> int:
+    def position(messages: Sequence[Mapping[str, JsonValue]]) -> int:
         """How many scripted turns this history already holds."""
         position = 0
         for message in messages:
             if message.get("role") != "assistant":
                 continue
-            ids = [_ID.match(str(c.get("id", ""))) for c in message.get("tool_calls") or ()]
+            ids = [_ID.match(str(c.get("id", ""))) for c in message_calls(message)]
             found = [int(m.group(1)) for m in ids if m]
             position = max(found) + 1 if found else position + 1
         return position
@@ -319,7 +327,7 @@ class ReplayProvider:
         return ToolCall(id=f"replay-{turn_index}-{k}", name=call.tool, raw_arguments=raw, arguments=arguments,
                         error=error)
 
-    def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
+    def complete(self, messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]], *,
                  temperature: float, text_tools: bool = False,
                  should_stop: Callable[[], bool] | None = None) -> AssistantTurn:
         index = self.position(messages)

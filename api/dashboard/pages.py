@@ -294,7 +294,7 @@ class WorkFigures:
         return self.flops / self.min_bytes if self.flops and self.min_bytes else None
 
 
-def _shape(shape: Sequence[Any] | None) -> str:
+def _shape(shape: Sequence[int] | None) -> str:
     return "—" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 

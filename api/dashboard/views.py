@@ -20,7 +20,7 @@ from api.dashboard.highlight import DiffLine, count_changes, diff_lines
 from display import finite
 from harness.verdict import Status, Verdict
 from harness.wire import JsonObject
-from store import Attempt, JobEvent, Message, Trajectory
+from store import Attempt, JobEvent, Message, Trajectory, tool_call_names
 
 __all__ = [
     "MESSAGE_FULL_CHARS",
@@ -135,15 +135,6 @@ class TimelineEntry:
         return not self.truncated and " ".join(self.content.split()) == self.preview
 
 
-def _tool_names(tool_calls: Sequence[Any] | None) -> tuple[str, ...]:
-    names = []
-    for call in tool_calls or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        names.append(str(name or (call.get("name") if isinstance(call, dict) else None) or "?"))
-    return tuple(names)
-
-
 def _preview(text: str) -> str:
     """The start of ``text`` on one line, cut at a word boundary."""
     flat = " ".join(text.split())
@@ -163,7 +154,8 @@ def timeline(
         content = m.content or ""
         entry = TimelineEntry(
             kind="message", at=_utc(m.created_at), trajectory_index=index_of.get(m.trajectory_id), role=m.role,
-            tool_calls=_tool_names(m.tool_calls), preview=_preview(content), content=content[:MESSAGE_FULL_CHARS],
+            tool_calls=tuple(tool_call_names(m.tool_calls)), preview=_preview(content),
+            content=content[:MESSAGE_FULL_CHARS],
             truncated=len(content) > MESSAGE_FULL_CHARS, tokens=m.tokens_in + m.tokens_out, latency_ms=m.latency_ms,
         )
         entries.append((entry.at, 0, m.id, entry))
