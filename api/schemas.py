@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Generic, Literal, TypedDict, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -268,28 +268,6 @@ class CancelPublic(BaseModel):
     job: JobPublic
 
 
-class _AttemptFields(TypedDict):
-    """`AttemptPublic`'s fields of an attempt row (`AttemptDetail` adds its own)."""
-
-    id: int
-    n: int
-    trajectory_id: int | None
-    parent_id: int | None
-    tool: str
-    status: str
-    stage: str
-    error_kind: str | None
-    correct: bool
-    median_ms: float | None
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    pct_of_sol: float | None
-    compile_s: float | None
-    sha256: str
-    message: str
-    created_at: datetime
-
-
 class AttemptPublic(BaseModel):
     id: int
     n: int = Field(description="The attempt's number within its job: the `n` of /jobs/{id}/attempts/{n}.")
@@ -310,8 +288,8 @@ class AttemptPublic(BaseModel):
     created_at: datetime
 
     @classmethod
-    def _fields(cls, attempt: Attempt) -> _AttemptFields:
-        return _AttemptFields(
+    def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
+        return AttemptPublic(
             id=attempt.id,
             n=attempt.seq,
             trajectory_id=attempt.trajectory_id,
@@ -331,10 +309,6 @@ class AttemptPublic(BaseModel):
             created_at=attempt.created_at,
         )
 
-    @classmethod
-    def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
-        return cls(**cls._fields(attempt))
-
 
 class AttemptDetail(AttemptPublic):
     source: str
@@ -342,7 +316,8 @@ class AttemptDetail(AttemptPublic):
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptDetail:
-        return cls(**cls._fields(attempt), source=attempt.source, verdict=dict(attempt.verdict or {}))
+        listed = AttemptPublic.from_attempt(attempt).model_dump()
+        return cls(**listed, source=attempt.source, verdict=dict(attempt.verdict or {}))
 
 
 class BestPublic(BaseModel):
