@@ -136,13 +136,11 @@ def check(request: AdmitRequest) -> AdmissionReply:
 
 
 def serve(channel: Channel) -> None:
-    raw = channel.recv()
+    raw = channel.recv()  # the referee's request: a malformed one is our bug, not the problem's
+    request = MeasureRequest.from_dict(raw) if op_of(raw) is Op.MEASURE else AdmitRequest.from_dict(raw)
     reply: StageMessage
     try:
-        if op_of(raw) is Op.MEASURE:
-            reply = measure(MeasureRequest.from_dict(raw))
-        else:
-            reply = check(AdmitRequest.from_dict(raw))
+        reply = measure(request) if isinstance(request, MeasureRequest) else check(request)
     except BaseException as exc:  # noqa: BLE001 - a problem that crashes is refused with the reason
         reply = StartFailed(message="the problem failed to run", errors=brief_error(exc))
     channel.send(reply)

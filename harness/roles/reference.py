@@ -151,8 +151,9 @@ def _make_non_dumpable() -> None:
 
 def serve(channel: Channel) -> None:
     _make_non_dumpable()
+    request = ReferenceStart.from_dict(channel.recv())  # the referee's: a malformed one is our bug
     try:
-        ref = Reference(ReferenceStart.from_dict(channel.recv()))
+        ref = Reference(request)
     except ProblemTooLarge as exc:
         channel.send(StartFailed(message=f"the problem is too large for the cpu target: {exc}"))
         return
