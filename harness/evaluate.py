@@ -208,8 +208,10 @@ class Referee:
 
     def _evaluate(self, source: str, depth: Depth) -> Verdict:
         draft = Draft(depth=depth, hints=tuple(static_hints(source, target=self.target.value)))
-        unavailable = cuda_unavailable() if self.target is Target.CUDA else None
-        if unavailable:  # the machine's fault, not the candidate's: said before any compile
+        # The machine's fault, not the candidate's: said before any compile. A compile-only
+        # evaluation needs the toolkit alone (CUDA compiles on a box without a GPU).
+        unavailable = cuda_unavailable(gpu=depth is not Depth.COMPILE) if self.target is Target.CUDA else None
+        if unavailable:
             return assemble(self._facts(), draft, Outcome(Status.ERROR, Stage.COMPILE, unavailable, ErrorKind.INFRA))
         compiled = self.compile(source)
         draft = replace(draft, compile=compiled)
