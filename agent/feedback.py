@@ -111,8 +111,8 @@ def _trial_label(trial: Trial) -> str:
 
 
 def _tolerance_text(verdict: Verdict) -> str:
-    tol = verdict.provenance.get("tolerance") or {}
-    atol, rtol = tol.get("atol"), tol.get("rtol")
+    tol = verdict.provenance.tolerance
+    atol, rtol = (tol.atol, tol.rtol) if tol is not None else (None, None)
     if atol is None and rtol is None:
         return "|out - ref| <= atol + rtol*|ref| with atol = rtol = 1e-4 for float32 (1e-2 for fp16/bf16)"
     return f"|out - ref| <= atol + rtol*|ref| with atol = {atol}, rtol = {rtol}"
@@ -122,12 +122,12 @@ def _build_lines(verdict: Verdict) -> list[str]:
     lines: list[str] = []
     if verdict.compile is None:
         return lines
-    extensions = verdict.compile.extensions
+    extensions = [e.to_dict() for e in verdict.compile.extensions]
     if extensions:
         built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'})" for e in extensions)
         lines.append(f"build: {built}; compile stage {verdict.compile.seconds:.1f} s")
         lines.extend(_compile_cost_lines(extensions))
-    kernels = verdict.compile.kernels
+    kernels = [k.to_dict() for k in verdict.compile.kernels]
     if kernels:
         groups: dict[str, list[Mapping[str, Any]]] = {}
         for k in kernels:
@@ -286,7 +286,7 @@ _NOT_KERNELS = ("aten::", "cuda", "Activity Buffer", "Memcpy", "Memset", "Profil
 
 
 def _profile_lines(verdict: Verdict) -> list[str]:
-    rows = list(verdict.profile)
+    rows = [row.to_dict() for row in verdict.profile]
     if not rows:
         return ["profile: no rows (nothing took measurable time?)"]
 
@@ -303,7 +303,7 @@ def _profile_lines(verdict: Verdict) -> list[str]:
             out.append(f"  [... {len(picked) - PROFILE_ROWS} more rows]")
         return out
 
-    if verdict.provenance.get("target") != "cuda":
+    if verdict.provenance.target != "cuda":
         return table("profile (self CPU time per forward):", rows)
     # On CUDA a torch op's device time includes its kernels': list the kernels, then the ops apart.
     kernels = [r for r in rows if not str(r.get("name", "")).startswith(_NOT_KERNELS)]

@@ -74,8 +74,8 @@ def _compile_once(root: str, flag: str, nonce: str) -> dict[str, Any]:
         load_candidate_module(path)
         wall = time.perf_counter() - started
     record = cache.records[-1]
-    build_dir = Path(root) / f"{record['name']}-{record['key']}"
-    return {"flag": flag, "wall_s": round(wall, 3), "pch": record.get("pch", {}),
+    build_dir = Path(root) / f"{record.name}-{record.key}"
+    return {"flag": flag, "wall_s": round(wall, 3), "pch": record.pch.to_dict() if record.pch is not None else {},
             "steps": _ninja_steps(build_dir), "call_us": _call_overhead_us(cache.modules[-1])}
 
 

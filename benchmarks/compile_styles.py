@@ -161,7 +161,7 @@ def _row(style: str, attempt: str, wall: float, verdict: Any, trusted: bool) -> 
     row: dict[str, Any] = {"style": style, "attempt": attempt, "trusted_builds": trusted, "wall_s": round(wall, 2),
                            "status": verdict.status.value, "stage_s": compiled.seconds if compiled else None}
     if compiled is not None:
-        ext = compiled.extensions[0] if compiled.extensions else {}
+        ext = compiled.extensions[0].to_dict() if compiled.extensions else {}
         units = {u.get("source"): u for u in ext.get("units", [])}
         pch = ext.get("pch") or {}
         row.update(pch=pch.get("status"), pch_reason=pch.get("reason"), via=ext.get("via"),

@@ -152,7 +152,7 @@ class _TimedStageProcess(StageProcess):
         finally:
             spans = _spans()
             if spans is not None:
-                op = str(message.get("op")) if isinstance(message, dict) else ""
+                op = str(message.to_dict().get("op", ""))
                 role = self.spec.role
                 if role == "candidate":
                     kind = {"trial": "correctness", "time": "timing", "profile": "timing"}.get(op, "load")
@@ -193,16 +193,16 @@ def timed_evaluate(referee: Referee, source: str, depth: Depth) -> tuple[Verdict
 
 def _pch_of(verdict: Verdict) -> str:
     exts = verdict.compile.extensions if verdict.compile else ()
-    states = [str((e.get("pch") or {}).get("status", "-")) for e in exts if not e.get("cached")]
+    states = [e.pch.status if e.pch is not None else "-" for e in exts if not e.cached]
     return ",".join(states) or ("cached" if exts else "-")
 
 
 def _compile_record(verdict: Verdict, wall: float) -> dict[str, Any]:
     exts = verdict.compile.extensions if verdict.compile else ()
-    pch_build = sum(float((e.get("pch") or {}).get("seconds") or 0.0) for e in exts)
+    pch_build = sum((e.pch.seconds or 0.0) if e.pch is not None else 0.0 for e in exts)
     return {"status": verdict.status.value, "stage_wall_s": wall,
             "in_stage_s": verdict.compile.seconds if verdict.compile else None,
-            "cached": all(e.get("cached") for e in exts) if exts else None,
+            "cached": all(e.cached for e in exts) if exts else None,
             "pch": _pch_of(verdict), "pch_build_s": round(pch_build, 3)}
 
 
@@ -343,7 +343,7 @@ class Bench:
                     reeval_compile={"stage_wall_s": spans.get("compile"),
                                     "in_stage_s": verdict.compile.seconds if verdict.compile else None,
                                     "cached": bool(verdict.compile and verdict.compile.extensions
-                                                   and all(e.get("cached") for e in verdict.compile.extensions))},
+                                                   and all(e.cached for e in verdict.compile.extensions))},
                     median_ms=timing.median_ms if timing else None, speedup=verdict.speedup_vs_eager,
                     finished_at_s=round(time.perf_counter() - started, 2))
                 log(f"evaluated {candidate.name}: {verdict.status.value} ({verdict.stage.value}) in {wall:.1f} s "
@@ -529,8 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-budget-s", type=float, default=15.0,
                         help="start an evaluation only with this much time left")
     args = parser.parse_args(argv)
-    # ``harness.evaluate`` the attribute is the function; the module is in sys.modules.
-    sys.modules["harness.evaluate"].StageProcess = _TimedStageProcess  # type: ignore[attr-defined]
+    # The referee's modules that start stages (``harness.reference`` the attribute is not the module).
+    for module in ("harness.stagepool", "harness.reference"):
+        sys.modules[module].StageProcess = _TimedStageProcess  # type: ignore[attr-defined]
     out = Path(args.out or REPO / "benchmarks" / "results" / f"iterations_{args.target}")
     out = out.with_suffix("") if out.suffix in (".md", ".json") else out
     bench = Bench(args)

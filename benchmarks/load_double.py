@@ -20,6 +20,7 @@ import time
 
 from agent import Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
 from harness import Baselines, CompileResult, Stage, Status, Timing, Trial, Verdict
+from harness.provenance import Provenance
 
 __all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "run_job"]
 
@@ -37,7 +38,7 @@ _VERDICT = Verdict(
     timing=Timing(samples_ms=(1.0, 1.0, 1.0)),
     baselines=Baselines(eager=Timing(samples_ms=(2.0, 2.0, 2.0)), compiled=None),
     depth="benchmark",
-    provenance={"device": "cpu", "harness": "load-double"},
+    provenance=Provenance(device="cpu", harness="load-double"),
 )
 
 

@@ -32,13 +32,13 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
                   + (f" ({verdict.error_kind.value} error)" if verdict.error_kind else "")
                   + f": {verdict.message}")
     if verdict.compile is not None:
-        cached = all(e.get("cached") for e in verdict.compile.extensions) and verdict.compile.extensions
+        cached = all(e.cached for e in verdict.compile.extensions) and verdict.compile.extensions
         console.print(f"compile: {'ok' if verdict.compile.ok else 'failed'} in {verdict.compile.seconds:.1f} s"
                       + (" (cached build)" if cached else ""))
         for k in verdict.compile.kernels:
-            if "registers" in k:
-                console.print(f"  {k['kernel']}: {k['registers']} registers, "
-                              f"{k.get('spill_stores', 0)} B spill stores, {k.get('spill_loads', 0)} B spill loads")
+            if k.registers is not None:
+                console.print(f"  {k.kernel}: {k.registers} registers, "
+                              f"{k.spill_stores or 0} B spill stores, {k.spill_loads or 0} B spill loads")
         if verdict.compile.errors and not verdict.compile.ok:
             console.print(verdict.compile.errors, markup=False, highlight=False)
     if verdict.trials:
@@ -71,7 +71,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         console.print(f"[yellow]flag:[/] {flag}")
     for hint in verdict.hints:
         console.print(f"[cyan]hint:[/] {hint}")
-    prov = verdict.provenance
+    prov = verdict.provenance.to_dict()
     console.print(f"[dim]{prov.get('device')} · torch {prov.get('torch')} · CUDA {prov.get('cuda')} · "
                   f"mode {prov.get('mode')} · policy {prov.get('policy')} · seeds {prov.get('seeds')} · "
                   f"sandbox {prov.get('sandbox')}[/]")

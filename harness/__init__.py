@@ -6,13 +6,25 @@ torch. Public surface::
     from harness import evaluate, Referee, HarnessOptions, Target, Verdict, warm_headers
 
 Owns: the evaluation (`Referee`, `evaluate`), its options (`HarnessOptions`, `Target`, `Depth`)
-and the typed contract every other package shares: `Verdict` and its parts (`harness.verdict`,
-with `Verdict.is_verified`, the one rule for "a verified kernel", and `source_sha256`), the
-integrity `Flag`s (`harness.integrity`).
+and the typed contract every other package shares: `Verdict` and its parts (`harness.verdict`;
+the compile's `harness.builds`, the `harness.provenance`), with `Verdict.is_verified`, the one
+rule for "a verified kernel", and `source_sha256`; the integrity `Flag`s (`harness.integrity`).
 May import: `problems` (the problem format), the standard library and torch (torch only inside
 stage processes); nothing above it (agent, store, worker, api, cli, config).
 In and out: a problem, a candidate source, a target and options come in; a `Verdict` value goes
-out. JSON only at its edges: the private pipe to its stage processes (`harness.sandbox`).
+out. JSON only at its edges, read through `harness.wire.Reader`: the private pipe to its stage
+processes (`harness.channel`, messages typed in `harness.protocol`), the baselines cache, and
+`Verdict.to_dict()`/`from_dict()` for whoever stores it.
+
+The map, one module one job. Driver side (stdlib only): `evaluate` (the `Referee` façade),
+`stagepool` (stage processes: sandboxes, prestart, cancel), `reference` (the trusted reference:
+start, baselines and their cache, loop overhead, comparer), `compiler` (compile stages, the
+trusted builder, header warm-ups), `candidaterun` (the candidate's steps over a frozen draft),
+`draft` (those steps' judgements, pure), `assembly` (verdict, provenance, quarantine), `hardened`
+(hardened timing's arithmetic, pure), `admission` and `sizing` (problems), `sandbox`,
+`sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages' limits).
+Stage side (torch): `roles` (one module per stage), `contract`, `timing`, `compare`, `transfer`,
+`roofline`, `footprint`, `buildcache`.
 """
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, cancel_all, evaluate, warm_headers

@@ -8,24 +8,31 @@ problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions, Target
 from harness.problemstage import limit_message, problem_stage_spec
-from harness.sandbox import ChannelClosed, ChannelTimeout, SandboxSpec, StageProcess
+from harness.protocol import StartFailed
+from harness.protocol.admission import (
+    AdmissionCheck,
+    AdmissionReply,
+    AdmitRequest,
+    Measured,
+    MeasureReply,
+    MeasureRequest,
+)
+from harness.sandbox import StageProcess
+from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
+from harness.wire import JsonObject, JsonValue, WireError
 from problems.spec import Problem
 
 __all__ = ["AdmissionCheck", "AdmissionReport", "admit", "measure_footprints"]
 
-
-@dataclass(frozen=True)
-class AdmissionCheck:
-    name: str
-    passed: bool
-    detail: str
+#: What an admission stage that answered nonsense is told it did (its code is the problem's).
+_MALFORMED = "the problem's process sent a malformed reply"
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,10 @@ class AdmissionReport:
     def reasons(self) -> list[str]:
         return [c.detail for c in self.checks if not c.passed] + ([self.message] if self.message else [])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "problem_id": self.problem_id, "target": self.target, "admitted": self.admitted,
-            "checks": [c.__dict__ for c in self.checks], "message": self.message,
+            "checks": [c.to_dict() for c in self.checks], "message": self.message,
             "forward_ms": self.forward_ms, "output_shapes": [list(s) for s in self.output_shapes],
         }
 
@@ -60,26 +67,29 @@ def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
     return problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
 
 
-def measure_footprints(problem: Problem, overrides: Sequence[dict[str, Any]],
-                       options: HarnessOptions | None = None) -> list[dict[str, Any]]:
+def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, JsonValue]],
+                       options: HarnessOptions | None = None) -> list[Measured]:
     """The problem's footprint (bytes of inputs, parameters and outputs of one trial, computed on
     the meta device: nothing is allocated) under each override set, in a sandboxed admission
-    stage. Each result is ``{"ok": True, "inputs": …, "parameters": …, "outputs": …}`` or
-    ``{"ok": False, "error": …}``.
+    stage: a `Measured` each, its footprint or why the meta device could not compute it.
 
     Raises:
-        RuntimeError: the stage did not answer; the message holds its log's tail.
+        RuntimeError: the stage did not answer (the message holds its log's tail) or failed.
     """
     options = options or HarnessOptions()
     with StageProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
         try:
-            reply = process.request({"problem": problem.to_dict(), "measure": list(overrides)},
-                                    timeout=options.timeouts.reference_start_s)
+            raw = process.request(MeasureRequest(problem=problem, overrides=tuple(overrides)),
+                                  timeout=options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed):
             raise RuntimeError(f"the problem's process {process.describe_exit()}:\n{process.log_tail(2000)}") from None
-    if not reply.get("ok"):
-        raise RuntimeError(f"{reply.get('message')}:\n{reply.get('errors', '')}".strip())
-    return list(reply["footprints"])
+    try:
+        reply = MeasureReply.from_reply(raw)
+    except WireError as exc:
+        raise RuntimeError(f"{_MALFORMED}: {exc}") from None
+    if isinstance(reply, StartFailed):
+        raise RuntimeError(f"{reply.message}:\n{reply.errors}".strip())
+    return list(reply.footprints)
 
 
 def admit(problem: Problem, target: Target | str, options: HarnessOptions | None = None) -> AdmissionReport:
@@ -94,15 +104,14 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
     trials = plan_trials(secret, trials=2, input_variants=problem.input_variants,
                          extra_shapes=problem.trial_shapes(target.value))
     spec = _admission_spec(options, target)
-    request = {
-        "problem": problem.to_dict(), "target": target.value, "trials": [t.to_dict() for t in trials],
-        "init_seed": derive_seed(secret, "init"), "weights_seed": derive_seed(secret, "weights"),
-        "other_weights_seed": derive_seed(secret, "weights:other"),
-        "budget_bytes": options.cpu_budget_bytes,
-    }
+    request = AdmitRequest(
+        problem=problem, target=target, trials=tuple(trials), init_seed=derive_seed(secret, "init"),
+        weights_seed=derive_seed(secret, "weights"), other_weights_seed=derive_seed(secret, "weights:other"),
+        budget_bytes=options.cpu_budget_bytes,
+    )
     with StageProcess(spec, sandbox=options.sandbox) as process:
         try:
-            reply = process.request(request, timeout=options.timeouts.reference_start_s)
+            raw = process.request(request, timeout=options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed) as exc:
             reason = "timed out" if isinstance(exc, ChannelTimeout) else process.describe_exit()
             log = process.log_tail(2000)
@@ -110,14 +119,13 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
             limit = limit_message(spec, process.exit_code(1.0), log)
             return AdmissionReport(problem.id, target.value, (), message=(f"{limit}: " if limit else "")
                                    + f"the problem's process {reason}:\n{log}")
-    if not reply.get("ok"):
-        errors = str(reply.get("errors", ""))
-        limit = limit_message(spec, None, errors)
+    try:
+        reply = AdmissionReply.from_reply(raw)
+    except WireError as exc:
+        return AdmissionReport(problem.id, target.value, (), message=f"{_MALFORMED}: {exc}")
+    if isinstance(reply, StartFailed):
+        limit = limit_message(spec, None, reply.errors)
         return AdmissionReport(problem.id, target.value, (), message=(f"{limit}: " if limit else "")
-                               + f"{reply.get('message')}:\n{errors}".strip())
-    return AdmissionReport(
-        problem.id, target.value,
-        tuple(AdmissionCheck(c["name"], c["passed"], c["detail"]) for c in reply["checks"]),
-        forward_ms=reply.get("forward_ms"),
-        output_shapes=tuple(tuple(s) for s in reply.get("output_shapes", ())),
-    )
+                               + f"{reply.message}:\n{reply.errors}".strip())
+    return AdmissionReport(problem.id, target.value, reply.checks, forward_ms=reply.forward_ms,
+                           output_shapes=reply.output_shapes)

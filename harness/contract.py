@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def apply_overrides(module: types.ModuleType, overrides: dict[str, Any]) -> dict[str, Any]:
+def apply_overrides(module: types.ModuleType, overrides: Mapping[str, object]) -> dict[str, object]:
     """Set module constants; returns the previous values so they can be restored."""
     previous = {name: getattr(module, name) for name in overrides}
     for name, value in overrides.items():
@@ -40,7 +40,7 @@ def apply_overrides(module: types.ModuleType, overrides: dict[str, Any]) -> dict
 
 
 @contextmanager
-def overridden(module: types.ModuleType, overrides: dict[str, Any]) -> Iterator[None]:
+def overridden(module: types.ModuleType, overrides: Mapping[str, object]) -> Iterator[None]:
     previous = apply_overrides(module, overrides)
     try:
         yield

@@ -6,8 +6,9 @@ worker share this value; `harness.roofline` measures it inside the reference pro
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+
+from harness.wire import JsonObject, Reader
 
 __all__ = ["DeviceSpecs"]
 
@@ -35,13 +36,30 @@ class DeviceSpecs:
     cuda: str | None = None
     cores: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JsonObject:
+        return {
+            "target": self.target, "name": self.name, "peak_flops": dict(self.peak_flops),
+            "measured_bandwidth": self.measured_bandwidth, "peak_source": self.peak_source,
+            "compute_capability": self.compute_capability, "multiprocessors": self.multiprocessors,
+            "l2_bytes": self.l2_bytes, "memory_bytes": self.memory_bytes,
+            "shared_memory_per_block_optin": self.shared_memory_per_block_optin, "driver": self.driver,
+            "cuda": self.cuda, "cores": self.cores,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeviceSpecs:
+    def from_dict(cls, data: object) -> DeviceSpecs:
         """From ``to_dict()``'s JSON (keys this version does not know are left out)."""
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        r = Reader(data, "the device specs")
+        peaks = r.nested("peak_flops", optional=True)
+        return cls(
+            target=r.text("target"), name=r.text("name"), peak_flops={k: peaks.number(k) for k in peaks.data},
+            measured_bandwidth=r.number("measured_bandwidth", 0.0), peak_source=r.text("peak_source", "measured"),
+            compute_capability=r.optional_text("compute_capability"),
+            multiprocessors=r.optional_integer("multiprocessors"), l2_bytes=r.optional_integer("l2_bytes"),
+            memory_bytes=r.optional_integer("memory_bytes"),
+            shared_memory_per_block_optin=r.optional_integer("shared_memory_per_block_optin"),
+            driver=r.optional_text("driver"), cuda=r.optional_text("cuda"), cores=r.optional_integer("cores"),
+        )
 
     def peak_for(self, dtype_name: str) -> float:
         """The peak rate for outputs of this dtype (``str(torch.float16)`` or ``float16``)."""

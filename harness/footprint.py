@@ -10,32 +10,17 @@ from __future__ import annotations
 
 import json
 import types
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from harness.compare import flatten_output
 from harness.contract import overridden
+from harness.protocol.admission import Footprint
+from harness.wire import JsonValue
 
 __all__ = ["Footprint", "format_bytes", "measure", "over_budget", "refusal"]
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """Bytes of one trial: its inputs, the model's parameters and buffers, its outputs (``None``
-    when the forward does not run on the meta device)."""
-
-    inputs: int
-    parameters: int
-    outputs: int | None
-
-    @property
-    def total(self) -> int:
-        return self.inputs + self.parameters + (self.outputs or 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"inputs": self.inputs, "parameters": self.parameters, "outputs": self.outputs}
 
 
 def format_bytes(n: float) -> str:
@@ -81,7 +66,8 @@ def refusal(footprint: Footprint, budget_bytes: int) -> str | None:
             f"{format_bytes(budget_bytes)}: declare CPU_SIZES (`kernelloop problems import` finds them)")
 
 
-def over_budget(module: types.ModuleType, trial_overrides: list[dict[str, Any]], budget_bytes: int) -> str | None:
+def over_budget(module: types.ModuleType, trial_overrides: list[Mapping[str, JsonValue]],
+                budget_bytes: int) -> str | None:
     """Why the trials (one override set each, as `harness.seeds.TrialSpec` holds them) do not
     fit the budget, or None; a footprint the meta device cannot compute is not refused here (the
     stage's memory limit still holds)."""

@@ -9,8 +9,7 @@ explained by the reported median times the calls made (see docs/integrity.md). S
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from harness.options import TimingOptions
 from harness.verdict import Timing
@@ -43,12 +42,12 @@ def dictated_calls(eager_ms: float, timing: TimingOptions) -> int:
     return max(1, calls)
 
 
-def calls_made(request: Mapping[str, Any], sets: Sequence[int]) -> int:
+def calls_made(request: TimingOptions, sets: Sequence[int]) -> int:
     """Calls of forward in a hardened timing request: warm-up, timed, one re-checked per input set."""
-    return int(request["min_warmup_calls"]) + int(request["fixed_calls"]) + len(sets)
+    return request.min_warmup_calls + request.fixed_calls + len(sets)
 
 
-def hardened_bound(timing: Timing, wall_s: float, overhead_s: float, request: Mapping[str, Any],
+def hardened_bound(timing: Timing, wall_s: float, overhead_s: float, request: TimingOptions,
                    sets: Sequence[int]) -> tuple[bool, str]:
     """Whether the reported median is far below what the trusted clock allows, and the figures for
     the verdict's message.
@@ -71,6 +70,6 @@ def hardened_bound(timing: Timing, wall_s: float, overhead_s: float, request: Ma
               f"{overhead_s:.3f} s is the loop's overhead measured in the reference process; a reported "
               f"median of {timing.median_ms:.4g} ms explains at most {allowed_s:.3f} s of the "
               f"{unexplained_s:.3f} s left)")
-    if timing.n != int(request["fixed_calls"]):
-        return True, f" (hardened timing: {timing.n} samples reported, {request['fixed_calls']} dictated)"
+    if timing.n != request.fixed_calls:
+        return True, f" (hardened timing: {timing.n} samples reported, {request.fixed_calls} dictated)"
     return unexplained_s > allowed_s, detail

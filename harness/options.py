@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from harness.wire import JsonObject, Reader
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -113,6 +115,28 @@ class TimingOptions:
     #: ``min_warmup_calls`` warm-up calls, whatever the noise or the time cap say. 0: adaptive.
     fixed_calls: int = 0
 
+    def to_dict(self) -> JsonObject:
+        """Every field (the stage requests carry it; the baseline cache's key hashes it)."""
+        return {
+            "warmup_ms": self.warmup_ms, "min_warmup_calls": self.min_warmup_calls,
+            "min_repeats": self.min_repeats, "max_repeats": self.max_repeats,
+            "target_rel_stderr": self.target_rel_stderr, "max_time_s": self.max_time_s,
+            "input_sets": self.input_sets, "recheck_every": self.recheck_every, "max_rechecks": self.max_rechecks,
+            "flush_cache": self.flush_cache, "fixed_calls": self.fixed_calls,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> TimingOptions:
+        r = Reader(data, "the timing options")
+        return cls(
+            warmup_ms=r.number("warmup_ms"), min_warmup_calls=r.integer("min_warmup_calls"),
+            min_repeats=r.integer("min_repeats"), max_repeats=r.integer("max_repeats"),
+            target_rel_stderr=r.number("target_rel_stderr"), max_time_s=r.number("max_time_s"),
+            input_sets=r.integer("input_sets"), recheck_every=r.integer("recheck_every"),
+            max_rechecks=r.integer("max_rechecks"), flush_cache=r.flag("flush_cache"),
+            fixed_calls=r.integer("fixed_calls"),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class HarnessOptions:
@@ -199,21 +223,6 @@ class HarnessOptions:
 
     def replace(self, **changes: Any) -> HarnessOptions:
         return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["cache_dir"] = str(self.cache_dir)
-        data["hidden_paths"] = [str(p) for p in self.hidden_paths]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HarnessOptions:
-        data = dict(data)
-        data["cache_dir"] = Path(data["cache_dir"])
-        data["hidden_paths"] = tuple(Path(p) for p in data.get("hidden_paths", ()))
-        data["timeouts"] = Timeouts(**data["timeouts"])
-        data["timing"] = TimingOptions(**data["timing"])
-        return cls(**data)
 
     @property
     def cpu_budget_bytes(self) -> int:

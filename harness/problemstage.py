@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 from harness.options import HarnessOptions, Target
-from harness.sandbox import ALWAYS_HIDDEN, SandboxSpec, visible_under_run
+from harness.sandbox import ALWAYS_HIDDEN, ExitCode, visible_under_run
+from harness.sandboxspec import ResourceLimits, SandboxSpec
 
-__all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_rlimits",
+__all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
            "problem_stage_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
@@ -43,15 +45,17 @@ def memory_limit_mb(options: HarnessOptions, target: Target) -> int | None:
     return None if target is Target.CUDA else _host_memory_mb() // 2
 
 
-def memory_rlimits(options: HarnessOptions, target: Target) -> dict[str, int]:
+def memory_limits(options: HarnessOptions, target: Target) -> ResourceLimits:
     """``RLIMIT_AS`` and ``RLIMIT_DATA`` on cpu, ``RLIMIT_DATA`` only on cuda (`memory_limit_mb`)."""
     limit_mb = memory_limit_mb(options, target)
     if limit_mb is None:
-        return {}
+        return ResourceLimits()
     limit = limit_mb * 1024 * 1024
     # RLIMIT_AS bounds every mapping (also shared ones, which RLIMIT_DATA does not count) but
     # breaks CUDA, whose driver reserves address ranges far larger than the memory it uses.
-    return {"DATA": limit} if target is Target.CUDA else {"AS": limit, "DATA": limit}
+    if target is Target.CUDA:
+        return ResourceLimits(data_bytes=limit)
+    return ResourceLimits(address_space_bytes=limit, data_bytes=limit)
 
 
 def cpu_seconds_limit(options: HarnessOptions, role: str) -> int:
@@ -92,8 +96,8 @@ def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target
             candidates' outputs arrive); everything else under the cache is hidden.
         writable: what it writes besides ``workdir`` (its compiler cache).
     """
-    rlimits = {"CORE": 0, "NPROC": process_limit(options), "CPU": cpu_seconds_limit(options, role),
-               **memory_rlimits(options, target)}
+    rlimits = replace(memory_limits(options, target), core_bytes=0, processes=process_limit(options),
+                      cpu_s=cpu_seconds_limit(options, role))
     hidden = (*options.hidden_paths, *ALWAYS_HIDDEN, options.cache_dir)
     return SandboxSpec(role=role, workdir=workdir, namespaces=namespaces, gpu_visible=target is Target.CUDA,
                        needed_paths=(*visible, *visible_under_run()), writable_paths=writable,
@@ -103,16 +107,16 @@ def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target
 def limit_message(spec: SandboxSpec, exit_code: int | None, errors: str) -> str | None:
     """The limit a problem stage hit, named, if its exit or its error says it hit one."""
     limits = spec.rlimits
-    if exit_code == 125:  # harness.sandbox.ExitCode.PROCESS_LIMIT
-        return f"the problem's code exceeded its process limit of {limits.get('NPROC')} processes"
+    if exit_code == ExitCode.PROCESS_LIMIT:
+        return f"the problem's code exceeded its process limit of {limits.processes} processes"
     if exit_code == 128 + signal.SIGXCPU:
-        return f"the problem's code exceeded its CPU-time limit of {limits.get('CPU')} s"
-    memory = limits.get("AS") or limits.get("DATA")
+        return f"the problem's code exceeded its CPU-time limit of {limits.cpu_s} s"
+    memory = limits.memory_bytes
     if "CUDA out of memory" in errors or "cudaErrorMemoryAllocation" in errors:
         return "the problem's code ran out of GPU memory"
     if any(marker in errors for marker in _MEMORY_ERRORS):
         where = f" of {memory / 1024 ** 3:.1f} GB" if memory else ""
         return f"the problem's code exceeded its memory limit{where}"
-    if any(marker in errors for marker in _PROCESS_ERRORS) and "NPROC" in limits:
-        return f"the problem's code exceeded its process limit of {limits['NPROC']} processes"
+    if any(marker in errors for marker in _PROCESS_ERRORS) and limits.processes is not None:
+        return f"the problem's code exceeded its process limit of {limits.processes} processes"
     return None

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+
+from harness.wire import JsonObject, Reader
 
 __all__ = ["StageEvent", "StageListener", "StageName", "StagePhase", "StageReporter"]
 
@@ -45,13 +46,14 @@ class StageEvent:
     phase: StagePhase
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"stage": self.stage.value, "phase": self.phase.value, "seconds": round(self.seconds, 3)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StageEvent:
-        return cls(stage=StageName(data["stage"]), phase=StagePhase(data["phase"]),
-                   seconds=float(data.get("seconds") or 0.0))
+    def from_dict(cls, data: object) -> StageEvent:
+        r = Reader(data, "a stage event")
+        return cls(stage=StageName(r.text("stage")), phase=StagePhase(r.text("phase")),
+                   seconds=r.number("seconds", 0.0))
 
 
 StageListener = Callable[[StageEvent], None]

@@ -3,9 +3,10 @@
 Every stage (compile, reference, candidate, admission) runs as
 ``warden (subreaper, namespaces) -> python -m harness.roles ROLE``, started in its own session
 (``setsid``) with an allowlisted environment, stdout and stderr captured to a file that is
-truncated when read back. Messages travel over a private socket pair as length-prefixed JSON;
-the trusted side caps their size. Stdlib only: the process that drives evaluations (a worker,
-the CLI) never imports torch for this.
+truncated when read back. Messages (`harness.protocol`) travel over a private socket pair
+(`harness.channel`). What a stage may use is a `harness.sandboxspec.SandboxSpec`; what the warden
+achieved comes back as a `harness.sandboxspec.SandboxReport`. Stdlib only: the
+process that drives evaluations (a worker, the CLI) never imports torch for this.
 """
 
 from __future__ import annotations
@@ -16,24 +17,21 @@ import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+
+from harness.channel import Channel, StageMessage
+from harness.protocol import Exit
+from harness.sandboxspec import REPO_ROOT, SandboxReport, SandboxSpec
+from harness.wire import JsonObject
 
 __all__ = [
     "ALWAYS_HIDDEN",
-    "ENV_ALLOWLIST",
-    "MAX_MESSAGE_BYTES",
-    "ChannelClosed",
-    "ChannelTimeout",
-    "SandboxSpec",
+    "ExitCode",
     "StageProcess",
     "host_private_paths",
     "kill_all_stages",
@@ -43,23 +41,10 @@ __all__ = [
     "visible_under_run",
 ]
 
-#: Environment variables a stage inherits from the harness; everything else is dropped, so no
-#: API key, database or broker URL reaches a problem or a candidate.
-ENV_ALLOWLIST = (
-    "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH",
-    "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-    # Thread counts of a CPU worker (a shared host pins them; nothing secret).
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-)
 #: Hidden from every stage: the host's sockets (PostgreSQL, Redis, MySQL, Docker) live there, and
 #: a network namespace does not cut off Unix sockets reachable through the file system.
 ALWAYS_HIDDEN = (Path("/run"),)
-#: The trusted side refuses larger messages: a candidate cannot make it allocate without bound.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _WARDEN = Path(__file__).with_name("warden.py")
-_REPO_ROOT = Path(__file__).resolve().parent.parent
 _TERM_GRACE_S = 3.0
 #: Packages of this checkout a stage imports; the rest of it (a deployment's configuration, keys,
 #: data beside the code) is not bound back when the checkout lies under a hidden path.
@@ -79,18 +64,10 @@ class ExitCode(IntEnum):
     OK = 0
     #: The stage itself failed in a way it reported over the channel.
     REPORTED = 3
-    #: The warden killed the stage: its processes outnumbered ``rlimits["NPROC"]``.
+    #: The warden killed the stage: its processes outnumbered ``rlimits.processes``.
     PROCESS_LIMIT = 125
     #: The warden could not exec the stage.
     EXEC_FAILED = 126
-
-
-class ChannelClosed(ConnectionError):
-    """The other side closed the channel (it exited or crashed)."""
-
-
-class ChannelTimeout(TimeoutError):
-    """No message within the stage's time limit."""
 
 
 def visible_under_run() -> list[Path]:
@@ -105,116 +82,6 @@ def protect_current_process() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(0), 0, 0, 0)
 
 
-class Channel:
-    """Length-prefixed JSON messages over a connected socket."""
-
-    def __init__(self, sock: socket.socket, *, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
-        self._sock = sock
-        self._max = max_bytes
-
-    @classmethod
-    def from_fd(cls, fd: int) -> Channel:
-        return cls(socket.socket(fileno=fd))
-
-    def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, allow_nan=True).encode()
-        try:
-            self._sock.sendall(struct.pack(">I", len(data)) + data)
-        except OSError as exc:  # the stage died, or a cancel closed the channel first
-            raise ChannelClosed(str(exc)) from None
-
-    def _read_exact(self, size: int, deadline: float | None) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ChannelTimeout("no reply in time")
-                self._sock.settimeout(remaining)
-            else:
-                self._sock.settimeout(None)
-            try:
-                chunk = self._sock.recv(min(1 << 20, size - len(chunks)))
-            except TimeoutError:
-                raise ChannelTimeout("no reply in time") from None
-            except OSError as exc:
-                raise ChannelClosed(str(exc)) from None
-            if not chunk:
-                raise ChannelClosed("the other side closed the channel")
-            chunks += chunk
-        return bytes(chunks)
-
-    def recv(self, timeout: float | None = None) -> dict[str, Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        (size,) = struct.unpack(">I", self._read_exact(4, deadline))
-        if size > self._max:
-            raise ChannelClosed(f"message of {size} bytes exceeds the {self._max}-byte limit")
-        message = json.loads(self._read_exact(size, deadline))
-        if not isinstance(message, dict):
-            raise ChannelClosed("malformed message")
-        return message
-
-    def close(self) -> None:
-        # shutdown first: it wakes a thread blocked in recv on this socket (close alone does not).
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-
-@dataclass(frozen=True, kw_only=True)
-class SandboxSpec:
-    """How one stage process is isolated.
-
-    Args:
-        role: the entry in ``harness.roles`` to run.
-        workdir: the stage's private, writable working directory (also HOME and TMPDIR).
-        namespaces: wanted namespaces ("user", "mount", "net", "pid"); fewer are used where the
-            OS refuses (the warden reports which).
-        writable_paths: besides ``workdir``, paths the stage may write (the build cache for a
-            compile); everything else is read-only where a mount namespace is available.
-        needed_paths: paths the stage reads that must stay visible: bound back, read-only, when
-            they lie under a covered path (the private /tmp, a hidden path).
-        hidden_paths: directories covered by an empty read-only file system (other attempts' run
-            directories, ``/run`` with its sockets, the service's data); writable and needed
-            paths inside them stay visible.
-        gpu_visible: whether CUDA devices are visible (compiles run without).
-        extra_env: variables set for the stage on top of the allowlisted ones.
-        rlimits: resource limits by name (``NPROC``, ``CORE``, ``FSIZE``, ``AS``...).
-    """
-
-    role: str
-    workdir: Path
-    namespaces: tuple[str, ...] = ("user", "mount", "net", "pid")
-    writable_paths: tuple[Path, ...] = ()
-    needed_paths: tuple[Path, ...] = ()
-    hidden_paths: tuple[Path, ...] = ()
-    gpu_visible: bool = True
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    rlimits: Mapping[str, int] = field(default_factory=dict)
-
-    def environment(self, parent_env: Mapping[str, str]) -> dict[str, str]:
-        env = {k: parent_env[k] for k in ENV_ALLOWLIST if k in parent_env}
-        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.setdefault("LANG", "C.UTF-8")
-        env.update(
-            HOME=str(self.workdir),
-            TMPDIR=str(self.workdir),
-            PYTHONPATH=str(_REPO_ROOT),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONUNBUFFERED="1",
-            PYTHONNOUSERSITE="1",
-            # cuBLAS and cuDNN read this when the candidate's process first uses them (the candidate
-            # stage does so before importing candidate code): TF32 stays off in vendor math whatever
-            # the candidate sets, also between our after-call checks or behind a patched check.
-            NVIDIA_TF32_OVERRIDE="0",
-        )
-        if not self.gpu_visible:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        env.update(self.extra_env)
-        return env
-
-
 def _interpreter_paths() -> list[Path]:
     """What a stage needs to start Python and import the harness and torch (kept visible): the
     interpreter's prefixes, the installed entries of the import path, and this checkout's two
@@ -223,12 +90,12 @@ def _interpreter_paths() -> list[Path]:
     hidden with them (`host_private_paths`)."""
     cwd = os.path.realpath(os.getcwd())
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
-    paths.update(_REPO_ROOT / name for name in _STAGE_PACKAGES)
+    paths.update(REPO_ROOT / name for name in _STAGE_PACKAGES)
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
         real = os.path.realpath(entry)
-        if real in (cwd, str(_REPO_ROOT)):
+        if real in (cwd, str(REPO_ROOT)):
             continue
         paths.add(Path(entry))
     return sorted(paths)
@@ -240,7 +107,7 @@ def host_private_paths() -> list[Path]:
     inside one of them, a ``~/.netrc``). Left alone where hiding would cover the system (``/``,
     ``/usr``...); the interpreter, the harness and the stage's own paths under them are bound back."""
     found = []
-    for raw in (os.getcwd(), os.path.expanduser("~"), str(_REPO_ROOT)):
+    for raw in (os.getcwd(), os.path.expanduser("~"), str(REPO_ROOT)):
         path = Path(os.path.realpath(raw))
         if path == Path("/") or any(path == d or path in d.parents for d in _SYSTEM_DIRS):
             continue
@@ -290,14 +157,14 @@ class StageProcess:
         self.log_path = spec.workdir / f"{spec.role}.log"
         parent_sock, child_sock = socket.socketpair()
         status_r, status_w = os.pipe()
-        warden_cfg = {
+        warden_cfg: JsonObject = {
             "argv": [sys.executable, "-m", "harness.roles", spec.role, str(child_sock.fileno())],
             "cwd": str(spec.workdir),
             "namespaces": list(spec.namespaces) if sandbox else [],
             "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],
             "needed_paths": [str(p) for p in (*spec.needed_paths, *_interpreter_paths())],
             "hidden_paths": [str(p) for p in (*spec.hidden_paths, *host_private_paths())],
-            "rlimits": dict(spec.rlimits),
+            "rlimits": spec.rlimits.to_dict(),
             "status_fd": status_w,
         }
         with open(self.log_path, "ab") as log:
@@ -318,19 +185,16 @@ class StageProcess:
         self.started = time.monotonic()
         self.channel = Channel(parent_sock)
         with os.fdopen(status_r) as fh:
-            raw = fh.read()
-        try:
-            self.sandbox_report: dict[str, Any] = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
-            self.sandbox_report = {"notes": [f"unreadable warden status: {raw[:200]!r}"]}
+            self.sandbox_report = SandboxReport.parse(fh.read())
 
     # -- messages ------------------------------------------------------------------------
-    def request(self, message: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
-        """Send one message and wait for the reply (raises ChannelTimeout / ChannelClosed)."""
+    def request(self, message: StageMessage, *, timeout: float) -> JsonObject:
+        """Send one message and wait for the reply, for the caller to read with the reply's
+        ``from_dict`` (raises ChannelTimeout / ChannelClosed)."""
         self.channel.send(message)
         return self.channel.recv(timeout=timeout)
 
-    def recv(self, *, timeout: float) -> dict[str, Any]:
+    def recv(self, *, timeout: float) -> JsonObject:
         return self.channel.recv(timeout=timeout)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -350,7 +214,8 @@ class StageProcess:
         if code is None:
             return "still running"
         if code == ExitCode.PROCESS_LIMIT:
-            return f"was killed: more than {self.spec.rlimits.get('NPROC', '?')} processes (its process limit)"
+            limit = self.spec.rlimits.processes
+            return f"was killed: more than {limit if limit is not None else '?'} processes (its process limit)"
         if code > 128:
             try:
                 name = signal.Signals(code - 128).name
@@ -383,7 +248,7 @@ class StageProcess:
     def close(self, *, timeout: float = 5.0) -> None:
         """Ask the stage to finish, then make sure its tree is gone."""
         with contextlib.suppress(OSError):
-            self.channel.send({"op": "exit"})
+            self.channel.send(Exit())
         self.exit_code(timeout)
         self.kill()
 

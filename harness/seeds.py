@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from harness.wire import JsonObject, JsonValue, Reader
 
 __all__ = ["TrialSpec", "derive_seed", "new_secret", "plan_trials", "secret_identity"]
 
@@ -37,18 +38,21 @@ class TrialSpec:
     index: int
     seed: int
     kind: str = "random"
-    overrides: dict[str, Any] = field(default_factory=dict)
+    #: The problem's size constants this trial sets (``EXTRA_SHAPES``), as they travel: JSON.
+    overrides: Mapping[str, JsonValue] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "seed": self.seed, "kind": self.kind, "overrides": self.overrides}
+    def to_dict(self) -> JsonObject:
+        return {"index": self.index, "seed": self.seed, "kind": self.kind, "overrides": dict(self.overrides)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrialSpec:
-        return cls(index=data["index"], seed=data["seed"], kind=data["kind"], overrides=data["overrides"])
+    def from_dict(cls, data: object) -> TrialSpec:
+        r = Reader(data, "a trial's plan")
+        overrides = r.object("overrides")
+        return cls(index=r.integer("index"), seed=r.integer("seed"), kind=r.text("kind"), overrides=overrides)
 
 
 def plan_trials(secret: int, *, trials: int, input_variants: bool,
-                extra_shapes: Sequence[dict[str, Any]]) -> list[TrialSpec]:
+                extra_shapes: Sequence[Mapping[str, JsonValue]]) -> list[TrialSpec]:
     """Random trials, then a value-distribution variant, then one per extra shape."""
     plan = [TrialSpec(i, derive_seed(secret, f"trial:{i}")) for i in range(trials)]
     if input_variants:

@@ -12,16 +12,19 @@ admission refuses it, the next smaller step is tried, a few times.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.admission import AdmissionReport, admit, measure_footprints
-from harness.footprint import Footprint
 from harness.options import HarnessOptions, Target
+from harness.protocol.admission import Footprint
 from problems.constants import literal_sizes
 from problems.spec import Problem, parse_problem
 
-__all__ = ["MAX_HALVINGS", "Sizing", "fit_cpu_sizes", "scaled_sizes"]
+__all__ = ["MAX_HALVINGS", "SizeValue", "Sizing", "fit_cpu_sizes", "scaled_sizes"]
+
+#: A size constant as a problem's ``CPU_SIZES`` declares it: an integer, or a list of them.
+SizeValue = int | list[int]
 
 #: Halving steps tried (2**16 times smaller at most).
 MAX_HALVINGS = 16
@@ -36,9 +39,9 @@ def _halve(value: int, steps: int) -> int:
     return value if value < _SCALE_FROM else max(_FLOOR, value >> steps)
 
 
-def scaled_sizes(sizes: dict[str, int | tuple[int, ...]], steps: int) -> dict[str, Any]:
+def scaled_sizes(sizes: Mapping[str, int | tuple[int, ...]], steps: int) -> dict[str, SizeValue]:
     """The size constants after ``steps`` halvings; only the ones that change."""
-    scaled: dict[str, Any] = {}
+    scaled: dict[str, SizeValue] = {}
     for name, value in sizes.items():
         new = tuple(_halve(v, steps) for v in value) if isinstance(value, tuple) else _halve(value, steps)
         if new != value:
@@ -51,7 +54,7 @@ class Sizing:
     """What the search found: the CPU sizes (empty if the full size fits), the footprints at full
     and chosen size, the admission report of the chosen sizes, and notes."""
 
-    cpu_sizes: dict[str, Any]
+    cpu_sizes: dict[str, SizeValue]
     full: Footprint | None
     chosen: Footprint | None
     admission: AdmissionReport | None
@@ -62,11 +65,7 @@ class Sizing:
         return self.admission is not None and self.admission.admitted
 
 
-def _footprint(result: dict[str, Any]) -> Footprint | None:
-    return Footprint(result["inputs"], result["parameters"], result["outputs"]) if result.get("ok") else None
-
-
-def with_cpu_sizes(problem: Problem, cpu_sizes: dict[str, Any]) -> Problem:
+def with_cpu_sizes(problem: Problem, cpu_sizes: Mapping[str, SizeValue]) -> Problem:
     """The problem as if its file declared ``CPU_SIZES = cpu_sizes`` (its own, if any, replaced)."""
     declared = problem.source + f"\nCPU_SIZES = {cpu_sizes!r}\n"
     return parse_problem(declared, problem_id=problem.id, level=problem.level)
@@ -79,10 +78,10 @@ def fit_cpu_sizes(problem: Problem, budget_bytes: int, options: HarnessOptions |
     sizes = literal_sizes(ast.parse(problem.source))
     steps = [scaled_sizes(sizes, k) for k in range(MAX_HALVINGS + 1)]
     results = measure_footprints(problem, steps, options)
-    footprints = [_footprint(r) for r in results]
+    footprints = [r.footprint for r in results]
     notes: list[str] = []
     if footprints[0] is None:
-        notes.append("inputs not measurable on the meta device: " + results[0].get("error", "").strip()[-300:])
+        notes.append("inputs not measurable on the meta device: " + results[0].error.strip()[-300:])
     fitting = [k for k, f in enumerate(footprints) if f is not None and f.total <= budget_bytes]
     if not fitting:
         if footprints[0] is not None:

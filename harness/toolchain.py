@@ -33,11 +33,12 @@ def cuda_toolkit_home() -> Path | None:
     return None
 
 
-def cuda_unavailable() -> str | None:
-    """Why the cuda target cannot run here, or None."""
+def cuda_unavailable(*, gpu: bool = True) -> str | None:
+    """Why the cuda target cannot run here, or None; ``gpu=False``: only compiles will run (they
+    need the toolkit, never a GPU: compile stages see none)."""
     device_node = _NVIDIA_DEVICE
     missing = []
-    if not device_node.exists():
+    if gpu and not device_node.exists():
         missing.append(f"no NVIDIA GPU ({device_node} is absent)")
     if cuda_toolkit_home() is None:
         missing.append("no CUDA toolkit (nvcc not found under CUDA_HOME, CUDA_PATH, PATH or /usr/local/cuda)")

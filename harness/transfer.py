@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from harness.wire import JsonObject, JsonValue
+
 __all__ = ["TRANSPORTS", "OutputRejected", "export_output", "import_output"]
 
 TRANSPORTS = ("file", "cuda_ipc")
@@ -61,7 +63,7 @@ def _as_tensors(output: Any) -> tuple[list[torch.Tensor], bool] | None:
     return None
 
 
-def _ipc_describe(t: torch.Tensor) -> dict[str, Any] | None:
+def _ipc_describe(t: torch.Tensor) -> JsonObject | None:
     """Describe a CUDA tensor by its allocation's IPC handle, or None if it cannot be shared."""
     if not t.is_cuda or str(t.dtype).removeprefix("torch.") not in _DTYPES:
         return None
@@ -79,7 +81,7 @@ def _ipc_describe(t: torch.Tensor) -> dict[str, Any] | None:
     }
 
 
-def export_output(output: Any, directory: Path, name: str, *, transport: str = "file") -> dict[str, Any]:
+def export_output(output: Any, directory: Path, name: str, *, transport: str = "file") -> JsonObject:
     """Hand a forward's output to the comparer; non-tensor outputs are described, not sent.
 
     With ``cuda_ipc`` the caller must keep ``output`` alive until the comparer has copied it.
@@ -93,7 +95,7 @@ def export_output(output: Any, directory: Path, name: str, *, transport: str = "
         if all(d is not None for d in described):
             return {"kind": "cuda_ipc", "tensors": described, "single": single}
     path = directory / f"{name}.bin"
-    specs = []
+    specs: list[JsonValue] = []
     with open(path, "wb") as fh:
         for t in tensors:
             cpu = t.detach().to("cpu").contiguous()
@@ -104,7 +106,7 @@ def export_output(output: Any, directory: Path, name: str, *, transport: str = "
     return {"kind": "file", "name": path.name, "tensors": specs, "single": single}
 
 
-def _file_specs(desc: dict[str, Any]) -> list[tuple[torch.dtype, list[int], str, int]]:
+def _file_specs(desc: JsonObject) -> list[tuple[torch.dtype, list[int], str, int]]:
     """``(dtype, shape, device type, bytes)`` per tensor of a file descriptor, validated."""
     specs = desc.get("tensors")
     if not isinstance(specs, list) or not specs or len(specs) > _MAX_TENSORS:
@@ -122,7 +124,7 @@ def _file_specs(desc: dict[str, Any]) -> list[tuple[torch.dtype, list[int], str,
     return checked
 
 
-def _import_file(desc: dict[str, Any], directory: Path, expected_bytes: int, device: torch.device) -> Any:
+def _import_file(desc: JsonObject, directory: Path, expected_bytes: int, device: torch.device) -> Any:
     name = desc.get("name")
     if not isinstance(name, str) or "/" in name or name.startswith("."):
         raise OutputRejected("malformed output descriptor")
@@ -199,7 +201,7 @@ def _validated_view_bytes(spec: dict[str, Any]) -> tuple[torch.dtype, int]:
     return dtype, needed
 
 
-def _import_ipc(desc: dict[str, Any], expected_bytes: int, device: torch.device) -> Any:
+def _import_ipc(desc: JsonObject, expected_bytes: int, device: torch.device) -> Any:
     specs = desc.get("tensors")
     if not isinstance(specs, list) or not specs:
         raise OutputRejected("malformed CUDA output descriptor")
@@ -237,7 +239,7 @@ def _import_ipc(desc: dict[str, Any], expected_bytes: int, device: torch.device)
     return copies[0] if desc.get("single") and len(copies) == 1 else copies
 
 
-def import_output(desc: dict[str, Any], directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
+def import_output(desc: JsonValue, directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
     """Load and validate what `export_output` sent; returns a tensor or a list of tensors."""
     if not isinstance(desc, dict):
         raise OutputRejected("malformed output descriptor")

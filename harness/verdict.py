@@ -11,14 +11,20 @@ import hashlib
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
+
+from harness.builds import CompileResult
+from harness.provenance import Provenance
+from harness.wire import JsonObject, Reader
 
 __all__ = [
     "Baselines",
     "CompileResult",
     "ErrorKind",
+    "ProfileRow",
+    "Provenance",
     "Stage",
     "Status",
     "Timing",
@@ -84,7 +90,7 @@ class Trial:
     kind: str = "random"
     message: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "seed_index": self.seed_index,
             "passed": self.passed,
@@ -96,8 +102,12 @@ class Trial:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trial:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+    def from_dict(cls, data: object) -> Trial:
+        r = Reader(data, "a trial")
+        return cls(seed_index=r.integer("seed_index"), passed=r.flag("passed"),
+                   max_abs_err=r.optional_number("max_abs_err"), mean_abs_err=r.optional_number("mean_abs_err"),
+                   mismatch_frac=r.number("mismatch_frac"), kind=r.text("kind", "random"),
+                   message=r.text("message", ""))
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ class Timing:
             return 0.0
         return statistics.stdev(self.samples_ms) / math.sqrt(self.n) / self.mean_ms
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "median_ms": self.median_ms,
             "iqr_ms": self.iqr_ms,
@@ -148,12 +158,10 @@ class Timing:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timing:
-        return cls(
-            samples_ms=tuple(float(s) for s in data["samples_ms"]),
-            clock=data.get("clock", "perf_counter"),
-            warnings=tuple(data.get("warnings", ())),
-        )
+    def from_dict(cls, data: object) -> Timing:
+        r = Reader(data, "a timing")
+        return cls(samples_ms=tuple(r.numbers("samples_ms")), clock=r.text("clock", "perf_counter"),
+                   warnings=tuple(r.texts("warnings", optional=True)))
 
     @classmethod
     def from_samples(cls, samples_ms: Sequence[float], *, clock: str, warnings: Sequence[str] = ()) -> Timing:
@@ -169,7 +177,7 @@ class Baselines:
     #: Why a baseline is missing (torch.compile failed, or was switched off), if it is.
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "eager_ms": self.eager.median_ms if self.eager else None,
             "compile_ms": self.compiled.median_ms if self.compiled else None,
@@ -179,45 +187,40 @@ class Baselines:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Baselines:
+    def from_dict(cls, data: object) -> Baselines:
+        r = Reader(data, "the baselines")
         return cls(
-            eager=Timing.from_dict(data["eager"]) if data.get("eager") else None,
-            compiled=Timing.from_dict(data["compile"]) if data.get("compile") else None,
-            notes=tuple(data.get("notes", ())),
+            eager=Timing.from_dict(r.data["eager"]) if r.has("eager") else None,
+            compiled=Timing.from_dict(r.data["compile"]) if r.has("compile") else None,
+            notes=tuple(r.texts("notes", optional=True)),
         )
 
 
-@dataclass(frozen=True)
-class CompileResult:
-    """What the compile stage learnt: per-extension build facts and trimmed errors."""
+@dataclass(frozen=True, kw_only=True)
+class ProfileRow:
+    """One kernel (or op) of a profile: calls and device time per forward (self CPU time on cpu)."""
 
-    ok: bool
-    seconds: float
-    #: Extensions built or reused, by name: {"name": str, "key": str, "cached": bool}.
-    extensions: tuple[dict[str, Any], ...] = ()
-    #: ptxas figures per kernel: {"kernel": str, "registers": int, "spill_stores": int, ...}.
-    kernels: tuple[dict[str, Any], ...] = ()
-    #: The first compiler errors with file:line and context, trimmed.
-    errors: str = ""
+    name: str
+    calls: int | None = None
+    ms_per_forward: float | None = None
+    #: The figure under its first name (rows written before ``ms_per_forward``, fixtures).
+    total_ms: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "seconds": self.seconds,
-            "extensions": [dict(e) for e in self.extensions],
-            "kernels": [dict(k) for k in self.kernels],
-            "errors": self.errors,
-        }
+    @property
+    def ms(self) -> float:
+        """Milliseconds per forward, whichever name the row gives them."""
+        return self.ms_per_forward if self.ms_per_forward is not None else (self.total_ms or 0.0)
+
+    def to_dict(self) -> JsonObject:
+        row: JsonObject = {"name": self.name, "calls": self.calls, "ms_per_forward": self.ms_per_forward,
+                           "total_ms": self.total_ms}
+        return {key: value for key, value in row.items() if value is not None}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CompileResult:
-        return cls(
-            ok=data["ok"],
-            seconds=data["seconds"],
-            extensions=tuple(data.get("extensions", ())),
-            kernels=tuple(data.get("kernels", ())),
-            errors=data.get("errors", ""),
-        )
+    def from_dict(cls, data: object) -> ProfileRow:
+        r = Reader(data, "a profile row")
+        return cls(name=r.text("name"), calls=r.optional_integer("calls"),
+                   ms_per_forward=r.optional_number("ms_per_forward"), total_ms=r.optional_number("total_ms"))
 
 
 @dataclass(frozen=True)
@@ -239,11 +242,12 @@ class Verdict:
     #: Advice for the author (static patterns); never decides the status.
     hints: tuple[str, ...] = ()
     log: str = ""
-    provenance: dict[str, Any] = field(default_factory=dict)
+    #: Empty (``{}`` in JSON) when the evaluation stopped before the referee knew its device.
+    provenance: Provenance = field(default_factory=Provenance)
     #: How far the evaluation was asked to go: compile, correctness, benchmark or profile.
     depth: str = "benchmark"
-    #: Per-kernel rows from the torch profiler (depth "profile"): name, calls, total_ms.
-    profile: tuple[dict[str, Any], ...] = ()
+    #: Per-kernel rows from the torch profiler (depth "profile").
+    profile: tuple[ProfileRow, ...] = ()
 
     # -- derived figures -------------------------------------------------------------------
     @property
@@ -284,7 +288,7 @@ class Verdict:
         return replace(self, **changes)
 
     # -- JSON ------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "status": self.status.value,
             "stage": self.stage.value,
@@ -306,29 +310,32 @@ class Verdict:
             "message": self.message,
             "log": self.log,
             "compile": self.compile.to_dict() if self.compile else None,
-            "provenance": dict(self.provenance),
+            "provenance": self.provenance.to_dict(),
             "depth": self.depth,
-            "profile": [dict(row) for row in self.profile],
+            "profile": [row.to_dict() for row in self.profile],
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+    def from_dict(cls, data: object) -> Verdict:
+        """From ``to_dict()``'s JSON, as stored with an attempt (derived figures are recomputed)."""
+        r = Reader(data, "the verdict")
+        provenance = r.nested("provenance", optional=True)  # {}: none recorded
         return cls(
-            status=Status(data["status"]),
-            stage=Stage(data["stage"]),
-            error_kind=ErrorKind(data["error_kind"]) if data.get("error_kind") else None,
-            message=data.get("message", ""),
-            compile=CompileResult.from_dict(data["compile"]) if data.get("compile") else None,
-            trials=tuple(Trial.from_dict(t) for t in data.get("trials", ())),
-            timing=Timing.from_dict(data["timing"]) if data.get("timing") else None,
-            baselines=Baselines.from_dict(data["baselines"]) if data.get("baselines") else None,
-            sol_ms=data.get("sol_ms"),
-            flops=data.get("flops"),
-            min_bytes=data.get("min_bytes"),
-            flags=tuple(data.get("flags", ())),
-            hints=tuple(data.get("hints", ())),
-            log=data.get("log", ""),
-            provenance=dict(data.get("provenance", {})),
-            depth=data.get("depth", "benchmark"),
-            profile=tuple(data.get("profile", ())),
+            status=Status(r.text("status")),
+            stage=Stage(r.text("stage")),
+            error_kind=ErrorKind(r.text("error_kind")) if r.has("error_kind") else None,
+            message=r.text("message", ""),
+            compile=CompileResult.from_dict(r.data["compile"]) if r.has("compile") else None,
+            trials=tuple(r.items_of("trials", Trial.from_dict, optional=True)),
+            timing=Timing.from_dict(r.data["timing"]) if r.has("timing") else None,
+            baselines=Baselines.from_dict(r.data["baselines"]) if r.has("baselines") else None,
+            sol_ms=r.optional_number("sol_ms"),
+            flops=r.optional_number("flops"),
+            min_bytes=r.optional_number("min_bytes"),
+            flags=tuple(r.texts("flags", optional=True)),
+            hints=tuple(r.texts("hints", optional=True)),
+            log=r.text("log", ""),
+            provenance=Provenance.from_dict(provenance.data),
+            depth=r.text("depth", "benchmark"),
+            profile=tuple(r.items_of("profile", ProfileRow.from_dict, optional=True)),
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeAlias, TypeVar
 
-__all__ = ["JsonObject", "JsonValue", "Reader", "WireError", "as_json"]
+__all__ = ["JsonObject", "JsonValue", "Reader", "WireError", "as_json", "as_object"]
 
 #: A JSON value as `json.dumps` takes it (containers read-only, so a ``list[str]`` or a tuple is one).
 JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
@@ -131,6 +131,26 @@ class Reader:
             raise self._wrong(key, "a list of strings")
         return [str(v) for v in values]
 
+    def numbers(self, key: str, *, optional: bool = False) -> list[float]:
+        found: list[float] = []
+        for value in self.items(key, optional=optional):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise self._wrong(key, "a list of numbers")
+            found.append(float(value))
+        return found
+
+    def integers(self, key: str, *, optional: bool = False) -> list[int]:
+        found: list[int] = []
+        for value in self.items(key, optional=optional):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self._wrong(key, "a list of integers")
+            found.append(value)
+        return found
+
+    def object(self, key: str) -> JsonObject:
+        """A nested object kept as JSON (a payload another reader checks)."""
+        return as_object(self._present(key), f"{self.what}'s {key!r}")
+
     def json(self, key: str, *, optional: bool = False) -> JsonValue:
         """A field kept as JSON (a free-form part of the contract); ``optional``: missing is null."""
         if optional and not self.has(key):
@@ -147,3 +167,11 @@ def as_json(value: object, what: str = "the value") -> JsonValue:
     if isinstance(value, Mapping):
         return {str(k): as_json(v, what) for k, v in value.items()}
     raise WireError(f"{what} holds a {type(value).__name__}, not JSON")
+
+
+def as_object(value: object, what: str = "the value") -> JsonObject:
+    """``value`` checked to be a JSON object; anything else is a `WireError`."""
+    checked = as_json(value, what)
+    if not isinstance(checked, dict):
+        raise WireError(f"{what} is not a JSON object")
+    return checked

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.builds import ExtensionBuild, KernelInfo
 from harness.devices import DeviceSpecs
-from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
+from harness.provenance import Provenance, Tolerance
+from harness.verdict import Baselines, CompileResult, ErrorKind, ProfileRow, Stage, Status, Timing, Trial, Verdict
 
 __all__ = ["FAKE_SPECS", "FakeCandidate", "FakeEvaluator", "make_verdict"]
 
@@ -56,11 +58,10 @@ def _trials(kind: str) -> tuple[Trial, ...]:
 def make_verdict(kind: str, depth: str, *, median_ms: float = 1.0, eager_ms: float = 2.0,
                  compile_ms: float = 1.5) -> Verdict:
     """A realistic verdict of ``kind`` at ``depth`` (see `FakeCandidate`)."""
-    provenance = {"target": "cuda", "mode": "train", "policy": "mixed",
-                  "tolerance": {"atol": None, "rtol": None, "default": "per dtype"}}
-    built = CompileResult(ok=True, seconds=1.5, extensions=({"name": "kl_fake", "key": "k", "cached": True},),
-                          kernels=({"kernel": "_Z11fake_kernelPKfPfi", "registers": 32, "spill_stores": 0,
-                                    "spill_loads": 0},))
+    provenance = Provenance(target="cuda", mode="train", policy="mixed", tolerance=Tolerance(default="per dtype"))
+    built = CompileResult(ok=True, seconds=1.5, extensions=(ExtensionBuild(name="kl_fake", key="k", cached=True),),
+                          kernels=(KernelInfo(kernel="_Z11fake_kernelPKfPfi", registers=32, spill_stores=0,
+                                              spill_loads=0),))
     if kind == "infra":
         return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
                        message="the reference process failed to start", depth=depth, provenance=provenance)
@@ -87,8 +88,8 @@ def make_verdict(kind: str, depth: str, *, median_ms: float = 1.0, eager_ms: flo
         return Verdict(status=Status.PASS, stage=Stage.CORRECTNESS, message="correct (not timed)", compile=built,
                        trials=trials, depth=depth, provenance=provenance)
     if depth == "profile":
-        rows = ({"name": "_Z11fake_kernelPKfPfi", "calls": 1, "ms_per_forward": median_ms * 0.3},
-                {"name": "cudnn::conv_fwd", "calls": 1, "ms_per_forward": median_ms * 0.7})
+        rows = (ProfileRow(name="_Z11fake_kernelPKfPfi", calls=1, ms_per_forward=median_ms * 0.3),
+                ProfileRow(name="cudnn::conv_fwd", calls=1, ms_per_forward=median_ms * 0.7))
         return Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and profiled", compile=built,
                        trials=trials, depth=depth, profile=rows, provenance=provenance)
     samples = tuple(median_ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.02))

@@ -369,7 +369,7 @@ def attempt_view(
         error_kind=attempt.error_kind.value if attempt.error_kind else None,
         trajectory_index=index_of.get(attempt.trajectory_id) if attempt.trajectory_id is not None else None,
         created_at=_utc(attempt.created_at), source=attempt.source, sha256=attempt.sha256, verdict=verdict,
-        provenance=_provenance_rows(verdict.provenance), parent_n=parent.seq if parent is not None else None,
+        provenance=_provenance_rows(verdict.provenance.to_dict()), parent_n=parent.seq if parent is not None else None,
         best_n=best.seq if best is not None else None, diffs=diffs, plot=sample_plot(verdict),
         previous_n=attempt.seq - 1 if attempt.seq > 1 else None,
         next_n=attempt.seq + 1 if attempt.seq < attempts_count else None,

@@ -78,7 +78,7 @@ def run_candidates(entries: Sequence[SuiteEntry], candidates_dir: Path, target: 
 
 def environment(runs: Sequence[CandidateRun], target: Target) -> JsonObject:
     """Where the figures were measured: device and versions (from the verdicts' provenance) and the host."""
-    prov = next((r.verdict.provenance for r in runs if r.verdict is not None and r.verdict.provenance.get("device")),
+    prov = next((r.verdict.provenance.to_dict() for r in runs if r.verdict is not None and r.verdict.provenance.device),
                 {})
     try:
         load = tuple(round(v, 2) for v in os.getloadavg())

@@ -82,7 +82,7 @@ class _Figures:
     def of(cls, verdict: Verdict) -> _Figures:
         compile_text = "—"
         if verdict.compile is not None:
-            cached = bool(verdict.compile.extensions) and all(e.get("cached") for e in verdict.compile.extensions)
+            cached = bool(verdict.compile.extensions) and all(e.cached for e in verdict.compile.extensions)
             compile_text = ("ok" if verdict.compile.ok else "failed") + f" {verdict.compile.seconds:.1f} s" + (
                 " (cached)" if cached else ""
             )
@@ -98,7 +98,7 @@ class _Figures:
             vs_eager=verdict.speedup_vs_eager,
             vs_compile=verdict.speedup_vs_compile,
             pct_sol=verdict.pct_of_sol,
-            device=str(verdict.provenance.get("device") or "?"),
+            device=str(verdict.provenance.device or "?"),
         )
 
 
@@ -246,7 +246,7 @@ class _BestAttempt:
 def _replay_warnings(
     stored: Verdict, local: Verdict, *, job_target: Target, run_target: Target, console: Console
 ) -> None:
-    stored_device, local_device = stored.provenance.get("device"), local.provenance.get("device")
+    stored_device, local_device = stored.provenance.device, local.provenance.device
     if run_target is not job_target:
         console.print(f"[yellow]warning:[/yellow] the job ran on {job_target.value}, this replay on {run_target.value}")
     if stored_device != local_device:
@@ -255,10 +255,11 @@ def _replay_warnings(
             "timings and speedups are not comparable across devices",
             highlight=False,
         )
+    stored_prov, local_prov = stored.provenance.to_dict(), local.provenance.to_dict()
     for name in ("torch", "cuda", "harness"):
-        if stored.provenance.get(name) != local.provenance.get(name):
+        if stored_prov.get(name) != local_prov.get(name):
             console.print(
-                f"[dim]note: {name} {stored.provenance.get(name)} in the job, {local.provenance.get(name)} here[/]",
+                f"[dim]note: {name} {stored_prov.get(name)} in the job, {local_prov.get(name)} here[/]",
                 highlight=False,
             )
     if local.timing is not None:

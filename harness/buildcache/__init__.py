@@ -44,8 +44,10 @@ unusual flags) builds in the compile stage as before, without object reuse.
 
 Modules: `layout` (the directory layout and recipe numbers), `flags` (what a PCH and a delegated
 build accept), `compiler` (errors, ptxas counts, compiler identities, ninja's log), `pch`
-(precompiled headers), `objects` (object reuse in builders), `copies` (publishing and copying
-builds), `cache` (`BuildCache`, which installs itself over torch's ``load_inline``/``load``).
+(precompiled headers), `objects` (object reuse in builders), `ninja` (where both hook into the
+ninja file torch writes), `records` (what is recorded of each build: `BuildRecord`, and a
+builder's `BuildAnswer`), `copies` (publishing and copying builds), `cache` (`BuildCache`, which
+installs itself over torch's ``load_inline``/``load``).
 """
 
 from harness.buildcache.cache import BuildCache

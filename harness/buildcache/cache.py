@@ -9,9 +9,8 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,17 +20,21 @@ from harness.buildcache.flags import _as_list, _plain_data, builder_refusal
 from harness.buildcache.layout import (
     _BUILD_RECIPE,
     _MARKER,
-    _PCH_DIAGNOSTICS,
     _PCH_DIR,
     _PCH_DISABLED,
     _PTXAS_VERBOSE,
     TRUSTED_DIR,
 )
-from harness.buildcache.objects import _ObjectReuse
-from harness.buildcache.pch import _first_line_includes_torch, _PchSupport
+from harness.buildcache.ninja import _NinjaHooks
+from harness.buildcache.records import BuildAnswer, BuildRecord
+from harness.builds import KernelInfo
+from harness.wire import JsonObject, Reader, WireError, as_json
+
+#: Builds one extension into a directory, filling in its record; returns the module (a builder: None).
+_Build = Callable[[Path, BuildRecord], ModuleType]
 
 
-class BuildCache(_PchSupport, _ObjectReuse):
+class BuildCache(_NinjaHooks):
     """Builds or loads candidate extensions by content key.
 
     Args:
@@ -43,14 +46,14 @@ class BuildCache(_PchSupport, _ObjectReuse):
         staging: where the compile stage builds what the read-only cache lacks.
         pch: use (and build) precompiled torch headers; ``"use"``: only those already published;
             None: on unless ``<root>/pch/disabled``.
-        delegate: (``build`` mode) sends a `builder_refusal`-free ``load_inline`` request to the
-            trusted side and returns its answer: ``{"ok": bool, "key": str, "log": str,
-            "record": {...}}``; the build it published is then loaded from ``root``.
+        delegate: (``build`` mode) sends a `builder_refusal`-free ``load_inline`` request (plain
+            data) to the trusted side and returns its `BuildAnswer`; the build it published is
+            then loaded from ``root``.
     """
 
     def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,
                  staging: Path | None = None, pch: bool | str | None = None,
-                 delegate: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+                 delegate: Callable[[JsonObject], BuildAnswer] | None = None) -> None:
         if mode not in ("build", "load", "builder"):
             raise ValueError(f"mode must be 'build', 'load' or 'builder', not {mode!r}")
         self.root = root
@@ -67,13 +70,13 @@ class BuildCache(_PchSupport, _ObjectReuse):
         self.max_jobs = max_jobs
         self.delegate = delegate if mode == "build" else None
         #: One record per extension requested: name, key, cached, seconds, kernels.
-        self.records: list[dict[str, Any]] = []
+        self.records: list[BuildRecord] = []
         self.logs: list[str] = []
         #: Modules handed to the candidate, for the no-op substitution test.
         self.modules: list[ModuleType] = []
 
     # -- keys ----------------------------------------------------------------------------
-    def key(self, name: str, parts: dict[str, Any]) -> str:
+    def key(self, name: str, parts: Mapping[str, object]) -> str:
         import torch
 
         material = {
@@ -105,7 +108,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
                     **kwargs: Any) -> ModuleType:
         kwargs.pop("build_directory", None)
         kwargs.pop("verbose", None)
-        parts = {
+        parts: dict[str, object] = {
             "kind": "inline",
             "cpp_sources": _as_list(cpp_sources),
             "cuda_sources": _as_list(cuda_sources),
@@ -113,16 +116,17 @@ class BuildCache(_PchSupport, _ObjectReuse):
             **{k: (_as_list(v) if isinstance(v, (list, tuple)) else v) for k, v in sorted(kwargs.items())},
         }
         cuda = bool(parts["cuda_sources"])
-        request: dict[str, Any] | None = None
+        request: JsonObject | None = None
         refusal = builder_refusal(kwargs)
-        if refusal is None and _plain_data(parts):
-            request = {"name": name, "cpp_sources": parts["cpp_sources"], "cuda_sources": parts["cuda_sources"],
-                       "functions": parts["functions"], "kwargs": {k: parts[k] for k in kwargs}}
+        if refusal is None and _plain_data(parts):  # JSON already: it travels to the builder as it is
+            request = {"name": name, "cpp_sources": as_json(parts["cpp_sources"]),
+                       "cuda_sources": as_json(parts["cuda_sources"]), "functions": as_json(parts["functions"]),
+                       "kwargs": as_json({k: parts[k] for k in kwargs})}
 
-        def build(directory: Path, record: dict[str, Any]) -> ModuleType:
+        def build(directory: Path, record: BuildRecord) -> ModuleType:
             extra = kwargs.pop("extra_cuda_cflags", None)
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
-            record["extra_cflags"] = [f for f in _as_list(kwargs.get("extra_cflags")) if f.strip()]
+            record.extra_cflags = tuple(f for f in _as_list(kwargs.get("extra_cflags")) if f.strip())
             with self._ninja_hooks(record):
                 built: ModuleType = self._orig_load_inline(
                     name, cpp_sources, cuda_sources=cuda_sources, functions=functions,
@@ -132,7 +136,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
 
         return self._get(name, parts, build, request=request, refusal=refusal)
 
-    def build_request(self, request: dict[str, Any]) -> dict[str, Any]:
+    def build_request(self, request: JsonObject) -> BuildRecord:
         """(``builder`` mode) Build one delegated ``load_inline`` request; returns its record.
         The key is computed here from the request, never taken from the candidate's side.
 
@@ -145,11 +149,11 @@ class BuildCache(_PchSupport, _ObjectReuse):
         name, kwargs = request.get("name"), request.get("kwargs")
         if not isinstance(name, str) or not isinstance(kwargs, dict) or builder_refusal(kwargs) is not None:
             raise ValueError("malformed build request")
-        sources = [request.get("cpp_sources"), request.get("cuda_sources")]
-        if not all(isinstance(s, list) and all(isinstance(x, str) for x in s) for s in sources):
+        cpp, cuda = request.get("cpp_sources"), request.get("cuda_sources")
+        if not all(isinstance(s, list) and all(isinstance(x, str) for x in s) for s in (cpp, cuda)):
             raise ValueError("malformed build request: sources must be lists of strings")
         functions = request.get("functions")
-        self.load_inline(name, sources[0], cuda_sources=sources[1] or None, functions=functions, **kwargs)
+        self.load_inline(name, cpp, cuda_sources=cuda or None, functions=functions, **kwargs)
         return self.records[-1]
 
     def load(self, name: str, sources: Any, **kwargs: Any) -> ModuleType:
@@ -159,7 +163,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
         contents = []
         for path in paths:
             contents.append(Path(path).read_text())
-        parts = {
+        parts: dict[str, object] = {
             "kind": "files",
             "sources": contents,
             "names": [os.path.basename(p) for p in paths],
@@ -167,10 +171,10 @@ class BuildCache(_PchSupport, _ObjectReuse):
         }
         cuda = any(p.endswith((".cu", ".cuh")) for p in paths)
 
-        def build(directory: Path, record: dict[str, Any]) -> ModuleType:
+        def build(directory: Path, record: BuildRecord) -> ModuleType:
             extra = kwargs.pop("extra_cuda_cflags", None)
             cflags = [*(_as_list(extra)), *(_PTXAS_VERBOSE if cuda else ())]
-            record["extra_cflags"] = [f for f in _as_list(kwargs.get("extra_cflags")) if f.strip()]
+            record.extra_cflags = tuple(f for f in _as_list(kwargs.get("extra_cflags")) if f.strip())
             with self._ninja_hooks(record):
                 loaded: ModuleType = self._orig_load(name, paths, build_directory=str(directory), verbose=True,
                                                      extra_cuda_cflags=cflags or None, **kwargs)
@@ -178,57 +182,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
 
         return self._get(name, parts, build, refusal="load() of source files")
 
-    # -- the ninja file: precompiled header and reused objects ----------------------------
-    @contextlib.contextmanager
-    def _ninja_hooks(self, record: dict[str, Any]) -> Iterator[None]:
-        """While torch writes the build's ninja file, put a matching PCH's directory first on the
-        C++ compile's include path (building the PCH if allowed and the cache has none for these
-        flags) and, in a builder, turn the compile of every translation unit whose object is in the
-        cache into a copy of it."""
-        from torch.utils import cpp_extension
-
-        original = getattr(cpp_extension, "_write_ninja_file", None)
-        if original is None:  # another torch: no PCH, no reuse, nothing else changes
-            record["pch"] = {"status": "unsupported"}
-            yield
-            return
-        use_pch = self.mode in ("build", "builder") and self.pch
-        if not use_pch:
-            record["pch"] = {"status": "off"}
-
-        def write(*args: Any, **kwargs: Any) -> Any:
-            cflags, sources = kwargs.get("cflags"), kwargs.get("sources")
-            cpp = [s for s in sources or () if str(s).endswith((".cpp", ".cc", ".cxx"))]
-            if args or not isinstance(cflags, list):
-                record["pch"] = {"status": "unsupported"}
-                return original(*args, **kwargs)
-            if use_pch and not cpp:
-                record["pch"] = {"status": "no_cpp"}
-            elif use_pch:
-                try:
-                    include = self._pch_include(cflags, list(kwargs.get("post_cflags") or []), record)
-                except Exception as exc:  # noqa: BLE001 - a PCH is an optimisation: build without it
-                    record["pch"] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:300]}
-                    include = None
-                if include is not None:
-                    if not all(_first_line_includes_torch(Path(s)) for s in cpp):
-                        record["pch"].update(status="not_first_include",
-                                             reason="the binding's first line of code is not "
-                                                    "#include <torch/extension.h>")
-                    # g++ says why it refuses an offered header (a warning, also under -Werror).
-                    kwargs["cflags"] = [f"-I{shlex.quote(str(include))}", *cflags, *_PCH_DIAGNOSTICS]
-            result = original(*args, **kwargs)
-            if self.mode == "builder":
-                self._reuse_objects(kwargs, record)
-            return result
-
-        cpp_extension._write_ninja_file = write
-        try:
-            yield
-        finally:
-            cpp_extension._write_ninja_file = original
-
-    def _get(self, name: str, parts: dict[str, Any], build: Any, *, request: dict[str, Any] | None = None,
+    def _get(self, name: str, parts: Mapping[str, object], build: _Build, *, request: JsonObject | None = None,
              refusal: str | None = None) -> ModuleType:
         if not name.isidentifier():
             raise ValueError(f"extension name {name!r} must be a Python identifier")
@@ -239,10 +193,10 @@ class BuildCache(_PchSupport, _ObjectReuse):
             self.mode == "load" and (self.root / TRUSTED_DIR / f"{name}-{key}" / _MARKER).is_file())
         directory = (self.root / TRUSTED_DIR if trusted else self.root) / f"{name}-{key}"
         marker = directory / _MARKER
-        record: dict[str, Any] = {"name": name, "key": key, "cached": marker.exists(), "seconds": 0.0}
+        record = BuildRecord(name=name, key=key, cached=marker.exists(), seconds=0.0)
         if self.mode == "build" and self.delegate is not None:
             # Where the build is (or will be): the referee copies it from there for the candidate.
-            record["via"] = "builder" if trusted else "stage"
+            record.via = "builder" if trusted else "stage"
         self.records.append(record)
         if self.mode == "load" or (marker.exists() and self.mode == "build"):
             if not marker.exists():
@@ -256,7 +210,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
         if self.mode == "build" and self.delegate is not None:
             if request is not None:
                 return self._delegated(name, key, request, record)
-            record["builder_refusal"] = refusal or "arguments that are not plain data"
+            record.builder_refusal = refusal or "arguments that are not plain data"
         if self.staging is not None:
             directory = self.staging / f"{name}-{key}"
             marker = directory / _MARKER
@@ -264,7 +218,7 @@ class BuildCache(_PchSupport, _ObjectReuse):
         with open(directory / ".kl-lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel releases it if we are killed
             if marker.exists():  # built by a concurrent compile while we waited
-                record["cached"] = True
+                record.cached = True
                 if self.mode == "builder":
                     return None  # type: ignore[return-value]
                 return self._get_built(name, directory, record)
@@ -280,50 +234,54 @@ class BuildCache(_PchSupport, _ObjectReuse):
                     failure = f"{type(exc).__name__}: {exc}"
             log = (box[0] if box else "") + (f"\n{failure}" if failure else "")
             self.logs.append(log)
-            record["seconds"] = round(time.perf_counter() - started, 3)
+            record.seconds = round(time.perf_counter() - started, 3)
             if failure or (module is None and self.mode != "builder"):
                 raise BuildError(name, log)
             self._note_refused_pch(record, log)
             if self.mode == "builder":
                 self._keep_objects(directory, record, log)
-                kernels = [k for u in record.get("objects", []) for k in u.get("kernels", [])]
+                kernels = [k for u in record.objects or () for k in u.kernels]
             else:
                 kernels = parse_ptxas(log)
-            record["kernels"] = kernels
-            marker.write_text(json.dumps({"name": name, "module_file": f"{name}.so", "kernels": kernels}))
+            record.kernels = tuple(kernels)
+            marker.write_text(json.dumps({"name": name, "module_file": f"{name}.so",
+                                          "kernels": [k.to_dict() for k in kernels]}))
         if self.mode == "builder":
             return None  # type: ignore[return-value]
         assert module is not None
         self.modules.append(module)
         return module
 
-    def _delegated(self, name: str, key: str, request: dict[str, Any], record: dict[str, Any]) -> ModuleType:
+    def _delegated(self, name: str, key: str, request: JsonObject, record: BuildRecord) -> ModuleType:
         """Have the trusted side build ``request``, then load what it published."""
         assert self.delegate is not None
-        record["via"] = "builder"
+        record.via = "builder"
         answer = self.delegate(request)
-        record_answer = answer.get("record")
-        built: dict[str, Any] = record_answer if isinstance(record_answer, dict) else {}
-        record["seconds"] = float(built.get("seconds") or answer.get("seconds") or 0.0)
-        for field_name in ("pch", "objects", "kernels"):
-            if field_name in built:
-                record[field_name] = built[field_name]
-        if not answer.get("ok"):
-            log = str(answer.get("log") or "")
-            self.logs.append(log)
-            raise BuildError(name, log)
+        built = answer.record
+        record.seconds = float((built.seconds if built is not None else 0.0) or answer.seconds or 0.0)
+        if built is not None:
+            record.pch = built.pch if built.pch is not None else record.pch
+            record.objects = built.objects if built.objects is not None else record.objects
+            record.kernels = built.kernels if built.kernels is not None else record.kernels
+        if not answer.ok:
+            self.logs.append(answer.log)
+            raise BuildError(name, answer.log)
         directory = self.root / TRUSTED_DIR / f"{name}-{key}"
-        if answer.get("key") != key or not (directory / _MARKER).is_file():
+        if answer.key != key or not (directory / _MARKER).is_file():
             raise RuntimeError(f"the trusted build of extension {name!r} was not published")
-        record["cached"] = bool(built.get("cached", False))
+        record.cached = built.cached if built is not None else False
         return self._get_built(name, directory, record)
 
-    def _get_built(self, name: str, directory: Path, record: dict[str, Any]) -> ModuleType:
-        info = json.loads((directory / _MARKER).read_text())
-        record.setdefault("kernels", info.get("kernels", []))
-        if info.get("module_file") != f"{name}.so":  # a marker must not point outside its build
+    def _get_built(self, name: str, directory: Path, record: BuildRecord) -> ModuleType:
+        info = Reader(json.loads((directory / _MARKER).read_text()), f"extension {name!r}'s marker")
+        if record.kernels is None:
+            try:
+                record.kernels = tuple(info.items_of("kernels", KernelInfo.from_dict, optional=True))
+            except WireError:  # the figures are feedback only: a build without them still loads
+                record.kernels = ()
+        if info.data.get("module_file") != f"{name}.so":  # a marker must not point outside its build
             raise RuntimeError(f"corrupt build of extension {name!r}: unexpected module file")
-        module = self._import(name, directory / info["module_file"])
+        module = self._import(name, directory / f"{name}.so")
         self.modules.append(module)
         return module
 

@@ -11,9 +11,9 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.buildcache.layout import _CONTEXT_LINES, _MAX_ERRORS
+from harness.builds import KernelInfo
 
 
 class BuildError(RuntimeError):
@@ -68,29 +68,35 @@ _PTXAS_SPILL = re.compile(
 _PTXAS_USED = re.compile(r"ptxas info\s*:\s*Used (?P<regs>\d+) registers(?:.*?(?P<smem>\d+) bytes smem)?")
 
 
-def parse_ptxas(log: str) -> list[dict[str, Any]]:
+def parse_ptxas(log: str) -> list[KernelInfo]:
     """Per-kernel registers, shared memory, stack and spills from ``ptxas -v`` output."""
-    kernels: dict[str, dict[str, Any]] = {}
+    arch: dict[str, str | None] = {}
+    figures: dict[str, dict[str, int]] = {}
     current: str | None = None
     props_for: str | None = None
     for line in log.splitlines():
         if m := _PTXAS_ENTRY.search(line):
             current = m.group("fn")
-            kernels.setdefault(current, {"kernel": current, "arch": m.group("arch")})
+            figures.setdefault(current, {})
+            arch.setdefault(current, m.group("arch"))
         elif m := _PTXAS_PROPS.search(line):
             props_for = m.group("fn")
-            kernels.setdefault(props_for, {"kernel": props_for})
+            figures.setdefault(props_for, {})
+            arch.setdefault(props_for, None)
         elif (m := _PTXAS_SPILL.search(line)) and props_for:
-            kernels[props_for].update(
+            figures[props_for].update(
                 stack_bytes=int(m.group("stack")),
                 spill_stores=int(m.group("stores")),
                 spill_loads=int(m.group("loads")),
             )
         elif (m := _PTXAS_USED.search(line)) and current:
-            kernels[current]["registers"] = int(m.group("regs"))
+            figures[current]["registers"] = int(m.group("regs"))
             if m.group("smem"):
-                kernels[current]["smem_bytes"] = int(m.group("smem"))
-    return list(kernels.values())
+                figures[current]["smem_bytes"] = int(m.group("smem"))
+    return [KernelInfo(kernel=name, arch=arch[name], registers=f.get("registers"), smem_bytes=f.get("smem_bytes"),
+                       stack_bytes=f.get("stack_bytes"), spill_stores=f.get("spill_stores"),
+                       spill_loads=f.get("spill_loads"))
+            for name, f in figures.items()]
 
 
 _GCC_IDENTITIES: dict[tuple[str, ...], str | None] = {}

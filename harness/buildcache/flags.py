@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 #: load_inline arguments a delegated (trusted) build accepts; any other argument builds in the stage.
 _DELEGABLE_KWARGS = frozenset({
@@ -71,7 +70,7 @@ def _flags_text(normalised: Sequence[str]) -> str:
     return " ".join(normalised) or "none (torch's default -O0)"
 
 
-def builder_refusal(kwargs: dict[str, Any]) -> str | None:
+def builder_refusal(kwargs: Mapping[str, object]) -> str | None:
     """Why a ``load_inline`` with these keyword arguments cannot be built by the trusted builder
     (None: it can). Refused builds are compiled in the candidate's stage, as before."""
     unknown = sorted(set(kwargs) - _DELEGABLE_KWARGS)
@@ -98,7 +97,7 @@ def builder_refusal(kwargs: dict[str, Any]) -> str | None:
     return None
 
 
-def _plain_data(value: Any) -> bool:
+def _plain_data(value: object) -> bool:
     """Whether ``value`` is JSON-shaped (it can travel to the builder unchanged)."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return True

@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from harness.buildcache.compiler import _gcc_identity
 from harness.buildcache.flags import _flags_text, normalise_header_flags
@@ -29,6 +29,8 @@ from harness.buildcache.layout import (
     _PCH_RECIPE,
     _PCH_REFUSED,
 )
+from harness.buildcache.records import BuildRecord
+from harness.builds import HeaderUse
 
 
 def build_pch(compiler: Sequence[str], flags: Sequence[str], post: Sequence[str], header: Path,
@@ -85,31 +87,31 @@ class _PchSupport:
                     known.append(_flags_text(extra))
         return sorted(set(known))
 
-    def _pch_include(self, cflags: list[str], post_cflags: list[str], record: dict[str, Any]) -> Path | None:
+    def _pch_include(self, cflags: list[str], post_cflags: list[str], record: BuildRecord) -> Path | None:
         """The directory holding ``torch/extension.h.gch`` for these flags, or None."""
         from torch.utils import cpp_extension
 
         compiler = shlex.split(cpp_extension.get_cxx_compiler())
         identity = _gcc_identity(tuple(compiler))
         if identity is None:
-            record["pch"] = {"status": "not_gcc", "reason": "the host compiler is not g++"}
+            record.pch = HeaderUse(status="not_gcc", reason="the host compiler is not g++")
             return None
         flags = normalise_header_flags([f for f in shlex.split(" ".join(cflags)) if not _PCH_NAME_FLAG.match(f)])
         post = normalise_header_flags(shlex.split(" ".join(post_cflags)))
-        extra = normalise_header_flags(record.get("extra_cflags", []))
+        extra = normalise_header_flags(record.extra_cflags)
         header = Path(cpp_extension._TORCH_PATH) / "include" / "torch" / "extension.h"
         import torch
 
         material = {"recipe": _PCH_RECIPE, "compiler": identity, "flags": flags, "post": post,
                     "torch": torch.__version__, "header": str(header), "mtime": header.stat().st_mtime_ns}
         key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
-        record["pch"] = {"key": key, "status": "used", "seconds": 0.0, "flags": extra}
+        record.pch = used = HeaderUse(key=key, status="used", seconds=0.0, flags=tuple(extra))
         published = self.root / _PCH_DIR / key
         if (published / _PCH_MARKER).is_file():
             return published
         if not self.pch_build:
             known = self._known_headers()
-            record["pch"].update(status="missing", reason=(
+            record.pch = replace(used, status="missing", reason=(
                 f"no precompiled torch header for binding flags {_flags_text(extra)}"
                 + (f"; prepared: {'; '.join(known)}" if known else "; none prepared yet")))
             return None
@@ -117,7 +119,7 @@ class _PchSupport:
         existing = [p for p in (self.root / _PCH_DIR).glob("*") if p.is_dir() and not p.name.startswith(".")] \
             if (self.root / _PCH_DIR).is_dir() else []
         if len(existing) >= _PCH_MAX:
-            record["pch"].update(status="full", reason=f"the cache holds its maximum of {_PCH_MAX} headers")
+            record.pch = replace(used, status="full", reason=f"the cache holds its maximum of {_PCH_MAX} headers")
             return None
         target = pch_root / key
         pch_root.mkdir(parents=True, exist_ok=True)
@@ -131,22 +133,22 @@ class _PchSupport:
             try:
                 status, detail = build_pch(compiler, flags, post, header, tmp)
                 if status != "built":
-                    record["pch"].update(status=status, error=detail)
+                    record.pch = replace(used, status=status, error=detail)
                     return None
                 seconds = round(time.perf_counter() - started, 3)
                 tmp.joinpath(_PCH_MARKER).write_text(json.dumps({"key": key, "seconds": seconds, "extra": extra,
                                                                  **material}))
                 os.rename(tmp, target)
-                record["pch"].update(status="built", seconds=seconds)
+                record.pch = replace(used, status="built", seconds=seconds)
                 return target
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
     @staticmethod
-    def _note_refused_pch(record: dict[str, Any], log: str) -> None:
+    def _note_refused_pch(record: BuildRecord, log: str) -> None:
         """g++ found the offered PCH and did not use it (``-Winvalid-pch``): say so, and why."""
         match = _PCH_REFUSED.search(log)
-        pch = record.get("pch")
-        if match and isinstance(pch, dict) and pch.get("status") in ("used", "built"):
-            pch.update(status="rejected", reason=f"g++ did not use the precompiled header:{match.group(1).rstrip()}")
+        if match and record.pch is not None and record.pch.status in ("used", "built"):
+            record.pch = replace(record.pch, status="rejected",
+                                 reason=f"g++ did not use the precompiled header:{match.group(1).rstrip()}")

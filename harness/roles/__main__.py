@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from harness.sandbox import Channel
+from harness.channel import Channel
 
 ROLES = {
     "compile": "harness.roles.compile",

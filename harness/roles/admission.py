@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+import types
 
 import torch
 
 from harness import contract, footprint
+from harness.channel import Channel, StageMessage
 from harness.compare import compare_outputs, flatten_output
 from harness.options import default_tolerance
+from harness.protocol import Op, StartFailed, op_of
+from harness.protocol.admission import (
+    AdmissionCheck,
+    AdmissionReply,
+    AdmitRequest,
+    Measured,
+    MeasureReply,
+    MeasureRequest,
+)
 from harness.roles.loading import brief_error, load_problem_module
-from harness.sandbox import Channel
 from harness.seeds import TrialSpec
 from problems.constants import resolve_overrides
+from problems.spec import Problem
 
 
-def _outputs(module: Any, model: torch.nn.Module, trial: TrialSpec, device: torch.device,
+def _outputs(module: types.ModuleType, model: torch.nn.Module, trial: TrialSpec, device: torch.device,
              rng_seed: int = 0) -> list[torch.Tensor]:
     inputs = contract.make_inputs(module, trial, device)
     torch.manual_seed(rng_seed)  # a randomised forward must not look deterministic by reseeding
@@ -28,55 +38,52 @@ def _outputs(module: Any, model: torch.nn.Module, trial: TrialSpec, device: torc
     return [t.detach().clone() for t in flat]
 
 
-def _differs(a: list[torch.Tensor], b: list[torch.Tensor], problem: dict[str, Any]) -> bool:
-    result = compare_outputs(a, b, atol=problem.get("atol"), rtol=problem.get("rtol"),
-                             tolerance_for=default_tolerance)
+def _differs(a: list[torch.Tensor], b: list[torch.Tensor], problem: Problem) -> bool:
+    result = compare_outputs(a, b, atol=problem.atol, rtol=problem.rtol, tolerance_for=default_tolerance)
     return not result.passed
 
 
-def _footprint(module: Any) -> dict[str, Any]:
+def _footprint(module: types.ModuleType) -> Measured:
     try:
-        return {"ok": True, **footprint.measure(module).to_dict()}
+        return Measured(footprint=footprint.measure(module))
     except Exception as exc:  # noqa: BLE001 - the sizes are unknown; the caller says so
-        return {"ok": False, "error": brief_error(exc)}
+        return Measured(footprint=None, error=brief_error(exc))
 
 
-def measure(request: dict[str, Any]) -> dict[str, Any]:
+def measure(request: MeasureRequest) -> MeasureReply:
     """Footprints on the meta device of the problem under each override set in turn (each
     resolved against the source, so derived constants follow); nothing is allocated."""
-    problem = request["problem"]
+    problem = request.problem
     module = load_problem_module(problem, "meta")
     results = []
-    for overrides in request["measure"]:
-        with contract.overridden(module, resolve_overrides(problem["source"], overrides)):
+    for overrides in request.overrides:
+        with contract.overridden(module, resolve_overrides(problem.source, dict(overrides))):
             results.append(_footprint(module))
-    return {"ok": True, "footprints": results}
+    return MeasureReply(footprints=tuple(results))
 
 
-def check(request: dict[str, Any]) -> dict[str, Any]:
-    if "measure" in request:
-        return measure(request)
-    problem, target = request["problem"], request["target"]
+def check(request: AdmitRequest) -> AdmissionReply:
+    problem, target = request.problem, request.target.value
     device = torch.device("cuda" if target == "cuda" else "cpu")
     contract.tf32_off()
     module = load_problem_module(problem, target)
-    trials = [TrialSpec.from_dict(t) for t in request["trials"]]
-    checks: list[dict[str, Any]] = []
-    if target == "cpu" and request.get("budget_bytes"):
-        reason = footprint.over_budget(module, [t.overrides for t in trials], request["budget_bytes"])
+    trials = list(request.trials)
+    checks: list[AdmissionCheck] = []
+    if target == "cpu" and request.budget_bytes:
+        reason = footprint.over_budget(module, [t.overrides for t in trials], request.budget_bytes)
         if reason:
-            return {"ok": True, "checks": [{"name": "fits_budget", "passed": False, "detail": reason}]}
+            return AdmissionReply(checks=(AdmissionCheck("fits_budget", False, reason),))
 
     def build(weights_seed: int) -> torch.nn.Module:
-        torch.manual_seed(request["init_seed"])
+        torch.manual_seed(request.init_seed)
         model: torch.nn.Module = module.Model(*module.get_init_inputs())
         contract.redraw_weights(model, weights_seed)
-        return model.train(problem["mode"] == "train").to(device)
+        return model.train(problem.mode.value == "train").to(device)
 
     def record(name: str, passed: bool, detail: str) -> None:
-        checks.append({"name": name, "passed": passed, "detail": detail})
+        checks.append(AdmissionCheck(name, passed, detail))
 
-    model = build(request["weights_seed"])
+    model = build(request.weights_seed)
     outputs: list[list[torch.Tensor]] = []
     started = time.perf_counter()
     for trial in trials:
@@ -94,12 +101,12 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
     reseeded = _outputs(module, model, trials[0], device, rng_seed=1)
     reproducible = not _differs(again, outputs[0], problem)
     draws_random = _differs(reseeded, outputs[0], problem)
-    if problem.get("nondeterministic"):
+    if problem.nondeterministic:
         record("deterministic", True, "declared NONDETERMINISTIC: determinism not required")
     elif not reproducible:
         record("deterministic", False, "two runs with the same inputs and the same RNG seed differ: remove the "
                "source of nondeterminism or declare NONDETERMINISTIC = True")
-    elif draws_random and not problem.get("random"):
+    elif draws_random and not problem.random:
         record("deterministic", False, "the forward draws random numbers (its output changes with the RNG seed): "
                "declare RANDOM = True; the harness then seeds the RNG identically before the reference's and "
                "the candidate's forward")
@@ -111,7 +118,7 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
     record("depends_on_inputs", depends_inputs,
            "output changes with the inputs" if depends_inputs else "two different inputs give the same output")
 
-    other = build(request["other_weights_seed"])
+    other = build(request.other_weights_seed)
     weight_out = _outputs(module, other, trials[0], device)
     depends_weights = _differs(outputs[0], weight_out, problem) or not any(
         t.is_floating_point() for t in model.state_dict().values())
@@ -123,19 +130,17 @@ def check(request: dict[str, Any]) -> dict[str, Any]:
     zeros_fail = _differs(outputs[0], zeros, problem)
     record("zeros_fail", zeros_fail, "an all-zeros output fails the tolerance" if zeros_fail
            else "an all-zeros output passes the tolerance: the test would accept a kernel that writes nothing")
-    return {
-        "ok": True,
-        "checks": checks,
-        "forward_ms": forward_ms,
-        "output_shapes": [list(t.shape) for t in outputs[0]],
-        "output_dtypes": [str(t.dtype).removeprefix("torch.") for t in outputs[0]],
-    }
+    return AdmissionReply(checks=tuple(checks), forward_ms=forward_ms,
+                          output_shapes=tuple(tuple(t.shape) for t in outputs[0]),
+                          output_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in outputs[0]))
 
 
 def serve(channel: Channel) -> None:
-    request = channel.recv()
+    raw = channel.recv()  # the referee's request: a malformed one is our bug, not the problem's
+    request = MeasureRequest.from_dict(raw) if op_of(raw) is Op.MEASURE else AdmitRequest.from_dict(raw)
+    reply: StageMessage
     try:
-        reply = check(request)
+        reply = measure(request) if isinstance(request, MeasureRequest) else check(request)
     except BaseException as exc:  # noqa: BLE001 - a problem that crashes is refused with the reason
-        reply = {"ok": False, "message": "the problem failed to run", "errors": brief_error(exc)}
+        reply = StartFailed(message="the problem failed to run", errors=brief_error(exc))
     channel.send(reply)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,10 +19,22 @@ import torch
 from harness import contract
 from harness import timing as timing_mod  # binds the clocks before candidate code is imported
 from harness.buildcache import BuildCache
+from harness.channel import Channel, StageMessage
 from harness.options import TimingOptions
+from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
+from harness.protocol.candidate import (
+    CandidateLoad,
+    KeptOutput,
+    Loaded,
+    ProfileReply,
+    TimeReply,
+    TimeRequest,
+    TrialReply,
+    TrialRequest,
+)
 from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
-from harness.sandbox import Channel
 from harness.transfer import export_output
+from harness.verdict import ProfileRow
 
 
 class NoopSwitch:
@@ -106,43 +117,43 @@ def _init_vendor_math(device: torch.device) -> None:
 
 
 class Candidate:
-    def __init__(self, request: dict[str, Any], workdir: Path) -> None:
-        self.workdir = workdir
-        self.target = request["target"]
+    def __init__(self, request: CandidateLoad) -> None:
+        self.workdir = request.workdir
+        self.target = request.target.value
         self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
-        self.trials = {t["index"]: contract.TrialSpec.from_dict(t) for t in request["trials"]}
-        self.transport = request.get("transport", "file")
+        self.trials = {t.index: t for t in request.trials}
+        self.transport = request.transport
         #: Outputs handed over by CUDA IPC stay referenced until the next request.
         self._held: list[Any] = []
-        self.cache = BuildCache(Path(request["builds_dir"]), mode="load", arch_list=request["arch_list"])
+        self.cache = BuildCache(request.builds_dir, mode="load", arch_list=request.arch_list)
         self.cache.install()
         self.noop = NoopSwitch()
-        self.problem = load_problem_module(request["problem"], self.target)
-        self.random = bool(request["problem"].get("random"))
-        candidate = load_candidate_module(Path(request["candidate_path"]))
+        self.problem = load_problem_module(request.problem, self.target)
+        self.random = request.problem.random
+        candidate = load_candidate_module(request.candidate_path)
         for module in self.cache.modules:
             self.noop.wrap_module(module)
         if not hasattr(candidate, "ModelNew"):
             raise AttributeError("the candidate defines no class ModelNew")
         init_inputs = self.problem.get_init_inputs()
-        torch.manual_seed(request["init_seed"])
+        torch.manual_seed(request.init_seed)
         reference = self.problem.Model(*init_inputs)
-        weights = contract.redraw_weights(reference, request["weights_seed"])
+        weights = contract.redraw_weights(reference, request.weights_seed)
         del reference
-        torch.manual_seed(request["init_seed"])
+        torch.manual_seed(request.init_seed)
         self.model = candidate.ModelNew(*self.problem.get_init_inputs())
         mismatch = contract.state_dict_mismatch(weights, self.model.state_dict())
         if mismatch:
             raise ValueError(mismatch)
         self.model.load_state_dict(weights, strict=False)
-        self.model.train(request["mode"] == "train").to(self.device)
+        self.model.train(request.problem.mode.value == "train").to(self.device)
         self.threads_at_start = _active_count()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def run_trial(self, index: int, *, noop: bool = False, record_ops: bool = False) -> dict[str, Any]:
+    def run_trial(self, index: int, *, noop: bool = False, record_ops: bool = False) -> TrialReply:
         inputs = contract.make_inputs(self.problem, self.trials[index], self.device)
         originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         flags: list[str] = []
@@ -187,30 +198,26 @@ class Candidate:
             flags.append("deferred_work")
         name = f"{'noop' if noop else 'trial'}-{index}"
         self._held = [snapshot]
-        reply: dict[str, Any] = {"output": export_output(snapshot, self.workdir, name, transport=self.transport),
-                                 "flags": flags}
-        if record_ops:
-            reply["ops"] = sorted(ops)
-        return reply
+        return TrialReply(output=export_output(snapshot, self.workdir, name, transport=self.transport),
+                          flags=tuple(flags), ops=tuple(sorted(ops)) if record_ops else None)
 
-    def time(self, options: TimingOptions, set_indices: list[int], first_call: int = 0) -> dict[str, Any]:
+    def time(self, options: TimingOptions, set_indices: tuple[int, ...], first_call: int = 0) -> TimeReply:
         sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
         run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
                                        first_call=first_call, seed_calls=self.random)
         self._held = [out for _, _, out in run.kept]
-        kept = [{"index": set_indices[s], "call": call,
-                 "output": export_output(out, self.workdir, f"timed-{call}", transport=self.transport)}
-                for call, s, out in run.kept]
+        kept = tuple(KeptOutput(index=set_indices[s], call=call,
+                                output=export_output(out, self.workdir, f"timed-{call}", transport=self.transport))
+                     for call, s, out in run.kept)
         flags = []
         if not contract.tf32_is_off():
             flags.append("tf32_enabled")
             contract.tf32_off()
         if _active_count() > self.threads_at_start:
             flags.append("background_threads")
-        return {"timing": run.timing.to_dict(), "kept": kept, "wall_s": run.wall_s, "flags": flags}
+        return TimeReply(timing=run.timing, kept=kept, wall_s=run.wall_s, flags=tuple(flags))
 
-
-    def profile(self, calls: int = 5) -> dict[str, Any]:
+    def profile(self, calls: int = 5) -> ProfileReply:
         """Per-kernel totals over a few calls, from the torch profiler (device time on CUDA)."""
         from torch.profiler import ProfilerActivity, profile
 
@@ -229,10 +236,10 @@ class Candidate:
             total_us = event.device_time_total if cuda else event.self_cpu_time_total
             if total_us <= 0 or (cuda and event.device_time_total <= 0):
                 continue
-            rows.append({"name": event.key[:160], "calls": event.count // calls,
-                         "ms_per_forward": total_us / 1e3 / calls})
-        rows.sort(key=lambda r: r["ms_per_forward"], reverse=True)
-        return {"kernels": rows[:25]}
+            rows.append(ProfileRow(name=event.key[:160], calls=event.count // calls,
+                                   ms_per_forward=total_us / 1e3 / calls))
+        rows.sort(key=lambda r: r.ms, reverse=True)
+        return ProfileReply(kernels=tuple(rows[:25]))
 
 
 def serve(channel: Channel) -> None:
@@ -241,33 +248,31 @@ def serve(channel: Channel) -> None:
     contract.tf32_off()
     if torch.cuda.is_available():
         _init_vendor_math(torch.device("cuda"))
-    channel.send({"ready": True})
-    request = channel.recv()
-    workdir = Path(request["workdir"])
+    channel.send(Ready())
+    request = CandidateLoad.from_dict(channel.recv())
     try:
-        candidate = Candidate(request, workdir)
+        candidate = Candidate(request)
     except BaseException as exc:  # noqa: BLE001 - every load failure is the candidate's, reported
-        channel.send({"ok": False, "message": "loading the candidate failed", "errors": brief_error(exc)})
+        channel.send(StartFailed(message="loading the candidate failed", errors=brief_error(exc)))
         return
-    channel.send({"ok": True, "extensions": [m.__name__ for m in candidate.cache.modules]})
+    channel.send(Loaded(extensions=tuple(m.__name__ for m in candidate.cache.modules)))
     while True:
         message = channel.recv()
-        op = message.get("op")
-        started = time.perf_counter()
+        op = op_of(message)
+        reply: StageMessage
         try:
-            if op == "exit":
+            if op is Op.EXIT:
                 return
-            if op == "trial":
-                reply = candidate.run_trial(message["index"], noop=message.get("noop", False),
-                                            record_ops=message.get("record_ops", False))
-            elif op == "profile":
+            if op is Op.TRIAL:
+                trial = TrialRequest.from_dict(message)
+                reply = candidate.run_trial(trial.index, noop=trial.noop, record_ops=trial.record_ops)
+            elif op is Op.PROFILE:
                 reply = candidate.profile()
-            elif op == "time":
-                reply = candidate.time(TimingOptions(**message["timing"]), message["sets"],
-                                       int(message.get("first_call", 0)))
+            elif op is Op.TIME:
+                timed = TimeRequest.from_dict(message)
+                reply = candidate.time(timed.timing, timed.sets, timed.first_call)
             else:
-                reply = {"error": f"unknown op {op!r}"}
+                reply = OpFailed(error=f"unknown op {message.get('op')!r}")
         except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's
-            reply = {"error": brief_error(exc)}
-        reply["seconds"] = time.perf_counter() - started
+            reply = OpFailed(error=brief_error(exc))
         channel.send(reply)

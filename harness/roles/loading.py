@@ -6,9 +6,8 @@ import sys
 import traceback
 import types
 from pathlib import Path
-from typing import Any
 
-from problems.constants import resolve_overrides
+from problems.spec import Problem
 
 PROBLEM_MODULE = "kl_problem"
 CANDIDATE_MODULE = "kl_candidate"
@@ -25,13 +24,12 @@ def load_module(name: str, source: str, filename: str) -> types.ModuleType:
     return module
 
 
-def load_problem_module(problem: dict[str, Any], target: str) -> types.ModuleType:
+def load_problem_module(problem: Problem, target: str) -> types.ModuleType:
     """The problem's module; on ``cpu`` with its ``CPU_SIZES`` set, and every constant derived
     from them recomputed (``input_shape = (batch_size, dim)`` follows ``batch_size``)."""
-    module = load_module(PROBLEM_MODULE, problem["source"], f"problem:{problem['id']}")
-    if target == "cpu":
-        for key, value in resolve_overrides(problem["source"], problem.get("cpu_sizes", {})).items():
-            setattr(module, key, tuple(value) if isinstance(value, list) else value)
+    module = load_module(PROBLEM_MODULE, problem.source, f"problem:{problem.id}")
+    for key, value in problem.size_overrides(target).items():
+        setattr(module, key, tuple(value) if isinstance(value, list) else value)
     return module
 
 

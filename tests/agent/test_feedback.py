@@ -7,8 +7,10 @@ from typing import Any
 from agent.feedback import gpu_summary, verdict_feedback
 from agent.testing import make_verdict
 from agent.testing.fakes import FAKE_SPECS
+from harness.builds import ExtensionBuild, KernelInfo
 from harness.devices import DeviceSpecs
-from harness.verdict import CompileResult, Stage, Status, Trial, Verdict
+from harness.provenance import Provenance
+from harness.verdict import CompileResult, ProfileRow, Stage, Status, Trial, Verdict
 
 
 def test_compile_error_shows_file_line_and_what_main_cpp_is() -> None:
@@ -63,8 +65,8 @@ def test_benchmark_reports_time_speedups_sol_registers_and_progress() -> None:
 
 def test_spills_flags_hints_and_quarantine_are_explained() -> None:
     verdict = make_verdict("suspicious", "benchmark").with_changes(
-        compile=CompileResult(ok=True, seconds=1.0, kernels=({"kernel": "k", "registers": 255, "spill_stores": 64,
-                                                              "spill_loads": 64},)),
+        compile=CompileResult(ok=True, seconds=1.0, kernels=(KernelInfo(kernel="k", registers=255, spill_stores=64,
+                                                                        spill_loads=64),)),
         hints=("no __global__ function: the candidate defines no CUDA kernel of its own",))
     text = verdict_feedback("benchmark", verdict)
     assert "k: 255 registers, up to 64 B spill stores / 64 B spill loads (SPILLS" in text
@@ -93,22 +95,23 @@ def test_profile_table_with_shares() -> None:
 
 
 def test_cuda_profile_separates_kernels_from_inclusive_torch_ops() -> None:
-    rows = ({"name": "aten::conv2d", "calls": 1, "ms_per_forward": 4.79},
+    rows = tuple(ProfileRow.from_dict(r) for r in (
+            {"name": "aten::conv2d", "calls": 1, "ms_per_forward": 4.79},
             {"name": "sm80_xmma_fprop_implicit_gemm_f32f32", "calls": 1, "ms_per_forward": 2.63},
             {"name": "void at::native::elementwise_kernel<128, 2>", "calls": 1, "ms_per_forward": 1.64},
             {"name": "cudaLaunchKernel", "calls": 2, "ms_per_forward": 0.53},
-            {"name": "void pool_tanh_scale_bias_kernel<4, 2, unsigned int>", "calls": 1, "ms_per_forward": 0.51})
+            {"name": "void pool_tanh_scale_bias_kernel<4, 2, unsigned int>", "calls": 1, "ms_per_forward": 0.51}))
     text = verdict_feedback("profile", make_verdict("pass", "profile").with_changes(profile=rows))
     kernel_table = text.split("torch ops")[0]
     assert "aten::conv2d" not in kernel_table and "cudaLaunchKernel" not in kernel_table
     assert "55.0%" in kernel_table and "pool_tanh_scale_bias_kernel" in kernel_table
     assert "torch ops, inclusive of their kernels: aten::conv2d 4.79 ms" in text
-    cpu = make_verdict("pass", "profile").with_changes(provenance={"target": "cpu"}, profile=rows[:1])
+    cpu = make_verdict("pass", "profile").with_changes(provenance=Provenance(target="cpu"), profile=rows[:1])
     assert "self CPU time" in verdict_feedback("profile", cpu)
 
 
 def test_template_instantiations_are_grouped() -> None:
-    kernels = tuple({"kernel": f"_Z6kernelILi{i}EEvPf", "registers": 30 + i, "spill_stores": 0, "spill_loads": 0}
+    kernels = tuple(KernelInfo(kernel=f"_Z6kernelILi{i}EEvPf", registers=30 + i, spill_stores=0, spill_loads=0)
                     for i in range(3))
     verdict = make_verdict("pass", "compile").with_changes(compile=CompileResult(ok=True, seconds=1.0, kernels=kernels))
     assert "kernel (3 instantiations): 30-32 registers, no spills" in verdict_feedback("compile", verdict)
@@ -130,7 +133,9 @@ def test_gpu_summary_has_the_ridge_point() -> None:
 
 def _compiled(*extensions: dict[str, Any]) -> Verdict:
     return make_verdict("pass", "compile").with_changes(
-        compile=CompileResult(ok=True, seconds=30.0, extensions=tuple(extensions)))
+        compile=CompileResult(ok=True, seconds=30.0, extensions=tuple(
+            ExtensionBuild.from_dict({**e, "units": [{"key": "k", **u} for u in e.get("units", [])]})
+            for e in extensions)))
 
 
 def test_a_single_cu_with_torch_headers_is_told_what_it_cost_and_how_to_split() -> None:

@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from api import NullDispatcher, StreamOptions, create_app
 from config import Settings
 from harness import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
+from harness.builds import KernelInfo
+from harness.provenance import Provenance
 from problems import Problem, load_problem
 from store import (
     JobState,
@@ -90,8 +92,8 @@ def verdict(
         compile=CompileResult(
             ok=status is not Status.ERROR, seconds=41.2,
             kernels=() if status is Status.ERROR else (
-                {"kernel": "pool_tanh_scale_bias_kernel<4, 4, int>", "registers": 40, "spill_stores": 0,
-                 "spill_loads": 0},),
+                KernelInfo(kernel="pool_tanh_scale_bias_kernel<4, 4, int>", registers=40, spill_stores=0,
+                           spill_loads=0),),
         ),
         trials=tuple(
             Trial(seed_index=i, passed=correct, max_abs_err=1e-6 if correct else 0.31, mean_abs_err=1e-7,
@@ -103,7 +105,7 @@ def verdict(
         sol_ms=0.21,
         flops=4.83e9,
         min_bytes=3.1e8,
-        provenance={"device": device, "target": target, "torch": "2.11.0", "cuda": "13.0", "harness": "0.1.0"},
+        provenance=Provenance(device=device, target=target, torch="2.11.0", cuda="13.0", harness="0.1.0"),
         depth=depth,
     )
     return v.to_dict()

@@ -30,4 +30,4 @@ def test_seed2_cpu_example_passes(problem_id: str, harness_cache: Path) -> None:
     assert verdict.status is Status.PASS, verdict.message + verdict.log
     assert verdict.stage is Stage.DONE and verdict.correct
     assert all(t.passed and t.max_abs_err is not None and t.max_abs_err < 1e-4 for t in verdict.trials)
-    assert verdict.compile is not None and verdict.compile.extensions[0]["name"] == "kl_seed2_cpu"
+    assert verdict.compile is not None and verdict.compile.extensions[0].name == "kl_seed2_cpu"

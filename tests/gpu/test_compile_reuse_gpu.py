@@ -46,7 +46,7 @@ def _compile(referee: Referee, source: str) -> tuple[float, dict]:
     wall = time.perf_counter() - started
     assert verdict.compile is not None and verdict.compile.ok, verdict.log[-3000:]
     (ext,) = verdict.compile.extensions
-    return wall, ext
+    return wall, ext.to_dict()
 
 
 @pytest.mark.parametrize("kernelbench_flags", [False, True], ids=["playbook", "kernelbench_flags"])

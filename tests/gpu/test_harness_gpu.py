@@ -79,15 +79,16 @@ def test_seed_example_passes_and_timing_agrees(problem_id: str, example: str, gp
     harness_median = statistics.median(medians)
     first = verdicts[0]
     entry = {
-        "problem": problem_id, "example": example, "device": first.provenance.get("device"),
+        "problem": problem_id, "example": example, "device": first.provenance.device,
         "harness_medians_ms": medians, "repeat_spread": spread, "do_bench_median_ms": bench,
         "harness_over_do_bench": harness_median / bench,
         "eager_ms": first.baselines.eager.median_ms if first.baselines and first.baselines.eager else None,
         "compile_ms": first.baselines.compiled.median_ms if first.baselines and first.baselines.compiled else None,
         "speedup_vs_eager": first.speedup_vs_eager, "speedup_vs_compile": first.speedup_vs_compile,
         "sol_ms": first.sol_ms, "pct_of_sol": first.pct_of_sol, "n": [v.timing.n for v in verdicts],
-        "compile_s": [v.compile.seconds for v in verdicts], "sandbox": first.provenance.get("sandbox"),
-        "kernels": list(first.compile.kernels), "max_abs_err": max(t.max_abs_err for t in first.trials),
+        "compile_s": [v.compile.seconds for v in verdicts], "sandbox": first.provenance.to_dict().get("sandbox"),
+        "kernels": [k.to_dict() for k in first.compile.kernels],
+        "max_abs_err": max(t.max_abs_err for t in first.trials),
     }
     report(entry)
     assert abs(harness_median / bench - 1) < DO_BENCH_TOLERANCE, entry

@@ -236,7 +236,7 @@ def test_legit_seed1_cuda_passes(referee: Referee) -> None:
     verdict = referee.evaluate(SEED1_CUDA)
     _report({"case": "legit_seed1_cuda", "status": verdict.status.value, "stage": verdict.stage.value,
              "flags": list(verdict.flags), "median_ms": verdict.timing.median_ms if verdict.timing else None,
-             "speedup_vs_eager": verdict.speedup_vs_eager, "sandbox": verdict.provenance.get("sandbox"),
+             "speedup_vs_eager": verdict.speedup_vs_eager, "sandbox": verdict.provenance.to_dict().get("sandbox"),
              "compile_s": verdict.compile.seconds if verdict.compile else None})
     assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
     assert verdict.stage is Stage.DONE and not verdict.flags
@@ -307,7 +307,7 @@ def test_legit_seed1_cuda_passes_the_hardened_retime(hardened_referee: Referee) 
                  "median_ms": verdict.timing.median_ms if verdict.timing else None,
                  "message": verdict.message[-400:]})
         assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
-        assert not verdict.flags and verdict.provenance["timing_mode"] == "hardened"
+        assert not verdict.flags and verdict.provenance.timing_mode == "hardened"
 
 
 #: Turns TF32 on inside forward (and off again before returning, so no after-call check sees it),

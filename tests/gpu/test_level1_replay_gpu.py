@@ -48,7 +48,7 @@ def test_level1_cuda_example_passes(name: str, gpu_cache: Path) -> None:
     report({
         "problem": f"level1/{name}", "example": f"examples/level1/{name}_cuda.py", "status": verdict.status.value,
         "stage": verdict.stage.value, "message": verdict.message[:300],
-        "device": verdict.provenance.get("device"),
+        "device": verdict.provenance.device,
         "median_ms": verdict.timing.median_ms if verdict.timing else None,
         "eager_ms": verdict.baselines.eager.median_ms if verdict.baselines and verdict.baselines.eager else None,
         "speedup_vs_eager": verdict.speedup_vs_eager, "speedup_vs_compile": verdict.speedup_vs_compile,

@@ -51,5 +51,5 @@ def test_link_failures_without_file_line_keep_the_tail() -> None:
 
 def test_ptxas_registers_smem_and_spills_per_kernel() -> None:
     (kernel,) = parse_ptxas(PTXAS_LOG)
-    assert kernel == {"kernel": "_Z12fused_kernelPKfPfi", "arch": "sm_90a", "registers": 40, "smem_bytes": 4096,
-                      "stack_bytes": 8, "spill_stores": 4, "spill_loads": 4}
+    assert kernel.to_dict() == {"kernel": "_Z12fused_kernelPKfPfi", "arch": "sm_90a", "registers": 40,
+                                "smem_bytes": 4096, "stack_bytes": 8, "spill_stores": 4, "spill_loads": 4}

@@ -84,3 +84,17 @@ def test_cuda_target_without_a_gpu_is_an_infra_error_before_any_compile(
     assert verdict.status is Status.ERROR and verdict.error_kind is ErrorKind.INFRA
     assert verdict.stage is Stage.COMPILE and verdict.compile is None
     assert "the cuda target cannot run on this machine: no NVIDIA GPU" in verdict.message
+
+
+def test_a_compile_only_evaluation_needs_the_toolkit_not_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness.toolchain, "_NVIDIA_DEVICE", tmp_path / "nvidiactl")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    (tmp_path / "cuda" / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    assert harness.toolchain.cuda_unavailable(gpu=False) is None
+    assert "no NVIDIA GPU" in (harness.toolchain.cuda_unavailable() or "")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "absent"))
+    monkeypatch.setattr(harness.toolchain, "_DEFAULT_CUDA_HOME", tmp_path / "absent")
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert "no CUDA toolkit" in (harness.toolchain.cuda_unavailable(gpu=False) or "")

@@ -98,15 +98,15 @@ def test_correct_candidate_passes_with_timing_and_speedups(referee: Referee) -> 
     assert verdict.sol_ms is not None and verdict.pct_of_sol > 0
     assert verdict.flops and verdict.flops > 0
     prov = verdict.provenance
-    assert prov["target"] == "cpu" and prov["mode"] == "train" and prov["torch"]
-    assert prov["seeds"] and "1234" not in str(prov["seeds"])
-    assert verdict.compile is not None and verdict.compile.extensions[0]["name"] == "kl_seed1_cpu"
+    assert prov.target == "cpu" and prov.mode == "train" and prov.torch
+    assert prov.seeds and "1234" not in prov.seeds
+    assert verdict.compile is not None and verdict.compile.extensions[0].name == "kl_seed1_cpu"
 
 
 def test_python_only_edit_reuses_the_build(referee: Referee) -> None:
     verdict = referee.evaluate(SEED1_CPU + "\n# a comment changes nothing in the extension\n")
     assert verdict.status is Status.PASS
-    assert verdict.compile is not None and all(e["cached"] for e in verdict.compile.extensions)
+    assert verdict.compile is not None and all(e.cached for e in verdict.compile.extensions)
     assert verdict.compile.seconds < 10
 
 
@@ -250,7 +250,7 @@ def test_baselines_come_from_the_cache_unless_reuse_is_off(options: HarnessOptio
     planted = Baselines(eager=Timing.from_samples([123.0] * 5, clock="planted"), compiled=None)
     with Referee(problem, "cpu", cached) as reusing:
         reusing.start_reference()
-        entry = cached.baselines_dir / f"{reusing._baseline_key()}.json"
+        entry = cached.baselines_dir / f"{reusing.baseline_key()}.json"
         entry.write_text(json.dumps(planted.to_dict()))
         assert reusing.baselines().eager.median_ms == 123.0
     with Referee(problem, "cpu", cached.replace(reuse_baselines=False)) as fresh:

@@ -4,7 +4,7 @@ from harness.hardened import calls_made, dictated_calls, hardened_bound
 from harness.options import TimingOptions
 from harness.verdict import Timing
 
-_REQUEST = {"min_warmup_calls": 3, "fixed_calls": 10}
+_REQUEST = TimingOptions(min_warmup_calls=3, fixed_calls=10)
 
 
 def _timing(ms: float, n: int = 10) -> Timing:
@@ -31,7 +31,7 @@ def test_an_honest_median_is_explained_by_the_wall_clock() -> None:
 
 
 def test_a_median_far_below_the_wall_clock_disagrees() -> None:
-    request = {"min_warmup_calls": 3, "fixed_calls": 100}
+    request = TimingOptions(min_warmup_calls=3, fixed_calls=100)
     wall_s = calls_made(request, [0]) * 5e-3 + 0.01  # the calls really took 5 ms each
     honest, _ = hardened_bound(_timing(5.0, n=100), wall_s, 0.01, request, [0])
     patched, _ = hardened_bound(_timing(0.1, n=100), wall_s, 0.01, request, [0])  # a clock 50x too fast

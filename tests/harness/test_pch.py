@@ -133,7 +133,8 @@ _PROBE = textwrap.dedent("""
               "torch::Tensor twice_plus_one(torch::Tensor x) { return x * 2 + 1; }\\n")
     module = load_inline(name="kl_pch_probe", cpp_sources=source, functions=["twice_plus_one"],
                          extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], no_implicit_headers=True)
-    print(json.dumps({"records": cache.records, "out": module.twice_plus_one(torch.arange(5.0)).tolist()}))
+    records = [r.to_dict() for r in cache.records]
+    print(json.dumps({"records": records, "out": module.twice_plus_one(torch.arange(5.0)).tolist()}))
 """)
 
 
@@ -198,7 +199,7 @@ def test_the_referee_warms_the_pch_itself_and_a_candidate_cannot_plant_one(harne
     keys = json.loads((options.builds_dir / "pch" / "warm-cpu.json").read_text())
     assert keys and all((options.builds_dir / "pch" / k / "torch" / "extension.h.gch").is_file() for k in keys)
     assert again.compile is not None and again.compile.ok and again.compile.seconds == 0.0
-    assert all(e["cached"] for e in again.compile.extensions)
+    assert all(e.cached for e in again.compile.extensions)
 
 
 def test_use_only_mode_never_builds_a_pch(tmp_path: Path) -> None:

@@ -145,12 +145,12 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         first = referee.evaluate(honest, depth=Depth.COMPILE)
         assert first.compile is not None and first.compile.ok, first.log[-3000:]
         (ext,) = first.compile.extensions
-        assert ext["via"] == "builder" and not ext["cached"]
-        (unit,) = ext["units"]
-        assert unit["source"] == "main.cpp" and not unit["reused"] and unit["kept"] == "stored"
-        build = builds / "trusted" / f"{ext['name']}-{ext['key']}"
+        assert ext.via == "builder" and not ext.cached
+        (unit,) = ext.units or ()
+        assert unit.source == "main.cpp" and not unit.reused and unit.kept == "stored"
+        build = builds / "trusted" / f"{ext.name}-{ext.key}"
         assert tag in (build / "main.cpp").read_text()
-        key = unit["key"]  # the binding's object, as the builder keeps it
+        key = unit.key  # the binding's object, as the builder keeps it
         assert (builds / "objects" / key / "object.o").read_bytes() == (build / "main.o").read_bytes()
         assert json.loads((builds / "objects" / key / "object.json").read_text())["source"] == "main.cpp"
 
@@ -159,13 +159,13 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         with Referee(load_problem("level2/conv_tanh_scale_bias_maxpool"), "cpu", options) as other:
             found = other.evaluate(honest, depth=Depth.COMPILE)
         assert found.compile is not None and found.compile.ok, found.log[-3000:]
-        assert found.compile.extensions[0]["cached"] and found.compile.extensions[0]["via"] == "builder"
+        assert found.compile.extensions[0].cached and found.compile.extensions[0].via == "builder"
 
         # The same binding text and compile flags, other link flags: the object is reused.
         again = referee.evaluate(relinked, depth=Depth.COMPILE)
         assert again.compile is not None and again.compile.ok, again.log[-3000:]
-        (unit,) = again.compile.extensions[0]["units"]
-        assert unit["reused"] and again.compile.extensions[0]["key"] != ext["key"]
+        (unit,) = again.compile.extensions[0].units or ()
+        assert unit.reused and again.compile.extensions[0].key != ext.key
 
         # The first candidate's build and object are gone (evicted); a poisoner plants an object
         # under that key (and a header); then the first candidate is built again.
@@ -182,13 +182,13 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         rebuilt = referee.evaluate(honest, depth=Depth.COMPILE)
     assert rebuilt.compile is not None and rebuilt.compile.ok, rebuilt.log[-3000:]
     (again_ext,) = rebuilt.compile.extensions
-    assert not again_ext["cached"] and rebuilt.compile.seconds > 0  # built, not the planted build
-    (unit,) = again_ext["units"]
-    assert unit["key"] == key and not unit["reused"] and unit["kept"] == "stored"
+    assert not again_ext.cached and rebuilt.compile.seconds > 0  # built, not the planted build
+    (unit,) = again_ext.units or ()
+    assert unit.key == key and not unit.reused and unit.kept == "stored"
     assert (builds / "objects" / key / "object.o").read_bytes() != POISON
     assert not (builds / "pch" / key).exists()
     assert not any(p.read_bytes() == POISON for p in (builds / "objects").glob("*/object.o"))
-    _check_loads(build, ext["name"])
+    _check_loads(build, ext.name)
     shutil.rmtree(builds / build.name)  # the planted build: not left in a kept test cache
 
 

@@ -486,14 +486,14 @@ CASES: list[Case] = [
          Status.SUSPICIOUS, Stage.DONE, any_flags=("speedup_over_limit", "faster_than_roofline"),
          message="quarantined", depth=Depth.BENCHMARK),
     Case("forges_zero_times", lambda w: cheat("return _honest(self, x)", prelude='''
-        import sys as _sys
+        import dataclasses as _dc, sys as _sys
         if "harness.roles.candidate" in _sys.modules:
             _role = _sys.modules["harness.roles.candidate"]
             _time_it = _role.Candidate.time
-            def _forged(self, *args, **kwargs):
+            def _forged(self, *args, **kwargs):  # the stage's reply, its samples made zero
                 reply = _time_it(self, *args, **kwargs)
-                reply["timing"]["samples_ms"] = [0.0 for _ in reply["timing"]["samples_ms"]]
-                return reply
+                zeros = tuple(0.0 for _ in reply.timing.samples_ms)
+                return _dc.replace(reply, timing=_dc.replace(reply.timing, samples_ms=zeros))
             _role.Candidate.time = _forged
         '''),
          Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
@@ -786,7 +786,7 @@ def test_patched_bound_clock_is_quarantined_then_rejected_by_the_hardened_retime
     summary = f"{retimed.status.value} {retimed.flags}: {retimed.message[:800]}"
     assert retimed.status is Status.FAIL and retimed.stage is Stage.INTEGRITY, summary
     assert "clock_disagrees" in retimed.flags and "hardened timing" in retimed.message, summary
-    assert retimed.provenance["timing_mode"] == "hardened"
+    assert retimed.provenance.timing_mode == "hardened"
 
 
 def test_legit_seed1_passes_the_hardened_retime(hardened_referee: Referee) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from harness.builds import KernelInfo
+from harness.provenance import Provenance
 from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from store import (
     Job,
@@ -83,7 +85,7 @@ class Builders:
             stage=stage,
             error_kind=error_kind,
             message="" if status is Status.PASS else f"{status.value} at {stage.value}",
-            compile=CompileResult(ok=True, seconds=3.5, kernels=({"kernel": "k", "registers": 32},)),
+            compile=CompileResult(ok=True, seconds=3.5, kernels=(KernelInfo(kernel="k", registers=32),)),
             trials=tuple(
                 Trial(seed_index=i, passed=correct, max_abs_err=1e-6, mean_abs_err=1e-7, mismatch_frac=0.0)
                 for i in range(3)
@@ -92,7 +94,7 @@ class Builders:
             baselines=Baselines(eager=timing(eager_ms), compiled=timing(compile_ms)),
             sol_ms=0.25,
             flags=("suspicious_speedup",) if status is Status.SUSPICIOUS else (),
-            provenance={"device": "cpu", "torch": "2.13.0", "harness": "0.1.0"},
+            provenance=Provenance(device="cpu", torch="2.13.0", harness="0.1.0"),
         )
 
 

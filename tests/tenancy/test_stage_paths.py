@@ -16,22 +16,23 @@ import pytest
 from harness import HarnessOptions
 from harness.options import Target
 from harness.problemstage import limit_message, problem_stage_spec
-from harness.sandbox import _REPO_ROOT, _interpreter_paths, host_private_paths
+from harness.sandbox import _interpreter_paths, host_private_paths
+from harness.sandboxspec import REPO_ROOT
 
 
 def test_the_working_directory_and_the_checkout_are_never_needed_paths(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", ["", str(tmp_path), str(_REPO_ROOT), *sys.path])
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), str(REPO_ROOT), *sys.path])
     paths = _interpreter_paths()
-    assert tmp_path not in paths and _REPO_ROOT not in paths and Path("") not in paths
-    assert {_REPO_ROOT / "harness", _REPO_ROOT / "problems", Path(sys.prefix)} <= set(paths)
+    assert tmp_path not in paths and REPO_ROOT not in paths and Path("") not in paths
+    assert {REPO_ROOT / "harness", REPO_ROOT / "problems", Path(sys.prefix)} <= set(paths)
 
 
 def test_the_service_directory_home_and_checkout_are_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     hidden = host_private_paths()
-    assert tmp_path.resolve() in hidden and _REPO_ROOT in hidden and Path.home().resolve() in hidden
+    assert tmp_path.resolve() in hidden and REPO_ROOT in hidden and Path.home().resolve() in hidden
     monkeypatch.chdir("/")
     monkeypatch.setenv("HOME", "/usr")
     assert Path("/") not in host_private_paths() and Path("/usr") not in host_private_paths()
@@ -45,7 +46,8 @@ def test_a_problem_stage_sees_none_of_the_cache(tmp_path: Path) -> None:
                               namespaces=("user", "mount", "net", "pid"), visible=(own,))
     assert options.cache_dir in spec.hidden_paths and tmp_path / "data" in spec.hidden_paths
     assert own in spec.needed_paths and options.cache_dir not in spec.needed_paths
-    assert spec.rlimits["NPROC"] == 64 and spec.rlimits["AS"] == 2048 * 1024 * 1024 and spec.rlimits["CPU"] > 0
+    assert spec.rlimits.processes == 64 and spec.rlimits.address_space_bytes == 2048 * 1024 * 1024
+    assert spec.rlimits.cpu_s is not None and spec.rlimits.cpu_s > 0
 
 
 @pytest.mark.parametrize(("exit_code", "errors", "expected"), [

@@ -1,0 +1,103 @@
+"""From a finished draft to the `Verdict`: its provenance, its figures, and the quarantine.
+
+`assemble` is the one place a verdict is built: a `Draft` (what the stages found), the `Outcome`
+(how the evaluation ended) and the `VerdictFacts` of the Referee (problem, target, options, the
+reference's device and environment). `quarantine` marks a pass faster than we believe possible
+as ``suspicious``. Pure functions over frozen values; standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.draft import Draft, Outcome
+from harness.integrity import FLAG_TEXT, Flag
+from harness.options import Target
+from harness.protocol.reference import ReferenceInfo
+from harness.provenance import HARNESS_VERSION, Provenance, Tolerance
+from harness.verdict import Status, Verdict
+
+__all__ = ["VerdictFacts", "assemble", "quarantine"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerdictFacts:
+    """What every verdict of one Referee records besides what its stages found."""
+
+    target: Target
+    problem_sha256: str
+    mode: str
+    policy: str
+    atol: float | None
+    rtol: float | None
+    trials: int
+    #: The job secret's identity (`harness.seeds.secret_identity`).
+    seeds: str
+    hardened_timing: bool
+    #: How CUDA outputs reach the comparer (``file`` on cpu).
+    transport: str
+    #: The reference's device and environment, once it started.
+    reference: ReferenceInfo | None
+    #: Where the referee runs: its interpreter's version, host name and pid.
+    python: str
+    host: str
+    pid: int
+    #: Bytes of a stage's log a verdict keeps.
+    output_limit: int
+
+
+def _provenance(facts: VerdictFacts, draft: Draft) -> Provenance:
+    env = facts.reference.environment if facts.reference is not None else None
+    return Provenance(
+        target=facts.target.value,
+        device=env.device if env else None,
+        driver=env.driver if env else None,
+        torch=env.torch if env else None,
+        cuda=env.cuda if env else None,
+        cudnn=env.cudnn if env else None,
+        python=(env.python if env else None) or facts.python,
+        harness=HARNESS_VERSION,
+        problem_sha256=facts.problem_sha256,
+        mode=facts.mode,
+        policy=facts.policy,
+        tolerance=Tolerance(atol=facts.atol, rtol=facts.rtol),
+        trials=facts.trials,
+        seeds=facts.seeds,
+        compile_mode="default",
+        timing_mode="hardened" if facts.hardened_timing else "adaptive",
+        sandbox=draft.sandbox.namespaces if draft.sandbox is not None else None,
+        transport=facts.transport,
+        host=facts.host,
+        pid=facts.pid,
+    )
+
+
+def assemble(facts: VerdictFacts, draft: Draft, outcome: Outcome, *, log: str = "") -> Verdict:
+    """The verdict of ``draft`` ended by ``outcome``; ``log``: the failed stage's, trimmed to
+    the last ``facts.output_limit`` bytes."""
+    info = facts.reference
+    limit = facts.output_limit
+    return Verdict(
+        status=outcome.status, stage=outcome.stage, error_kind=outcome.error_kind, message=outcome.message,
+        compile=draft.compile, trials=draft.trials, timing=draft.timing, baselines=draft.baselines,
+        sol_ms=info.sol_ms if info else None, flops=info.flops if info else None,
+        min_bytes=info.min_bytes if info else None, flags=draft.flags, hints=draft.hints,
+        log=log[-limit:] if log else "", provenance=_provenance(facts, draft), depth=draft.depth.value,
+        profile=draft.profile,
+    )
+
+
+def quarantine(verdict: Verdict, suspicious_speedup: float) -> Verdict:
+    """A pass faster than we believe possible (over ``suspicious_speedup`` times eager, or under
+    the roofline) becomes ``suspicious``: it waits for a re-time in a fresh process."""
+    reasons = []
+    speedup = verdict.speedup_vs_eager
+    if speedup is not None and speedup > suspicious_speedup:
+        reasons.append(Flag.SPEEDUP_OVER_LIMIT.value)
+    if verdict.sol_ms and verdict.timing and verdict.timing.median_ms < verdict.sol_ms:
+        reasons.append(Flag.FASTER_THAN_ROOFLINE.value)
+    if not reasons:
+        return verdict
+    text = "; ".join(FLAG_TEXT[r] for r in reasons)
+    return verdict.with_changes(status=Status.SUSPICIOUS, flags=(*verdict.flags, *reasons),
+                                message=f"quarantined: {text}; re-time in a fresh process before trusting it")

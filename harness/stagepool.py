@@ -1,0 +1,230 @@
+"""A Referee's stage processes: their sandboxes, starting them ahead of time, killing them all.
+
+`StagePool` starts the compile, builder and candidate stages of one Referee, each in a fresh run
+directory under the Referee's own (``runs_root``), in the sandbox its role gets (`spec`). It keeps
+one of each started ahead for the next attempt (`prestart`: an interpreter start and torch import
+cost 3-4 s on the H200 host), waits for them to be ready before anything is timed (`settle`), and
+records every process it or the reference client started, so `cancel` kills them all at once.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import shutil
+import threading
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+from harness.channel import ChannelClosed, ChannelTimeout
+from harness.options import HarnessOptions, Target
+from harness.problemstage import memory_limits
+from harness.protocol import Ready
+from harness.sandbox import ALWAYS_HIDDEN, StageProcess, kill_stages, visible_under_run
+from harness.sandboxspec import ResourceLimits, SandboxSpec
+
+__all__ = ["CANCELLED_MESSAGE", "StagePool", "StageRole", "StartedStage", "stage_namespaces"]
+
+#: The verdict message of an evaluation cut short by `StagePool.cancel` (`harness.Referee.cancel`).
+CANCELLED_MESSAGE = "cancelled: the job is stopping"
+#: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
+#: reference share one so CUDA IPC stays possible (DESIGN §3: it fails across PID namespaces).
+_NAMESPACES = {
+    Target.CPU: ("user", "mount", "net", "pid"),
+    Target.CUDA: ("user", "mount", "net"),
+}
+#: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
+_MAX_FILE_BYTES = 4 << 30
+
+
+def stage_namespaces(target: Target) -> tuple[str, ...]:
+    return _NAMESPACES[target]
+
+
+class StageRole(StrEnum):
+    """The stages a pool starts (`harness.roles` runs ``builder`` as a ``compile`` stage)."""
+
+    COMPILE = "compile"
+    BUILDER = "builder"
+    CANDIDATE = "candidate"
+
+
+@dataclass
+class StartedStage:
+    """A compile or candidate stage process with a run directory of its own, possibly started
+    before its attempt: it runs no candidate code until a request hands it one."""
+
+    process: StageProcess
+    run_dir: Path
+    ready: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait for its start-up to end (the role's `Ready`, read once); raises `ChannelTimeout`
+        or `ChannelClosed` like a request."""
+        with self.lock:
+            if not self.ready:
+                if not Ready.is_ready(self.process.recv(timeout=timeout)):
+                    raise ChannelClosed("the stage sent something other than its ready message")
+                self.ready = True
+
+    def discard(self) -> None:
+        self.process.kill()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class StagePool:
+    """The stages of one Referee (see the module's docstring).
+
+    Args:
+        options: the harness options (sandbox, limits, timeouts, ``prestart``).
+        target: ``cuda`` or ``cpu``.
+        runs_root: the Referee's run directory; each stage gets one of its own inside.
+    """
+
+    def __init__(self, options: HarnessOptions, target: Target, runs_root: Path) -> None:
+        self.options = options
+        self.target = target
+        self.runs_root = runs_root
+        #: Whether to start a builder ahead for the next attempt: a compile that needed one (and the
+        #: first) suggests the next will too; a Referee re-evaluating built sources needs none.
+        self.builder_wanted = options.trusted_builds
+        #: Stages started ahead for the next attempt, by role (`prestart`).
+        self._spares: dict[StageRole, StartedStage] = {}
+        self._lock = threading.Lock()
+        #: Every stage process started for the Referee (`cancel` kills those still alive).
+        self._stages: list[StageProcess] = []
+        self._cancelled = threading.Event()
+
+    # -- the cancel registry ----------------------------------------------------------------
+    def cancel(self) -> None:
+        """Kill every stage process recorded, from any thread; later ones are killed as they start."""
+        self._cancelled.set()
+        with self._lock:
+            stages = list(self._stages)
+        kill_stages(stages)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def started(self, process: StageProcess) -> StageProcess:
+        """Record a new stage (for `cancel`); one started as the cancel came is killed at once."""
+        with self._lock:
+            self._stages = [p for p in self._stages if p.exit_code() is None]
+            self._stages.append(process)
+        if self._cancelled.is_set():
+            process.kill()
+        return process
+
+    # -- starting stages --------------------------------------------------------------------
+    def spec(self, role: str, workdir: Path, *, gpu_visible: bool, run_dir: Path | None = None,
+             visible_builds: tuple[Path, ...] | None = None) -> SandboxSpec:
+        """The sandbox of a stage. ``run_dir`` marks a stage running untrusted code (compile,
+        candidate): other attempts' directories hidden, memory and file sizes limited;
+        ``visible_builds``: the only build directories it sees (the candidate's own)."""
+        rlimits = ResourceLimits(core_bytes=0)
+        hidden = [*self.options.hidden_paths, *ALWAYS_HIDDEN]
+        needed = [self.options.cache_dir, *visible_under_run()]
+        if run_dir is not None:
+            rlimits = replace(memory_limits(self.options, self.target), core_bytes=0, file_bytes=_MAX_FILE_BYTES)
+            hidden.append(self.options.runs_dir)
+            needed.append(run_dir)
+        if visible_builds is not None:
+            hidden.append(self.options.builds_dir)
+            needed.extend(visible_builds)
+        return SandboxSpec(role=role, workdir=workdir, namespaces=_NAMESPACES[self.target], gpu_visible=gpu_visible,
+                           needed_paths=tuple(needed), hidden_paths=tuple(hidden), rlimits=rlimits)
+
+    def new_run_dir(self, prefix: str) -> Path:
+        path = self.runs_root / f"{prefix}-{secrets.token_hex(8)}"
+        path.mkdir(parents=True)
+        return path
+
+    def start(self, role: StageRole) -> StartedStage:
+        """A compile, builder or candidate stage in a fresh run directory. The candidate stage sees
+        no build but the copies of its own the candidate run puts in ``<run_dir>/builds``."""
+        run_dir = self.new_run_dir("attempt")
+        if role is StageRole.COMPILE:
+            spec = self.spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
+        elif role is StageRole.BUILDER:
+            # Trusted, but it compiles candidates' text: it sees the published headers and objects
+            # (read-only) and no other build, so no flag or include can reach a candidate's file.
+            shared = tuple(self.options.builds_dir / d for d in ("pch", "objects"))
+            for path in shared:
+                path.mkdir(parents=True, exist_ok=True)
+            spec = self.spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False,
+                             visible_builds=shared)
+        else:
+            builds = run_dir / "builds"
+            builds.mkdir()
+            spec = self.spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
+                             gpu_visible=self.target is Target.CUDA)
+        return StartedStage(self.started(StageProcess(spec, sandbox=self.options.sandbox)), run_dir)
+
+    def take(self, role: StageRole) -> StartedStage:
+        """The prestarted stage of this role if it is alive, else a new one."""
+        with self._lock:
+            spare = self._spares.pop(role, None)
+        if spare is not None:
+            if spare.process.exit_code() is None:
+                return spare
+            spare.discard()
+        return self.start(role)
+
+    # -- stages started ahead ---------------------------------------------------------------
+    def prestart(self, *, builder: bool = True) -> None:
+        """Start the next attempt's compile and candidate stages now (``options.prestart``), and
+        its builder (``builder``) when the last compile needed one.
+
+        A stage's interpreter start and torch import take 3-4 s on the H200 host, and the
+        candidate stage's CUDA context and vendor handles more: started ahead, they are paid while
+        the agent writes its next candidate instead of inside its attempt. They are trusted until
+        a request hands them candidate code, and `settle` waits for their start-up before
+        anything is timed.
+        """
+        if not self.options.prestart or self._cancelled.is_set():
+            return
+        roles = [StageRole.COMPILE, StageRole.CANDIDATE]
+        if builder and self.builder_wanted:
+            roles.append(StageRole.BUILDER)
+        for role in roles:
+            with self._lock:
+                if role in self._spares:
+                    continue
+            stage = self.start(role)
+            with self._lock:
+                extra = self._spares.get(role)
+                if extra is None:
+                    self._spares[role] = stage
+            if extra is not None:  # another thread prestarted one meanwhile
+                stage.discard()
+
+    def settle(self, *more: StartedStage) -> None:
+        """Wait until no prestarted stage (nor ``more``) is starting up: their imports must not
+        overlap a timing. A stage that fails to start is found out by whoever takes it."""
+        with self._lock:
+            stages = [*self._spares.values(), *more]
+        for stage in stages:
+            with contextlib.suppress(ChannelTimeout, ChannelClosed):
+                stage.wait_ready(self.options.timeouts.load_s)
+
+    @property
+    def prestarted(self) -> dict[str, int]:
+        """The stages started ahead for the next attempt: their pids (the wardens'), by role."""
+        with self._lock:
+            return {role.value: stage.process.pid for role, stage in self._spares.items()}
+
+    def discard_spare(self, role: StageRole) -> None:
+        with self._lock:
+            idle = self._spares.pop(role, None)
+        if idle is not None:
+            idle.discard()
+
+    def discard_spares(self) -> None:
+        with self._lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for stage in spares:
+            stage.discard()
