@@ -26,7 +26,8 @@ from harness.protocol.admission import (
 from harness.sandbox import StageProcess
 from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
-from harness.wire import JsonObject, JsonValue, WireError
+from harness.wire import JsonObject, WireError
+from problems.constants import Constant
 from problems.spec import Problem
 
 __all__ = ["AdmissionCheck", "AdmissionReport", "admit", "measure_footprints"]
@@ -67,7 +68,7 @@ def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
     return problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
 
 
-def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, JsonValue]],
+def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, Constant]],
                        options: HarnessOptions | None = None) -> list[Measured]:
     """The problem's footprint (bytes of inputs, parameters and outputs of one trial, computed on
     the meta device: nothing is allocated) under each override set, in a sandboxed admission

@@ -18,13 +18,10 @@ from dataclasses import dataclass, field
 from harness.admission import AdmissionReport, admit, measure_footprints
 from harness.options import HarnessOptions, Target
 from harness.protocol.admission import Footprint
-from problems.constants import literal_sizes
+from problems.constants import Constant, Constants, literal_sizes
 from problems.spec import Problem, parse_problem
 
-__all__ = ["MAX_HALVINGS", "SizeValue", "Sizing", "fit_cpu_sizes", "scaled_sizes"]
-
-#: A size constant as a problem's ``CPU_SIZES`` declares it: an integer, or a list of them.
-SizeValue = int | list[int]
+__all__ = ["MAX_HALVINGS", "Sizing", "fit_cpu_sizes", "scaled_sizes"]
 
 #: Halving steps tried (2**16 times smaller at most).
 MAX_HALVINGS = 16
@@ -39,9 +36,10 @@ def _halve(value: int, steps: int) -> int:
     return value if value < _SCALE_FROM else max(_FLOOR, value >> steps)
 
 
-def scaled_sizes(sizes: Mapping[str, int | tuple[int, ...]], steps: int) -> dict[str, SizeValue]:
-    """The size constants after ``steps`` halvings; only the ones that change."""
-    scaled: dict[str, SizeValue] = {}
+def scaled_sizes(sizes: Mapping[str, int | tuple[int, ...]], steps: int) -> Constants:
+    """The size constants after ``steps`` halvings (an integer, or a list of them, as ``CPU_SIZES``
+    declares them); only the ones that change."""
+    scaled: Constants = {}
     for name, value in sizes.items():
         new = tuple(_halve(v, steps) for v in value) if isinstance(value, tuple) else _halve(value, steps)
         if new != value:
@@ -54,7 +52,7 @@ class Sizing:
     """What the search found: the CPU sizes (empty if the full size fits), the footprints at full
     and chosen size, the admission report of the chosen sizes, and notes."""
 
-    cpu_sizes: dict[str, SizeValue]
+    cpu_sizes: Constants
     full: Footprint | None
     chosen: Footprint | None
     admission: AdmissionReport | None
@@ -65,7 +63,7 @@ class Sizing:
         return self.admission is not None and self.admission.admitted
 
 
-def with_cpu_sizes(problem: Problem, cpu_sizes: Mapping[str, SizeValue]) -> Problem:
+def with_cpu_sizes(problem: Problem, cpu_sizes: Mapping[str, Constant]) -> Problem:
     """The problem as if its file declared ``CPU_SIZES = cpu_sizes`` (its own, if any, replaced)."""
     declared = problem.source + f"\nCPU_SIZES = {cpu_sizes!r}\n"
     return parse_problem(declared, problem_id=problem.id, level=problem.level)

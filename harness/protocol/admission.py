@@ -14,7 +14,8 @@ from typing import ClassVar
 from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
 from harness.seeds import TrialSpec
-from harness.wire import JsonObject, JsonValue, Reader, WireError, as_object
+from harness.wire import JsonObject, Reader, WireError, as_object
+from problems.constants import Constant, NotConstant, as_constant
 from problems.spec import Problem
 
 __all__ = ["AdmissionCheck", "AdmissionReply", "AdmitRequest", "Footprint", "MeasureReply", "MeasureRequest",
@@ -117,13 +118,20 @@ class Footprint:
         return cls(r.integer("inputs"), r.integer("parameters"), r.optional_integer("outputs"))
 
 
+def _constants(value: object) -> dict[str, Constant]:
+    try:
+        return {name: as_constant(v) for name, v in as_object(value).items()}
+    except NotConstant as exc:
+        raise WireError(f"an override set holds a {exc}, not a constant") from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class MeasureRequest:
     """The problem's footprint under each set of size constants, on the meta device."""
 
     op: ClassVar[Op] = Op.MEASURE
     problem: Problem
-    overrides: tuple[Mapping[str, JsonValue], ...]
+    overrides: tuple[Mapping[str, Constant], ...]
 
     def to_dict(self) -> JsonObject:
         return tagged(self.op, {"problem": self.problem.to_dict(), "overrides": [dict(o) for o in self.overrides]})
@@ -131,7 +139,7 @@ class MeasureRequest:
     @classmethod
     def from_dict(cls, data: object) -> MeasureRequest:
         r = Reader(data, "the measure request")
-        return cls(problem=request_problem(r), overrides=tuple(r.items_of("overrides", as_object)))
+        return cls(problem=request_problem(r), overrides=tuple(r.items_of("overrides", _constants)))
 
 
 @dataclass(frozen=True, kw_only=True)
