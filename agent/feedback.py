@@ -55,7 +55,7 @@ FLAG_MEANING: dict[str, str] = {
                           "quarantined speedup is re-timed with a call count and clock the harness controls)",
     Flag.TIMED_OUTPUT_MISMATCH: "outputs of timed calls differ from the reference (caching or races?)",
     Flag.SPEEDUP_OVER_LIMIT: "the speedup over eager is above the quarantine limit (10x)",
-    Flag.FASTER_THAN_ROOFLINE: "the time is below the roofline's lower bound for this device",
+    Flag.FASTER_THAN_ROOFLINE: "the time is well below the roofline's lower bound for this device",
 }
 
 

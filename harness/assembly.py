@@ -17,7 +17,13 @@ from harness.protocol.reference import ReferenceInfo
 from harness.provenance import HARNESS_VERSION, Provenance, Tolerance
 from harness.verdict import Status, Verdict
 
-__all__ = ["VerdictFacts", "assemble", "quarantine"]
+__all__ = ["ROOFLINE_SLACK", "VerdictFacts", "assemble", "quarantine"]
+
+#: A median under this fraction of ``sol_ms`` is "faster than the roofline". The memory floor uses
+#: a *measured* copy's bandwidth, which a read-heavy kernel beats (on the H200 the copy moves
+#: ~4.3 TB/s, the datasheet says 4.8: a legit reduction timed at 100.4 % of that floor), so only
+#: clearly impossible times are quarantined, and a re-timed legit kernel at the roofline is believed.
+ROOFLINE_SLACK = 0.8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,12 +95,13 @@ def assemble(facts: VerdictFacts, draft: Draft, outcome: Outcome, *, log: str = 
 
 def quarantine(verdict: Verdict, suspicious_speedup: float) -> Verdict:
     """A pass faster than we believe possible (over ``suspicious_speedup`` times eager, or under
-    the roofline) becomes ``suspicious``: it waits for a re-time in a fresh process."""
+    `ROOFLINE_SLACK` of the roofline's time) becomes ``suspicious``: it waits for a re-time in a
+    fresh process."""
     reasons = []
     speedup = verdict.speedup_vs_eager
     if speedup is not None and speedup > suspicious_speedup:
         reasons.append(Flag.SPEEDUP_OVER_LIMIT.value)
-    if verdict.sol_ms and verdict.timing and verdict.timing.median_ms < verdict.sol_ms:
+    if verdict.sol_ms and verdict.timing and verdict.timing.median_ms < ROOFLINE_SLACK * verdict.sol_ms:
         reasons.append(Flag.FASTER_THAN_ROOFLINE.value)
     if not reasons:
         return verdict

@@ -1,9 +1,10 @@
-"""Pure pieces of the referee: the roofline's speed of light, the seed derivation, the verified rule."""
+"""Pure pieces of the referee: the roofline's speed of light, the quarantine, the seed derivation, the verified rule."""
 
 import dataclasses
 
 import torch
 
+from harness.assembly import ROOFLINE_SLACK, quarantine
 from harness.devices import DeviceSpecs
 from harness.roofline import sol_ms
 from harness.seeds import derive_seed, plan_trials
@@ -22,6 +23,20 @@ def test_sol_ms_is_the_larger_of_the_compute_and_the_memory_floor() -> None:
 def test_a_precision_without_a_peak_uses_fp32() -> None:
     assert _SPECS.peak_for(str(torch.float16)) == 50e12
     assert DeviceSpecs.from_dict({**_SPECS.to_dict(), "unknown": 1}) == _SPECS
+
+
+def test_only_a_time_clearly_under_the_roofline_is_quarantined() -> None:
+    def timed(median_ms: float) -> Verdict:
+        return Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing(samples_ms=(median_ms,)), sol_ms=1.0,
+                       baselines=Baselines(eager=Timing(samples_ms=(2.0,)), compiled=None))
+
+    # A legit reduction on the H200 was timed at 100.4 % of the floor (measured copy bandwidth): believed.
+    assert quarantine(timed(0.996), suspicious_speedup=10.0).status is Status.PASS
+    assert quarantine(timed(ROOFLINE_SLACK * 1.01), suspicious_speedup=10.0).status is Status.PASS
+    held = quarantine(timed(ROOFLINE_SLACK * 0.99), suspicious_speedup=10.0)
+    assert held.status is Status.SUSPICIOUS and held.flags == ("faster_than_roofline",)
+    over = quarantine(timed(0.15), suspicious_speedup=10.0)  # 13x eager, and under the floor
+    assert over.flags == ("speedup_over_limit", "faster_than_roofline")
 
 
 def test_seeds_are_stable_distinct_and_secret_dependent() -> None:
