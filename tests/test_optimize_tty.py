@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from agent.providers.replay import replay_script
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 COLUMNS, ROWS = 120, 40
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 

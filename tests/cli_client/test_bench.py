@@ -12,8 +12,8 @@ import pytest
 from harness import Status
 from problems import load_problem
 from store import JobState, Target, claim_next_job, session_scope
-from tests.cli_client.conftest import client_env, start
-from tests.dashboard.support import WORKER_ID, Service, add_attempt, finish, verdict
+from tests.support.cli import client_env, start
+from tests.support.dashboard import WORKER_ID, Service, add_attempt, finish, verdict
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,8 +17,9 @@ import pytest
 from sqlalchemy import func, select
 
 from store import Job, JobState, Target, claim_next_job, create_api_key, session_scope
-from tests.cli_client.conftest import api_env, run, start
-from tests.dashboard.support import REPO, WORKER_ID, Service, add_attempt, finish, verdict
+from tests.support.cli import api_env, pythonpath, run, start
+from tests.support.dashboard import WORKER_ID, Service, add_attempt, finish, live_service, verdict
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -164,14 +165,11 @@ def test_bench_through_a_real_worker_with_a_two_job_key(tmp_path: Path) -> None:
     """The same bench against the API and a real embedded worker process (`python -m
     benchmarks.load_worker embedded`: the worker `kernelloop up` starts, with the agent replaced by
     the load double, a short scripted job whose attempt is a timed pass; no LLM, no compile)."""
-    from tests.cli_client.conftest import _pythonpath
-    from tests.dashboard.support import live_service
-
     with live_service(tmp_path / "service", default_target="cpu") as service:
         data = tmp_path / "service"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST")}
-        env.update(PYTHONPATH=_pythonpath(), HOME=str(tmp_path / "worker-home"), KERNELLOOP_DATA_DIR=str(data),
+        env.update(PYTHONPATH=pythonpath(), HOME=str(tmp_path / "worker-home"), KERNELLOOP_DATA_DIR=str(data),
                    KERNELLOOP_DATABASE_URL=f"sqlite:///{data / 'kernelloop.db'}",
                    KERNELLOOP_CACHE_DIR=str(tmp_path / "cache"), KERNELLOOP_POLL_INTERVAL_S="0.1",
                    KERNELLOOP_WARM_HEADERS="false")

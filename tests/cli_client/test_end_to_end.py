@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cli_client.conftest import KERNELLOOP, Embedded, api_env, run
-from tests.dashboard.support import SEED_PROBLEM
+from tests.support.cli import KERNELLOOP, Embedded, api_env, run
+from tests.support.dashboard import SEED_PROBLEM
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

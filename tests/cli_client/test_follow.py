@@ -12,17 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from harness import Status
 from store import Job, JobState, Target, claim_job, get_job, session_scope
-from tests.cli_client.conftest import client_env, run, start
-from tests.dashboard.support import WORKER_ID, Service, add_attempt, create_running_job, finish, verdict
+from tests.support.cli import client_env, run, start
+from tests.support.dashboard import WORKER_ID, Service, add_attempt, create_running_job, finish, verdict
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _wait_for(predicate, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _job(factory: sessionmaker[Session], job_id: int) -> Job:
@@ -47,7 +41,7 @@ def test_submit_no_follow_prints_the_job_id(service: Service, tmp_path: Path) ->
     assert f"/dashboard/jobs/{job_id}" in result.stderr
     # A problem file goes as its source.
     problem = tmp_path / "mine.py"
-    problem.write_text((Path(__file__).parents[2] / "problems/bundled/level1/softmax.py").read_text() + "# mine\n")
+    problem.write_text((REPO / "problems/bundled/level1/softmax.py").read_text() + "# mine\n")
     posted = run(["submit", str(problem), "--target", "cpu", "--llm", "openai", "--no-follow"], env, tmp_path)
     assert posted.returncode == 0, posted.stderr
     with session_scope(service.factory) as session:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from store import JobState, Target, create_api_key, session_scope
-from tests.cli_client.conftest import KERNELLOOP, api_env, client_env, run
-from tests.dashboard.support import (
+from tests.support.cli import KERNELLOOP, api_env, client_env, run
+from tests.support.dashboard import (
     SEED_PROBLEM,
     Service,
     add_attempt,

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from store import Target
-from tests.cli_client.conftest import client_env, run
-from tests.dashboard.support import REPO, SEED_PROBLEM, Service, add_attempt, create_running_job, finish, verdict
+from tests.support.cli import client_env, run
+from tests.support.dashboard import SEED_PROBLEM, Service, add_attempt, create_running_job, finish, verdict
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

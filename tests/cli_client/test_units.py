@@ -9,6 +9,7 @@ import pytest
 from cli.client.bench import BenchResult, read_suite, summarize
 from cli.client.http import DEFAULT_API_URL, ClientConfig, parse_sse, resolve_config
 from cli.client.replay import relative_difference, replay_options
+from tests.support.paths import REPO
 
 
 def _write_config(home: Path, text: str) -> Path:
@@ -75,7 +76,7 @@ def test_fast_p_counts_every_problem_and_geomeans_only_correct_ones() -> None:
 
 
 def test_suites_from_a_list_or_a_directory(tmp_path: Path) -> None:
-    source = (Path(__file__).parents[2] / "problems/bundled/level1/softmax.py").read_text()
+    source = (REPO / "problems/bundled/level1/softmax.py").read_text()
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "b.py").write_text(source)
     (tmp_path / "dir" / "a.py").write_text(source)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cli.keys import ensure_local_key
 from config import Settings
 from store import make_engine, make_session_factory, revoke_api_key, session_scope
-from tests.cli_client.conftest import KERNELLOOP, Embedded, api_env, run
+from tests.support.cli import KERNELLOOP, Embedded, api_env, run
 
 
 def test_the_local_key_is_made_once_and_again_when_revoked(tmp_path: Path) -> None:

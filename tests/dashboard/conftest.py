@@ -1,8 +1,5 @@
-"""Fixtures for the dashboard tests: a live API (uvicorn) and a headless Chromium (Selenium).
-
-Chromium and chromedriver come from Debian (`scripts/ensure-browser` installs them); when they
-are missing the browser tests fail with that hint rather than skip.
-"""
+"""Fixtures for the dashboard tests: a live API (uvicorn) and a headless Chromium (Selenium), both
+of `tests.support.dashboard`."""
 
 from __future__ import annotations
 
@@ -14,14 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dashboard.support import Service, live_service
-
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-CHROME_ARGS = (
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--window-size=1280,1000", "--force-device-scale-factor=1", "--hide-scrollbars",
-)
+from tests.support.dashboard import CHROME_ARGS, CHROMEDRIVER, Service, chromium, live_service
 
 
 @pytest.fixture
@@ -39,14 +29,6 @@ def artifacts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail("no chromium on PATH: run scripts/ensure-browser (apt-get install chromium chromium-driver)")
-
-
 @pytest.fixture
 def browser() -> Iterator[object]:
     if not CHROMEDRIVER.exists():
@@ -56,7 +38,7 @@ def browser() -> Iterator[object]:
 
     profile = tempfile.mkdtemp(prefix="kl-chromium-")
     options = webdriver.ChromeOptions()
-    options.binary_location = _chromium()
+    options.binary_location = chromium()
     for arg in (*CHROME_ARGS, f"--user-data-dir={profile}"):
         options.add_argument(arg)
     # The console (for Content-Security-Policy refusals): `browser.get_log("browser")`.

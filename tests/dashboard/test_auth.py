@@ -16,24 +16,18 @@ from api.dashboard.session import COOKIE_NAME, CSRF_HEADER
 from config import Settings
 from harness import Status
 from store import JobState, revoke_api_key, session_scope
-from tests.dashboard.support import (
+from tests.support.dashboard import (
     Service,
     add_attempt,
     create_key,
     create_running_job,
     finish,
+    login,
     migrated_factory,
     verdict,
 )
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _login(client: httpx.Client, key: str, next_path: str = "/dashboard") -> httpx.Response:
-    form = client.get("/login", params={"next": next_path})
-    token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
-    assert token, form.text
-    return client.post("/login", data={"api_key": key, "csrf_token": token.group(1), "next": next_path})
 
 
 def _csrf(client: httpx.Client) -> str:
@@ -44,7 +38,7 @@ def _csrf(client: httpx.Client) -> str:
 
 def test_login_sets_a_signed_httponly_lax_cookie(service: Service) -> None:
     with httpx.Client(base_url=service.base_url) as client:
-        response = _login(client, service.key, "/dashboard/jobs/7?x=1")
+        response = login(client, service.key, "/dashboard/jobs/7?x=1")
         assert response.status_code == 303 and response.headers["location"] == "/dashboard/jobs/7?x=1"
         [header] = [h for h in response.headers.get_list("set-cookie") if h.startswith(f"{COOKIE_NAME}=")]
         cookie = SimpleCookie(header)[COOKIE_NAME]
@@ -58,13 +52,13 @@ def test_login_sets_a_signed_httponly_lax_cookie(service: Service) -> None:
 
 def test_login_refuses_bad_keys_forged_forms_and_foreign_redirects(service: Service) -> None:
     with httpx.Client(base_url=service.base_url) as client:
-        assert _login(client, "kl_not-a-key").status_code == 401
+        assert login(client, "kl_not-a-key").status_code == 401
         assert COOKIE_NAME not in client.cookies
         # A cross-site post has no login cookie to match its token.
         forged = httpx.post(f"{service.base_url}/login", data={"api_key": service.key, "csrf_token": "x"})
         assert forged.status_code == 400 and COOKIE_NAME not in forged.cookies
         for target in ("//evil.example/x", "https://evil.example/", "/\\evil.example"):
-            response = _login(client, service.key, target)
+            response = login(client, service.key, target)
             assert response.headers["location"] == "/dashboard"
 
 
@@ -83,7 +77,7 @@ def test_cookie_reads_json_sse_and_downloads_of_own_jobs_only(service: Service) 
     bob_id, bob_key = create_key(service.factory, "bob")
     bobs_job = create_running_job(service.factory, bob_id)
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         assert client.get(f"/jobs/{job_id}").json()["state"] == "succeeded"
         assert [j["id"] for j in client.get("/jobs").json()["items"]] == [job_id]
         assert client.get(f"/jobs/{job_id}/best.py").text.endswith("# best\n")
@@ -96,7 +90,7 @@ def test_cookie_reads_json_sse_and_downloads_of_own_jobs_only(service: Service) 
         assert client.get(f"/jobs/{bobs_job}/events").status_code == 404
         assert client.get(f"/dashboard/jobs/{bobs_job}").status_code == 404
     with httpx.Client(base_url=service.base_url) as bob:
-        _login(bob, bob_key)
+        login(bob, bob_key)
         assert [j["id"] for j in bob.get("/jobs").json()["items"]] == [bobs_job]
 
 
@@ -104,7 +98,7 @@ def test_cookie_posts_need_the_csrf_token_headers_do_not(service: Service) -> No
     first = create_running_job(service.factory, service.key_id)
     second = create_running_job(service.factory, service.key_id)
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         refused = client.post(f"/jobs/{first}/cancel")
         assert refused.status_code == 403 and refused.json()["code"] == "csrf_rejected"
         assert client.post(f"/jobs/{first}/cancel", headers={CSRF_HEADER: "wrong"}).status_code == 403
@@ -118,7 +112,7 @@ def test_cookie_posts_need_the_csrf_token_headers_do_not(service: Service) -> No
 
 def test_a_header_wins_over_the_cookie_and_revoking_the_key_ends_the_session(service: Service) -> None:
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         wrong = client.get("/jobs", headers={"X-API-Key": "kl_wrong"})
         assert wrong.status_code == 401 and wrong.json()["code"] == "invalid_api_key"
         with session_scope(service.factory) as session:
@@ -129,7 +123,7 @@ def test_a_header_wins_over_the_cookie_and_revoking_the_key_ends_the_session(ser
 
 def test_logout_needs_the_token_and_clears_the_cookie(service: Service) -> None:
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         assert client.post("/logout", data={"csrf_token": "nope"}).status_code == 403
         assert client.get("/dashboard").status_code == 200
         response = client.post("/logout", data={"csrf_token": _csrf(client)})
@@ -142,7 +136,7 @@ def test_pages_escape_what_jobs_store(service: Service) -> None:
     add_attempt(service.factory, job_id, verdict(Status.FAIL, message="<script>alert(1)</script>"))
     finish(service.factory, job_id, JobState.FAILED, error="<img src=x onerror=alert(2)>")
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get(f"/dashboard/jobs/{job_id}").text
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
     assert "<img src=x" not in page and "&lt;img src=x" in page
@@ -157,7 +151,7 @@ def test_a_configured_secret_is_shared_by_api_processes_a_generated_one_is_not(t
         return TestClient(create_app(settings, dispatcher=NullDispatcher()), follow_redirects=False)
 
     def signed_in(client: TestClient) -> str:
-        assert _login(client, key).status_code == 303
+        assert login(client, key).status_code == 303
         return str(client.cookies[COOKIE_NAME])
 
     def reads_jobs(client: TestClient, cookie: str) -> int:

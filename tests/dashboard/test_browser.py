@@ -26,8 +26,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from harness import Status, Verdict
 from problems import parse_problem
 from store import JobKind, JobState, Target, create_job, session_scope
-from tests.dashboard.support import (
-    REPO,
+from tests.support.dashboard import (
     SEED_PROBLEM,
     Service,
     add_attempt,
@@ -41,6 +40,7 @@ from tests.dashboard.support import (
     verdict,
     worker_recorder,
 )
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,18 +14,18 @@ from harness import Status
 from harness.verdict import Verdict
 from problems import load_problem, parse_problem
 from store import JobKind, Target, create_job, session_scope, source_sha256
-from tests.dashboard.support import (
+from tests.support.dashboard import (
     Service,
     add_attempt,
     create_key,
     create_running_job,
+    login,
     seed_attempts,
     stage_event,
     store_problem,
     verdict,
     worker_recorder,
 )
-from tests.dashboard.test_auth import _login
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +61,7 @@ def test_job_page_embeds_what_the_script_needs(service: Service) -> None:
     job_id = create_running_job(service.factory, service.key_id)
     seed_attempts(service.factory, job_id, (1.2, None, 2.0))
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get(f"/dashboard/jobs/{job_id}")
     data = _page_data(page.text)
     assert [a["n"] for a in data["attempts"]] == [1, 2, 3]
@@ -77,7 +77,7 @@ def test_problem_page_shows_shapes_sizes_and_measured_work(service: Service) -> 
     job_id = create_running_job(service.factory, service.key_id)
     add_attempt(service.factory, job_id, verdict(median_ms=1.0))
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get("/dashboard/problems/level2/conv_tanh_scale_bias_maxpool").text
         empty = client.get("/dashboard/problems/level1/softmax").text
         missing = client.get("/dashboard/problems/level9/nothing")
@@ -95,7 +95,7 @@ def test_posted_problem_page_and_api_route(service: Service) -> None:
                          kind=JobKind.AGENT)
         job_id = job.id
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get(f"/dashboard/jobs/{job_id}/problem").text
     assert "[64, 128]" in page and "float16" in page
     api = httpx.get(f"{service.base_url}/jobs/{job_id}/problem", headers=service.headers())
@@ -113,12 +113,12 @@ def test_jobs_list_filters_by_state_and_admin_sees_all(service: Service) -> None
     bobs = create_running_job(service.factory, bob_id)
     _, admin_key = create_key(service.factory, "root", is_admin=True)
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get("/dashboard").text
         assert f'data-job-id="{mine}"' in page and f'data-job-id="{bobs}"' not in page
         assert f'data-job-id="{mine}"' not in client.get("/dashboard", params={"state": "succeeded"}).text
     with httpx.Client(base_url=service.base_url) as admin:
-        _login(admin, admin_key)
+        login(admin, admin_key)
         page = admin.get("/dashboard").text
         assert f'data-job-id="{mine}"' in page and f'data-job-id="{bobs}"' in page
 
@@ -143,7 +143,7 @@ def test_job_page_embeds_trajectories_and_the_recent_events_the_now_panel_replay
         recorder.message(trajectory=0, role="user", content="go")
     stage_event(service.factory, job_id, "compile", "started", attempt=1)
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         data = _page_data(client.get(f"/dashboard/jobs/{job_id}").text)
     [trajectory] = data["trajectories"]
     assert trajectory["index"] == 0 and trajectory["label"] == "trajectory 0 · T=0.3 · tile first"
@@ -161,7 +161,7 @@ def test_the_attempt_page_is_its_owners_and_escapes_what_it_shows(service: Servi
         recorder.attempt(trajectory=None, tool="benchmark", source='x = "fixed"\n', parent_sha256=source_sha256(
             'x = "</pre><script>alert(1)</script>"\n'), verdict=Verdict.from_dict(verdict(median_ms=2.0)))
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
         page = client.get(f"/dashboard/jobs/{job_id}/attempts/{first}")
         second = client.get(f"/dashboard/jobs/{job_id}/attempts/{first + 1}").text
         missing = client.get(f"/dashboard/jobs/{job_id}/attempts/{first + 2}")
@@ -176,7 +176,7 @@ def test_the_attempt_page_is_its_owners_and_escapes_what_it_shows(service: Servi
     assert missing.status_code == 404 and "Attempt 3 of job" in missing.text
     _, other = create_key(service.factory, "mallory")
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, other)
+        login(client, other)
         assert client.get(f"/dashboard/jobs/{job_id}/attempts/{first}").status_code == 404
 
 
@@ -184,7 +184,7 @@ def test_jobs_list_filters_by_target_and_problem_and_refuses_unknown_values(serv
     cuda = create_running_job(service.factory, service.key_id)
     cpu = create_running_job(service.factory, service.key_id, target=Target.CPU, problem="level1/softmax")
     with httpx.Client(base_url=service.base_url) as client:
-        _login(client, service.key)
+        login(client, service.key)
 
         def ids(**params: str) -> list[int]:
             page = client.get("/dashboard", params=params)

@@ -22,7 +22,7 @@ from api.dashboard.views import (
 )
 from harness import Baselines, Stage, Status, Timing, Verdict
 from problems import bundled_problems
-from tests.dashboard.support import REPO
+from tests.support.paths import REPO
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 KEY_HASH = "ab" * 32

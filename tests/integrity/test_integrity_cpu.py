@@ -26,32 +26,20 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
+from harness import Depth, Referee, Stage, Status, Verdict
 from problems import load_problem
 from problems.spec import parse_problem
+from tests.support.integrity import make_options
+from tests.support.paths import REPO
+from tests.support.processes import processes_with_arg
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SEED1_CPU = (REPO / "examples" / "seed1_cpu.py").read_text()
 SEED2_CPU = (REPO / "examples" / "seed2_train_cpu.py").read_text()
 SEED1_PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
-#: Quick timing: enough calls for rotation, sampled re-checks and the tail calls to matter.
-QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=10, max_repeats=40, max_time_s=0.2, input_sets=2,
-                             recheck_every=5)
-#: Small enough that allocating past it takes a second, large enough for torch and a compile.
-MEMORY_LIMIT_MB = 3072
 #: What a probe raises when it reached something it must not.
 LEAK = "LEAK"
-
-
-def make_options(cache: Path, **changes: object) -> HarnessOptions:
-    base = HarnessOptions(
-        cache_dir=cache, secret_seed=20261130, trials=2, compile_baseline=False, timing=QUICK_TIMING,
-        timeouts=Timeouts(trial_s=8.0, load_s=60.0, timing_s=60.0, compile_s=400.0),
-        memory_limit_mb=MEMORY_LIMIT_MB,
-    )
-    return base.replace(**changes)
 
 
 # -- the world a probe looks for -------------------------------------------------------------
@@ -209,18 +197,6 @@ def descendants(pid: int) -> list[int]:
         nxt = [c for p in frontier for c in children.get(p, [])]
         found.extend(nxt)
         frontier = nxt
-    return found
-
-
-def processes_with_arg(token: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
     return found
 
 
@@ -902,7 +878,7 @@ def test_canary_in_the_worker_environment_is_out_of_reach(harness_cache: Path, t
         from pathlib import Path
         from harness import Depth, Referee
         from problems import load_problem
-        from tests.integrity.test_integrity_cpu import make_options
+        from tests.support.integrity import make_options
         assert "{canary}" in open(f"/proc/{{os.getpid()}}/environ").read()  # the canary is really there
         with Referee(load_problem("{SEED1_PROBLEM}"), "cpu", make_options(Path({str(harness_cache)!r}))) as ref:
             verdict = ref.evaluate(Path({str(candidate)!r}).read_text(), depth=Depth.CORRECTNESS)

@@ -1,11 +1,16 @@
-"""A live kernelloop API for browser and CLI tests: uvicorn on 127.0.0.1 (a free port) against a
-migrated SQLite file, an API key, and jobs and attempts written straight into the store with real
-harness `Verdict`s (no worker runs)."""
+"""A live kernelloop API for the dashboard's and the CLI's tests: uvicorn on 127.0.0.1 (a free
+port) against a migrated SQLite file, an API key, and jobs and attempts written straight into the
+store with real harness `Verdict`s (no worker runs); signing in, and the headless Chromium the
+browser tests drive.
+
+Chromium and chromedriver come from Debian (`scripts/ensure-browser` installs them); when they
+are missing the browser tests fail with that hint rather than skip.
+"""
 
 from __future__ import annotations
 
-import socket
-import threading
+import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import NullDispatcher, StreamOptions, create_app
@@ -40,8 +45,10 @@ from store import (
     source_sha256,
 )
 from store.migrate import upgrade
+from tests.support.api import serve
+from tests.support.databases import sqlite_url_in
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SEED_PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 WORKER_ID = "test-worker"
 #: Streams poll fast in tests, and reconnect quickly when the server closes them.
@@ -113,7 +120,7 @@ def verdict(
 
 def migrated_factory(directory: Path) -> tuple[str, sessionmaker[Session]]:
     directory.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite:///{directory / 'kernelloop.db'}"
+    url = sqlite_url_in(directory)
     upgrade(url)
     return url, make_session_factory(make_engine(url))
 
@@ -206,26 +213,38 @@ def live_service(directory: Path, **settings: Any) -> Iterator[Service]:
         dispatcher=NullDispatcher(),
         stream_options=STREAM_OPTIONS,
     )
-    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are TCP.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    # A stream a test left open must not hold the shutdown for long.
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    assert httpx.get(f"{base}/health").status_code == 200
     try:
-        yield Service(base_url=base, factory=factory, key=key, key_id=key_id)
+        with serve(app) as base:
+            yield Service(base_url=base, factory=factory, key=key, key_id=key_id)
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
         factory.kw["bind"].dispose()
+
+
+def login(client: httpx.Client, key: str, next_path: str = "/dashboard") -> httpx.Response:
+    """Sign in through the login form (its CSRF token included), as a person does."""
+    form = client.get("/login", params={"next": next_path})
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+    assert token, form.text
+    return client.post("/login", data={"api_key": key, "csrf_token": token.group(1), "next": next_path})
+
+
+# -- the browser ---------------------------------------------------------------------------------
+
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROME_ARGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--window-size=1280,1000", "--force-device-scale-factor=1", "--hide-scrollbars",
+)
+
+
+def chromium() -> str:
+    """The Chromium binary on PATH (the test fails with the hint to install it when there is none)."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("no chromium on PATH: run scripts/ensure-browser (apt-get install chromium chromium-driver)")
 
 
 # -- an agent's session, as the worker records it ------------------------------------------------

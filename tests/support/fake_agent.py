@@ -23,7 +23,7 @@ from typing import Any
 from agent import CandidateRecord, Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
 from harness import Depth, Stage, Status, Verdict
 from harness.verdict import source_sha256
-from tests.worker.support import SEED1_CPU
+from tests.support.worker import SEED1_CPU
 
 CALLS: list[str] = []
 

@@ -1,4 +1,4 @@
-"""The tests' embedded worker process: ``python -m tests.worker.embedded_entry``.
+"""The tests' embedded worker process: ``python -m tests.support.embedded_entry``.
 
 `worker.embedded.EmbeddedWorker` with the tests' quick harness options and the fake agent;
 settings come from ``KERNELLOOP_*`` like in production.
@@ -10,8 +10,8 @@ import logging
 
 from config import load_settings
 from store import Target, make_engine, make_session_factory
-from tests.worker import fake_agent
-from tests.worker.support import quick_options
+from tests.support import fake_agent
+from tests.support.worker import quick_options
 from worker.embedded import EmbeddedWorker
 
 

@@ -1,4 +1,5 @@
-"""Helpers for the agent's tests: the seed problems, replay scripts and fakes (no compiles)."""
+"""The agent's tests' seed problems, replay profile, fakes and job specs (no compiles; the GPU
+tests import it too, on a host without the service's packages)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""Databases for the tests (a pytest plugin, see tests/conftest.py): throwaway SQLite files and
-PostgreSQL databases, migrated once per session and emptied after each test.
+"""Databases for the tests (a pytest plugin, registered by tests/conftest.py): throwaway SQLite
+files and PostgreSQL databases, migrated once per session and emptied after each test, and Redis.
 
 PostgreSQL comes from ``KERNELLOOP_TEST_POSTGRES_URL`` (default: the local server's ``postgres``
 database as user ``postgres``). Each test session creates its own ``kl_test_<random>`` database
 through it and drops it at the end. When the server cannot be reached the PostgreSQL tests fail:
 CI guarantees a server, so a missing one is a broken environment, not a reason to skip.
+
+Redis comes from ``KERNELLOOP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/14``, flushed
+before and after each test that uses ``redis_url``); unreachable, it fails the test too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from store.migrate import upgrade
 PG_URL_ENV = "KERNELLOOP_TEST_POSTGRES_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgresql")
+REDIS_URL_ENV = "KERNELLOOP_TEST_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 @contextmanager
@@ -119,3 +124,21 @@ def session(factory: sessionmaker[Session]) -> Iterator[Session]:
     with factory() as session:
         yield session
         session.rollback()
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """Redis database 14, empty before and after the test."""
+    import redis
+
+    url = os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis is unreachable at {url} (set {REDIS_URL_ENV}): {exc}", pytrace=False)
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()

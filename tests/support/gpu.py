@@ -1,4 +1,5 @@
-"""What the GPU tests share: their figures, printed (run with -s) and appended to a JSON-lines file."""
+"""What the GPU tests share: their figures, printed (run with -s) and appended to a JSON-lines file
+(stdlib only: a GPU host has torch and pytest, not the service's packages)."""
 
 from __future__ import annotations
 
