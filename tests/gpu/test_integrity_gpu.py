@@ -1,6 +1,6 @@
 """The adversarial suite on CUDA (`pytest -m gpu`, on an H200): the cheats that matter on a GPU.
 
-Same layout as tests/integrity/test_integrity_cpu.py: a table of cheats, each the seed-1 CUDA
+Same layout as tests/harness/integrity/test_integrity_cpu.py: a table of cheats, each the seed-1 CUDA
 example with ``ModelNew.forward`` overridden (one CUDA build serves them all), one `Referee` for
 the module, and the reason each must be caught. Needs only torch, the standard library and pytest.
 Figures go to stdout (run with -s) as INTEGRITY-GPU lines, and to KERNELLOOP_GPU_REPORT if set.

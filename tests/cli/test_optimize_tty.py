@@ -3,7 +3,7 @@
 The real run uses a fresh cache whose builds are hard links to the session's (no compile here),
 but whose baselines are empty: the reference's start and the eager / torch.compile timing run as
 a person's first optimize of a problem would, and the screen must say so while they run. (The
-header build, minutes on two cores, is shown by the same view in tests/cli_client/test_view.py
+header build, minutes on two cores, is shown by the same view in tests/cli/test_view.py
 with a fake slow stage.)
 """
 
