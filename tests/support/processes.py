@@ -17,10 +17,9 @@ def stage_processes(root_pid: int | None = None, role: str | None = None) -> lis
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                commands[int(entry)] = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
         except OSError:
             continue
         parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
@@ -47,10 +46,8 @@ def processes_with(marker: str) -> list[int]:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmd = fh.read().decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as fh:
-                zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            zombie = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
             continue
         if marker in cmd and not zombie:
