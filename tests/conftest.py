@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-#: Database fixtures (SQLite and PostgreSQL) shared by the store, API and worker tests.
-pytest_plugins = ["tests.databases"]
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+#: Database fixtures (SQLite, PostgreSQL, Redis) shared by the store, API, worker and tenancy tests.
+#: Builders and helpers are modules of `tests.support` (its docstring says which holds what).
+pytest_plugins = ["tests.support.databases"]
 
 # One OpenMP thread per sandboxed stage (the variable is on the harness's environment allowlist):
 # on a 2-core CI machine shared with other jobs, OpenMP barriers waiting for a descheduled thread

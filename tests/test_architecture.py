@@ -24,6 +24,8 @@ that, with everything it imports from the harness at module level, imports none 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -262,3 +264,99 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# -- the tests' own layout: a folder per package, their helpers in tests/support --------------------
+
+TESTS = ROOT / "tests"
+SUPPORT = "tests.support"
+#: Test folders that are no package's, and why.
+FOLDERS_BEYOND_PACKAGES = {
+    "support": "the builders and helpers every test folder shares",
+    "gpu": "`make test-gpu`: a GPU host with torch and pytest",
+    "tenancy": "hostile tenants, through every package at once",
+    "examples": "the bundled examples through the referee",
+    "benchmarks": "smoke runs of benchmarks/",
+}
+#: Subfolders named after a subject of their package rather than a subpackage of it.
+SUBJECT_FOLDERS = {"harness/integrity": "the adversarial suite"}
+#: What a GPU host imports of tests/support: the standard library only (and each other).
+GPU_HOST_SUPPORT = frozenset({"paths", "gpu", "network", "processes", "waiting", "cli"})
+#: ``from tests.x import y`` / ``import tests.x`` in a script a test runs (``python -c``).
+_SCRIPT_IMPORT = re.compile(r"^\s*(?:from|import)\s+(tests(?:\.\w+)+)", re.MULTILINE)
+
+
+def _test_files() -> list[Path]:
+    return sorted(p for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _tests_imports(path: Path, *, top_level_only: bool = False) -> Iterator[tuple[int, str]]:
+    """The modules ``path`` imports (``from a.b import c``: ``a.b``, and ``a.b.c`` when that is a
+    module of tests/), with those of the scripts in its strings; not those under TYPE_CHECKING."""
+
+    def walk(node: ast.AST, top_level: bool) -> Iterator[tuple[int, str]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    yield from walk(other, top_level)
+                continue
+            if isinstance(child, ast.Import) and (top_level or not top_level_only):
+                yield from ((child.lineno, alias.name) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and (top_level or not top_level_only):
+                assert not child.level, f"{path}:{child.lineno}: a relative import"
+                module = child.module or ""
+                yield child.lineno, module
+                for alias in child.names:
+                    if (TESTS.parent / f"{module}.{alias.name}".replace(".", "/")).with_suffix(".py").exists():
+                        yield child.lineno, f"{module}.{alias.name}"
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str) and not top_level_only:
+                yield from ((child.lineno, m) for m in _SCRIPT_IMPORT.findall(child.value))
+            is_function = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            yield from walk(child, top_level and not is_function)
+
+    yield from walk(ast.parse(path.read_text()), True)
+
+
+def test_tests_take_their_helpers_from_tests_support_only() -> None:
+    """No test module imports another test module or a conftest: what tests share is in tests/support."""
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for path in _test_files() for line, module in _tests_imports(path)
+             if module.split(".")[0] == "tests" and module != SUPPORT and not module.startswith(f"{SUPPORT}.")]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_import_check_of_the_tests_sees_imports_everywhere(tmp_path: Path) -> None:
+    # The rule above would pass vacuously if the walker missed function-level or scripted imports.
+    probe = tmp_path / "probe.py"
+    tests = "tests"  # spelled apart, or this file would break its own rule
+    probe.write_text(f'def f():\n    from {tests}.api.conftest import Key\n\n'
+                     f'SCRIPT = """\nfrom {tests}.x.test_y import z\n"""\n')
+    assert [m for _, m in _tests_imports(probe)] == ["tests.api.conftest", "tests.x.test_y"]
+
+
+def test_only_the_root_conftest_registers_plugins() -> None:
+    # pytest refuses ``pytest_plugins`` in a conftest below the rootdir's.
+    registering = [path.relative_to(ROOT).as_posix() for path in _test_files()
+                   if any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytest_plugins"
+                                                               for t in node.targets)
+                          for node in ast.parse(path.read_text()).body)]
+    assert registering == ["tests/conftest.py"]
+
+
+def test_test_folders_mirror_the_packages() -> None:
+    # Folders with a module (one left with only a __pycache__ by an older layout is no test folder).
+    folders = sorted({p.parent.relative_to(TESTS).as_posix() for p in _test_files()} - {"."})
+    wrong = [folder for folder in folders
+             if folder.split("/")[0] not in (*PACKAGES, *FOLDERS_BEYOND_PACKAGES)
+             or ("/" in folder and folder.split("/")[0] in PACKAGES and folder not in SUBJECT_FOLDERS
+                 and not (ROOT / folder / "__init__.py").is_file())]
+    assert wrong == [], f"test folders that are no package's: {wrong}"
+
+
+def test_what_a_gpu_host_imports_of_tests_support_is_stdlib_only() -> None:
+    wrong = [f"tests/support/{name}.py:{line} imports {module}"
+             for name in sorted(GPU_HOST_SUPPORT)
+             for line, module in _tests_imports(TESTS / "support" / f"{name}.py", top_level_only=True)
+             if module.split(".")[0] not in sys.stdlib_module_names
+             and module.removeprefix(f"{SUPPORT}.") not in GPU_HOST_SUPPORT]
+    assert wrong == [], "\n".join(wrong)

@@ -8,7 +8,7 @@ from agent.providers.replay import ReplayProvider
 from agent.testing import MemoryRecorder
 from problems import load_problem
 from problems.spec import Problem
-from tests.agent.support import SEED1, SEED2
+from tests.support.agents import SEED1, SEED2
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -28,9 +27,10 @@ from agent.testing import (
 )
 from config.settings import LLMProfile, Settings
 from problems.spec import Problem
-from tests.agent.support import no_sleep, spec_for
+from tests.support.agents import no_sleep, spec_for
+from tests.support.paths import REPO
 
-DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
+DEPLOY = REPO / "docs" / "deploy.md"
 _EXAMPLE = re.compile(r"```json (\w+)\n(.*?)```", re.DOTALL)
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
 

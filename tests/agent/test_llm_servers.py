@@ -35,7 +35,7 @@ from agent.testing import (
 from agent.testing.scripted import roles_alternate
 from config.settings import LLMProfile
 from problems.spec import Problem
-from tests.agent.support import no_sleep, spec_for
+from tests.support.agents import no_sleep, spec_for
 
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # fast\n    pass\n"
 SLOW = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # slow\n    pass\n"

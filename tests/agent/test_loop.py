@@ -15,7 +15,7 @@ from agent.providers.base import AssistantTurn, ContextOverflow, ProviderError, 
 from agent.providers.replay import ReplayProvider, ScriptedCall, ScriptedTurn
 from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
 from problems.spec import Problem
-from tests.agent.support import REPLAY, FakeClock, fake_for, no_sleep, spec_for
+from tests.support.agents import REPLAY, FakeClock, fake_for, no_sleep, spec_for
 
 
 def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, replay1: ReplayProvider,

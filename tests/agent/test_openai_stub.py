@@ -13,7 +13,7 @@ from agent.providers.openai_chat import OpenAIProvider
 from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder, StubChatServer, StubResponse
 from config.settings import LLMProfile
 from problems.spec import Problem
-from tests.agent.support import no_sleep, spec_for
+from tests.support.agents import no_sleep, spec_for
 
 FAST, WRONG = "# fast\nclass ModelNew: ...\n", "# wrong\nclass ModelNew: ...\n"
 TOOL_NAMES = {"get_gpu_specs", "compile", "check_correctness", "benchmark", "profile", "submit"}

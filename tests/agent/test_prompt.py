@@ -10,7 +10,7 @@ from agent.testing.fakes import FAKE_SPECS
 from harness.devices import DeviceSpecs
 from problems import load_problem
 from problems.spec import Policy, Problem
-from tests.agent.support import SEED2_EVAL
+from tests.support.agents import SEED2_EVAL
 
 
 def _prompt(problem: Problem, target: str = "cuda", *, specs: DeviceSpecs | None = FAKE_SPECS,

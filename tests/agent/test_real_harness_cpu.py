@@ -22,7 +22,7 @@ from config.settings import LLMProfile
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.verdict import Verdict
 from problems.spec import Problem
-from tests.agent.support import SEED1, no_sleep, spec_for
+from tests.support.agents import SEED1, no_sleep, spec_for
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from agent.providers.replay import ReplayProvider
 from agent.testing import MemoryRecorder
 from harness import HarnessOptions, Referee
 from problems import load_problem
-from tests.agent.support import SEED1, spec_for
-from tests.gpu.support import report
+from tests.support.agents import SEED1, spec_for
+from tests.support.gpu import report
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from agent.providers.replay import NoReplayScript, ReplayProvider, replay_script
 from agent.providers.replay_candidates import EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
 from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
 from problems import load_problem
-from tests.agent.support import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
+from tests.support.agents import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
 
 ALL = [(p, t) for p in (SEED1, SEED2, SEED2_EVAL) for t in ("cpu", "cuda")]
 EXAMPLE_OF_FAST = {

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from harness.verdict import Status, Verdict
 from store import append_message, create_trajectory, record_attempt, session_scope
-from tests.api.conftest import CANDIDATE_SOURCE, Key, job_body, verdict_dict
+from tests.support.api import CANDIDATE_SOURCE, Key, job_body, verdict_dict
 
 
 def _job_with_attempts(client: TestClient, key: Key, factory: sessionmaker[Session]) -> int:

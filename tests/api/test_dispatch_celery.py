@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import RUN_JOB_TASK, create_app
-from tests.api.conftest import CANDIDATE_SOURCE, Key, job_body, make_settings
-from tests.api.test_health_metrics import REDIS_URL, closed_port
+from tests.support.api import CANDIDATE_SOURCE, REDIS_URL, Key, job_body, make_settings
+from tests.support.network import free_port
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_post_puts_run_job_on_the_targets_queue(
 def test_unreachable_broker_is_503_and_the_job_is_cancelled(
     db_url: str, tmp_path, alice: Key, factory: sessionmaker[Session]
 ) -> None:
-    settings = make_settings(db_url, tmp_path, broker_url=f"redis://127.0.0.1:{closed_port()}/0")
+    settings = make_settings(db_url, tmp_path, broker_url=f"redis://127.0.0.1:{free_port()}/0")
     with TestClient(create_app(settings)) as client:
         response = client.post("/jobs", json=job_body(target="cpu"), headers=alice.headers)
         assert response.status_code == 503, response.text

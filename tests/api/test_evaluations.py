@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import JobKind, get_job, session_scope
-from tests.api.conftest import CANDIDATE_SOURCE, PROBLEM_SOURCE, Key, RecordingDispatcher
+from tests.support.api import CANDIDATE_SOURCE, PROBLEM_SOURCE, Key, RecordingDispatcher
 
 
 def test_post_evaluation_creates_an_evaluation_job(

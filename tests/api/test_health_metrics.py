@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 from fastapi.testclient import TestClient
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
-from tests.api.conftest import Key, RecordingDispatcher, job_body, make_settings
-
-REDIS_URL = "redis://127.0.0.1:6379/15"
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nothing listens once the socket is closed
+from tests.support.api import REDIS_URL, Key, RecordingDispatcher, job_body, make_settings
+from tests.support.network import free_port
 
 
 def test_health_embedded(client: TestClient) -> None:
@@ -37,7 +28,7 @@ def test_health_distributed(db_url: str, tmp_path, dispatcher: RecordingDispatch
 
 
 def test_health_is_503_when_the_broker_is_down(db_url: str, tmp_path, dispatcher: RecordingDispatcher) -> None:
-    settings = make_settings(db_url, tmp_path, broker_url=f"redis://127.0.0.1:{closed_port()}/0")
+    settings = make_settings(db_url, tmp_path, broker_url=f"redis://127.0.0.1:{free_port()}/0")
     with TestClient(create_app(settings, dispatcher=dispatcher)) as client:
         response = client.get("/health")
     assert response.status_code == 503
@@ -47,7 +38,7 @@ def test_health_is_503_when_the_broker_is_down(db_url: str, tmp_path, dispatcher
 
 
 def test_health_is_503_when_the_database_is_down(tmp_path, dispatcher: RecordingDispatcher) -> None:
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/postgres?connect_timeout=1"
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres?connect_timeout=1"
     with TestClient(create_app(make_settings(url, tmp_path), dispatcher=dispatcher)) as client:
         response = client.get("/health")
     assert response.status_code == 503

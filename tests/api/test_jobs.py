@@ -29,7 +29,7 @@ from store import (
     get_job,
     session_scope,
 )
-from tests.api.conftest import (
+from tests.support.api import (
     CANDIDATE_SOURCE,
     PROBLEM_SOURCE,
     TEST_STREAM_OPTIONS,

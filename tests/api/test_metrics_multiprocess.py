@@ -22,9 +22,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from store.migrate import upgrade
-from tests.worker.test_service import _free_port, _wait_healthy
+from tests.support.network import free_port, wait_healthy
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 REQUESTS = 40
 
 pytestmark = pytest.mark.timeout(180)
@@ -39,7 +39,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def _serve(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         serve = subprocess.Popen(
@@ -48,7 +48,7 @@ def _serve(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subproces
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base, serve, log_path)
+        wait_healthy(base, serve, log_path)
         yield base, serve, log_path
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=30) == 0, log_path.read_text()

@@ -36,7 +36,7 @@ from store import (
     session_scope,
 )
 from store.migrate import upgrade
-from tests.api.conftest import (
+from tests.support.api import (
     CANDIDATE_SOURCE,
     PROBLEM_SOURCE,
     RecordingDispatcher,

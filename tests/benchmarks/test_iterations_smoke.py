@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.iterations import build_mix, comment_variant, summarise, to_markdown
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])

@@ -8,10 +8,10 @@ import pytest
 
 from harness import HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions
 from problems import load_problem
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SEED2_CPU = (REPO / "examples" / "seed2_train_cpu.py").read_text()
 QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=5, max_time_s=0.3, input_sets=2)
 

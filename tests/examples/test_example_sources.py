@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 PROBLEMS = REPO / "problems" / "bundled" / "level2"
 

@@ -14,11 +14,11 @@ import pytest
 
 from harness import Depth, HarnessOptions, Referee, warm_headers
 from problems import load_problem
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 #: The issue's target for a kernel-only edit of the playbook style on the H200 host (stage wall).
 KERNEL_EDIT_TARGET_S = 3.0
 

@@ -15,11 +15,11 @@ import pytest
 
 from harness import HarnessOptions, Referee, Status
 from problems import load_problem
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 CASES = [
     ("level2/conv_tanh_scale_bias_maxpool", "seed1_cuda.py"),
     ("level2/conv_bn_scale_train", "seed2_train_cuda.py"),

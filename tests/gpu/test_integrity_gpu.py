@@ -1,6 +1,6 @@
 """The adversarial suite on CUDA (`pytest -m gpu`, on an H200): the cheats that matter on a GPU.
 
-Same layout as tests/integrity/test_integrity_cpu.py: a table of cheats, each the seed-1 CUDA
+Same layout as tests/harness/integrity/test_integrity_cpu.py: a table of cheats, each the seed-1 CUDA
 example with ``ModelNew.forward`` overridden (one CUDA build serves them all), one `Referee` for
 the module, and the reason each must be caught. Needs only torch, the standard library and pytest.
 Figures go to stdout (run with -s) as INTEGRITY-GPU lines, and to KERNELLOOP_GPU_REPORT if set.
@@ -23,11 +23,11 @@ import pytest
 from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
 from problems import load_problem
 from problems.spec import Problem, parse_problem
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 SEED1_CUDA = (REPO / "examples" / "seed1_cuda.py").read_text()
 PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 QUICK_TIMING = TimingOptions(warmup_ms=10, min_repeats=10, max_repeats=40, max_time_s=0.3, input_sets=2,

@@ -16,11 +16,11 @@ import pytest
 
 from harness import HarnessOptions, Referee, StageEvent, Status
 from problems import load_problem
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 LEVEL1 = sorted(p.stem for p in (REPO / "problems" / "bundled" / "level1").glob("*.py"))
 SECRET = 20261202
 

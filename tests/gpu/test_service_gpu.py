@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 SEED1 = "level2/conv_tanh_scale_bias_maxpool"
 
 
@@ -73,7 +73,7 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
 def test_replay_reproduces_the_jobs_speedups(tmp_path: Path) -> None:
     """submit → replay against ``kernelloop up --target cuda``: the best kernel's speedups, re-measured
     with fresh eager and torch.compile baselines, within 5 % of the stored ones (kernels ≥ 1 ms)."""
-    from tests.cli_client.conftest import KERNELLOOP, api_env, kernelloop_up, run
+    from tests.support.cli import KERNELLOOP, api_env, kernelloop_up, run
 
     cache = Path(os.environ.get("KERNELLOOP_TEST_CACHE") or tmp_path / "cache")
     with kernelloop_up(tmp_path, cache, "cuda") as up:

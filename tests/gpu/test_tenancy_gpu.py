@@ -20,11 +20,11 @@ import pytest
 
 from harness import ErrorKind, HarnessOptions, Referee, ReferenceFailed, Timeouts
 from problems.spec import parse_problem
-from tests.gpu.support import report
+from tests.support.gpu import report
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
 CANCEL_TARGET_S = 5.0
 CANDIDATE = """
 import torch

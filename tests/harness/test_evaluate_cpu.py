@@ -19,10 +19,11 @@ import pytest
 
 from harness import Baselines, Depth, HarnessOptions, Referee, Stage, Status, Timeouts, Timing, TimingOptions
 from problems import load_problem
+from tests.support.paths import REPO
+from tests.support.processes import processes_with_arg
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SEED1_CPU = (REPO / "examples" / "seed1_cpu.py").read_text()
 QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=5, max_time_s=0.3, input_sets=2)
 
@@ -58,18 +59,6 @@ def gone_soon(running: Callable[[], list[int]], within_s: float = 5.0) -> bool:
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
     return not running()
-
-
-def processes_with_arg(token: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture(scope="module")

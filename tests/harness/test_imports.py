@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 SERVICE_PACKAGES = {"fastapi", "starlette", "sqlalchemy", "alembic", "celery", "kombu", "redis", "openai",
                     "pydantic", "pydantic_settings", "typer", "rich", "httpx", "store", "api", "worker", "agent",
                     "config", "cli"}

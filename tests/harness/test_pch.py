@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.buildcache import BuildCache, _first_line_includes_torch, build_pch, publish_staged
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 # Every C++ build needs g++: where it is missing these tests fail (a broken environment), never skip.
 GXX = shutil.which("g++") or "g++"
 

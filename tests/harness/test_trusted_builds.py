@@ -16,7 +16,6 @@ import pytest
 
 from harness.buildcache import builder_refusal, normalise_header_flags, publish_staged
 
-REPO = Path(__file__).resolve().parents[2]
 POISON = b"\x7fELF poisoned object planted by a candidate"
 
 

@@ -33,7 +33,7 @@ from store import (
     session_scope,
     verify_api_key,
 )
-from tests.store.conftest import Builders
+from tests.support.store import Builders
 
 
 def test_the_plaintext_is_returned_once_and_never_stored(session: Session) -> None:

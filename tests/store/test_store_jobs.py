@@ -49,7 +49,7 @@ from store import (
     redispatch_stale_jobs,
     session_scope,
 )
-from tests.store.conftest import Builders
+from tests.support.store import Builders
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = 60.0

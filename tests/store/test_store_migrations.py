@@ -14,9 +14,9 @@ from sqlalchemy import inspect
 
 from store import Base, make_engine
 from store.migrate import current_revision, downgrade, upgrade
-from tests.databases import sqlite_url_in
+from tests.support.databases import sqlite_url_in
+from tests.support.paths import REPO
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_TABLES = {t.name for t in Base.metadata.sorted_tables}
 
 
@@ -83,7 +83,7 @@ def test_the_circular_foreign_keys_exist(backend: str, request: pytest.FixtureRe
 
 def test_alembic_ini_takes_the_url_from_x_argument(tmp_path: Path) -> None:
     url = sqlite_url_in(tmp_path)
-    config = Config(str(REPO_ROOT / "alembic.ini"), cmd_opts=argparse.Namespace(x=[f"url={url}"]))
+    config = Config(str(REPO / "alembic.ini"), cmd_opts=argparse.Namespace(x=[f"url={url}"]))
     command.upgrade(config, "head")
     assert _tables(url) == MODEL_TABLES
 
@@ -93,5 +93,5 @@ def test_alembic_ini_takes_the_url_from_the_environment(
 ) -> None:
     url = sqlite_url_in(tmp_path)
     monkeypatch.setenv("KERNELLOOP_DATABASE_URL", url)
-    command.upgrade(Config(str(REPO_ROOT / "alembic.ini")), "head")
+    command.upgrade(Config(str(REPO / "alembic.ini")), "head")
     assert _tables(url) == MODEL_TABLES

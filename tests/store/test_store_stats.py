@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from harness.verdict import Status
 from store import StoreCounts, Target, append_event, claim_next_job, read_store_counts, record_attempt
-from tests.store.conftest import Builders
+from tests.support.store import Builders
 
 
 def test_counts_by_state_status_and_events(session: Session, build: Any) -> None:

@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from tests.tenancy.conftest import PROBLEM_TAIL, Service, stage_processes
+from tests.support.processes import stage_processes
+from tests.support.tenancy import PROBLEM_TAIL, Service
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,29 +33,22 @@ def _lock_free(path: os.PathLike[str]) -> bool:
         os.close(fd)
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_cancel_kills_a_hanging_reference_start_and_frees_the_lock(service: Service) -> None:
     hang = "import torch\nfrom torch import nn\n" + PROBLEM_TAIL.replace(
         "def get_inputs():\n", "def get_inputs():\n    while True:\n        pass\n")
     job_id = service.post_evaluation(hang)
     worker = service.run_in_background()  # the reference's start limit is 90 s: it would hang that long
     lock = service.cache / "locks" / "cpu.lock"
-    _wait_for(lambda: bool(stage_processes(role="reference")), 120, "the reference stage")
+    wait_for(lambda: bool(stage_processes(role="reference")), timeout=120, interval=0.05, what="the reference stage")
     time.sleep(1.0)  # inside get_inputs by now (or about to be)
     assert not _lock_free(lock), "the evaluation holds the cpu timing lock while it runs"
 
     cancelled_at = time.monotonic()
     response = service.client.post(f"/jobs/{job_id}/cancel", headers=service.headers)
     assert response.status_code in (200, 202), response.text
-    _wait_for(lambda: not stage_processes(), 30, "the stage processes to go")
+    wait_for(lambda: not stage_processes(), timeout=30, interval=0.05, what="the stage processes to go")
     gone_s = time.monotonic() - cancelled_at
-    _wait_for(lambda: _lock_free(lock), 10, "the lock")
+    wait_for(lambda: _lock_free(lock), timeout=10, interval=0.05, what="the lock")
     lock_s = time.monotonic() - cancelled_at
     print(f"TENANCY-FIGURE cancel -> stage processes gone: {gone_s:.2f} s; lock free: {lock_s:.2f} s")
     assert gone_s < CANCEL_TARGET_S and lock_s < CANCEL_TARGET_S

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.tenancy.conftest import PROBLEM_TAIL, Service, processes_with
+from tests.support.paths import REPO
+from tests.support.processes import processes_with
+from tests.support.tenancy import PROBLEM_TAIL, Service
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +78,7 @@ def test_problem_code_sees_and_touches_nothing_of_others(service: Service) -> No
     (cache / "baselines" / "baseline-other.json").write_text("{}")
     home_canary = Path.home() / f".kl-tenancy-canary-{os.getpid()}"
     home_canary.write_text("HOME_SECRET")
-    checkout_file = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    checkout_file = REPO / "pyproject.toml"
     database = service.settings.data_dir / "kernelloop.db"
     writes = [cache / "inductor" / "poison.py", cache / "builds" / "poison", cache / "baselines" / "poison.json",
               cache / "problem-caches" / ("0" * 32) / "poison", service.workdir / "poison",

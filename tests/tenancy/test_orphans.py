@@ -35,20 +35,17 @@ from store import (
     session_scope,
 )
 from store.migrate import upgrade
-from tests.databases import sqlite_url_in
-from tests.tenancy.conftest import CANDIDATE, PROBLEM_TAIL, stage_processes
+from tests.support.databases import sqlite_url_in
+from tests.support.network import free_port, healthy
+from tests.support.paths import REPO
+from tests.support.processes import stage_processes
+from tests.support.tenancy import CANDIDATE, PROBLEM_TAIL
+from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 #: What the issue asks: an orphaned embedded worker exits within this long after `up` is killed.
 ORPHAN_TARGET_S = 5.0
 HANG = "import torch\nfrom torch import nn\n" + PROBLEM_TAIL.replace(
     "def get_inputs():\n", "def get_inputs():\n    while True:\n        pass\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -76,17 +73,10 @@ def _children(pid: int, marker: str) -> list[int]:
     return found
 
 
-def _wait(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @pytest.mark.slow
 def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path, harness_cache: Path) -> None:
     data_dir = tmp_path / "data"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "KERNELLOOP_DATA_DIR": str(data_dir), "KERNELLOOP_CACHE_DIR": str(harness_cache),
            "KERNELLOOP_WARM_HEADERS": "false", "KERNELLOOP_API_PORT": str(port), "PYTHONPATH": str(REPO)}
     env.pop("KERNELLOOP_DATABASE_URL", None)
@@ -95,14 +85,7 @@ def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path
                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         base = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{base}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait(healthy, 120, "the API of `up`")
+        wait_for(lambda: healthy(base), timeout=120, what="the API of `up`")
         factory = make_session_factory(make_engine(sqlite_url_in(data_dir)))
         with session_scope(factory) as session:
             key = create_api_key(session=session, name="t", owner="t", max_concurrent_jobs=5,
@@ -111,15 +94,15 @@ def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path
                               json={"problem_source": HANG, "candidate_source": CANDIDATE, "target": "cpu"})
         assert response.status_code == 202, response.text
         (worker,) = _children(up.pid, "embedded-worker")
-        _wait(lambda: bool(stage_processes(worker, role="reference")), 300, "the job's reference stage")
+        wait_for(lambda: bool(stage_processes(worker, role="reference")), timeout=300, what="the job's reference stage")
         stages = stage_processes(worker)
 
         up.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         up.wait()
-        _wait(lambda: not _alive(worker), 30, "the orphaned worker to exit")
+        wait_for(lambda: not _alive(worker), timeout=30, what="the orphaned worker to exit")
         worker_s = time.monotonic() - killed_at
-        _wait(lambda: not [p for p in stages if _alive(p)], 30, "the worker's stages to go")
+        wait_for(lambda: not [p for p in stages if _alive(p)], timeout=30, what="the worker's stages to go")
         stages_s = time.monotonic() - killed_at
         print(f"TENANCY-FIGURE kill -9 of up -> embedded worker gone: {worker_s:.2f} s; its stages gone: "
               f"{stages_s:.2f} s")

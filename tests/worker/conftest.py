@@ -1,14 +1,11 @@
-"""Fixtures for the worker's tests: migrated SQLite files, throwaway PostgreSQL databases
-(`tests.databases`), Redis db 14.
-
-Redis comes from ``KERNELLOOP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/14``,
-flushed before and after each test that uses it). As in the store's tests, an unreachable server
-fails the test: CI guarantees both.
+"""Fixtures for the worker's tests: migrated SQLite files and throwaway PostgreSQL databases
+private to each test, and settings for them (``redis_url``, Redis db 14, is a fixture of
+`tests.support.databases`). As in the store's tests, an unreachable server fails the test: CI
+guarantees both.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from config import Settings
 from store import make_engine, make_session_factory
 from store.migrate import upgrade
-from tests.databases import sqlite_url_in, throwaway_postgres
-from tests.worker.support import make_settings
-
-REDIS_URL_ENV = "KERNELLOOP_TEST_REDIS_URL"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+from tests.support.databases import sqlite_url_in, throwaway_postgres
+from tests.support.worker import make_settings
 
 
 @pytest.fixture
@@ -41,25 +35,8 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    """Redis database 14, empty before and after the test."""
-    import redis
-
-    url = os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
-    client = redis.Redis.from_url(url)
-    try:
-        client.flushdb()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis is unreachable at {url} (set {REDIS_URL_ENV}): {exc}", pytrace=False)
-    try:
-        yield url
-    finally:
-        client.flushdb()
-        client.close()
-
-
-def _factory(url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(url)
+def sqlite_factory(sqlite_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(sqlite_url)
     try:
         yield make_session_factory(engine)
     finally:
@@ -67,13 +44,12 @@ def _factory(url: str) -> Iterator[sessionmaker[Session]]:
 
 
 @pytest.fixture
-def sqlite_factory(sqlite_url: str) -> Iterator[sessionmaker[Session]]:
-    yield from _factory(sqlite_url)
-
-
-@pytest.fixture
 def postgres_factory(postgres_url: str) -> Iterator[sessionmaker[Session]]:
-    yield from _factory(postgres_url)
+    engine = make_engine(postgres_url)
+    try:
+        yield make_session_factory(engine)
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture

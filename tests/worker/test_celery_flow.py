@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from config import Settings
 from harness import Status
 from store import JobState, events_after, get_job, list_attempts, session_scope
-from tests.worker.processes import celery_worker_argv, mapped_files, worker_process
-from tests.worker.support import evaluation_job, make_settings, wait_for
+from tests.support.processes import mapped_files
+from tests.support.waiting import wait_for
+from tests.support.worker import celery_worker_argv, evaluation_job, make_settings, worker_process
 from worker.celery_app import make_celery
 from worker.tasks import RUN_JOB
 

@@ -21,8 +21,9 @@ from store import (
     list_trajectories,
     session_scope,
 )
-from tests.worker import fake_agent
-from tests.worker.support import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options, wait_for
+from tests.support import fake_agent
+from tests.support.waiting import wait_for
+from tests.support.worker import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options
 from worker.embedded import EmbeddedWorker
 from worker.runner import RunOutcome
 

@@ -16,6 +16,7 @@ import pytest
 from agent.retry import NO_RETRY, InfraRetry
 from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
 from harness.devices import DeviceSpecs
+from tests.support.paths import REPO
 from worker.devicelock import device_key, device_lock
 from worker.evaluator import RefereeEvaluator
 
@@ -174,7 +175,7 @@ def test_the_device_lock_serialises_processes_and_dies_with_its_holder(tmp_path:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from worker.devicelock import device_lock\n"
          "with device_lock(Path(sys.argv[1]), 'gpu-0'):\n    print('held', flush=True); time.sleep(60)",
-         str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+         str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         got = threading.Event()

@@ -16,8 +16,7 @@ from agent.retry import NO_RETRY
 from config import Settings
 from harness import CompileResult, Depth, Stage, Status, Target, Timing, Verdict
 from store import claim_job, session_scope
-from tests.worker.support import agent_job, evaluation_job
-from tests.worker.test_runner import INFRA, ScriptedReferee, _claim, _run
+from tests.support.worker import INFRA, ScriptedReferee, agent_job, claim, evaluation_job, run_claimed
 from worker.evaluator import RefereeEvaluator
 from worker.lease import LeaseKeeper
 from worker.recorder import StoreRecorder
@@ -89,12 +88,12 @@ def test_a_run_counts_its_queue_wait_and_its_outcome_and_is_running_meanwhile(
 
     with session_scope(sqlite_factory) as session:
         job_id = evaluation_job(session)
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     waits = _value("kernelloop_worker_queue_wait_seconds_count", target="cpu")
     runs = _value("kernelloop_worker_jobs_total", target="cpu", kind="evaluation", outcome="succeeded")
     running = _value("kernelloop_worker_jobs_running", target="cpu")
-    outcome = _run(sqlite_settings, sqlite_factory, job_id,
-                   referee_factory=lambda *a: Watching([_verdict(compile_s=3.0)]))
+    outcome = run_claimed(sqlite_settings, sqlite_factory, job_id,
+                          referee_factory=lambda *a: Watching([_verdict(compile_s=3.0)]))
     assert outcome is RunOutcome.SUCCEEDED
     assert _value("kernelloop_worker_queue_wait_seconds_count", target="cpu") == waits + 1
     assert _value("kernelloop_worker_jobs_total", target="cpu", kind="evaluation", outcome="succeeded") == runs + 1

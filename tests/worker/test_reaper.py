@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import JobState, Target, claim_job, get_job, session_scope
-from tests.worker.support import evaluation_job
+from tests.support.worker import evaluation_job
 from worker.reaper import Reaper, reap_once
 
 

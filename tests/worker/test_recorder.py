@@ -24,7 +24,7 @@ from store import (
     source_sha256,
     utcnow,
 )
-from tests.worker.support import SEED1_CPU, SEED1_CPU_WRONG, agent_job
+from tests.support.worker import SEED1_CPU, SEED1_CPU_WRONG, agent_job
 from worker.lease import LeaseKeeper
 from worker.recorder import StoreRecorder, WorkerEvent, trajectory_state_for
 

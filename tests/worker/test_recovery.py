@@ -16,8 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from harness import Status
 from store import JobState, events_after, get_job, list_attempts, session_scope
-from tests.worker.processes import celery_worker_argv, embedded_worker_argv, worker_process
-from tests.worker.support import agent_job, make_settings, wait_for
+from tests.support.waiting import wait_for
+from tests.support.worker import (
+    agent_job,
+    celery_worker_argv,
+    embedded_worker_argv,
+    make_settings,
+    worker_process,
+)
 from worker.celery_app import make_celery
 from worker.tasks import RUN_JOB
 

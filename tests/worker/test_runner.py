@@ -16,14 +16,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from agent import Budgets
 from agent.retry import InfraRetry
 from config import Settings
-from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
-from harness.devices import DeviceSpecs
+from harness import ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
 from harness.wire import WireError
 from store import (
     JobState,
     TrajectoryState,
     cancel_job,
-    claim_job,
     events_after,
     get_job,
     list_attempts,
@@ -33,22 +31,20 @@ from store import (
     session_scope,
     utcnow,
 )
-from tests.worker import fake_agent
-from tests.worker.support import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options, wait_for
-from worker.runner import RunOutcome, agent_budgets, retime_options, run_claimed_job
-
-WORKER = "test-worker"
-
-
-def _claim(factory: sessionmaker[Session], job_id: int, worker: str = WORKER) -> None:
-    with session_scope(factory) as session:
-        assert claim_job(session=session, job_id=job_id, worker_id=worker, lease_seconds=30) is not None
-
-
-def _run(settings: Settings, factory: sessionmaker[Session], job_id: int, **kwargs: Any) -> RunOutcome:
-    kwargs.setdefault("harness_options", quick_options(settings.resolved_cache_dir))
-    kwargs.setdefault("run_agent", fake_agent.run_job)
-    return run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=WORKER, **kwargs)
+from tests.support import fake_agent
+from tests.support.waiting import wait_for
+from tests.support.worker import (
+    INFRA,
+    SEED1_CPU,
+    SEED1_CPU_WRONG,
+    ScriptedReferee,
+    agent_job,
+    claim,
+    evaluation_job,
+    quick_options,
+    run_claimed,
+)
+from worker.runner import RunOutcome, agent_budgets, retime_options
 
 
 def _events(factory: sessionmaker[Session], job_id: int) -> list[tuple[str, dict[str, Any]]]:
@@ -63,8 +59,8 @@ def test_an_evaluation_job_stores_its_verdict_and_succeeds(
     with session_scope(sqlite_factory) as session:
         good, wrong = evaluation_job(session, SEED1_CPU), evaluation_job(session, SEED1_CPU_WRONG)
     for job_id in (good, wrong):
-        _claim(sqlite_factory, job_id)
-        assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.SUCCEEDED
+        claim(sqlite_factory, job_id)
+        assert run_claimed(sqlite_settings, sqlite_factory, job_id) is RunOutcome.SUCCEEDED
     with session_scope(sqlite_factory) as session:
         job = get_job(session=session, job_id=good)
         assert job.state is JobState.SUCCEEDED and job.error is None and job.lease_expires_at is None
@@ -88,29 +84,6 @@ def test_an_evaluation_job_stores_its_verdict_and_succeeds(
     assert events[4][1]["status"] == "pass" and events[-1][1]["state"] == "succeeded"
 
 
-class ScriptedReferee:
-    """A referee that answers from a list of verdicts (and counts what it was asked)."""
-
-    def __init__(self, verdicts: list[Verdict], target: Target = Target.CPU) -> None:
-        self.verdicts = list(verdicts)
-        self.target = target
-        self.asked: list[str] = []
-        self.closed = 0
-
-    def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
-        self.asked.append(Depth(depth).value)
-        return self.verdicts.pop(0)
-
-    @property
-    def device_specs(self) -> DeviceSpecs:
-        return DeviceSpecs(target="cpu", name="fake")
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-INFRA = Verdict(status=Status.ERROR, stage=Stage.CORRECTNESS, error_kind=ErrorKind.INFRA,
-                message="the comparer failed: channel closed")
 PASSED = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed")
 
 
@@ -120,9 +93,9 @@ def test_infra_failures_are_retried_then_the_job_succeeds(
     referee = ScriptedReferee([INFRA, INFRA, PASSED])
     with session_scope(sqlite_factory) as session:
         job_id = evaluation_job(session)
-    _claim(sqlite_factory, job_id)
-    outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: referee,
-                   retry=InfraRetry(delays_s=(0.0, 0.0)))
+    claim(sqlite_factory, job_id)
+    outcome = run_claimed(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: referee,
+                          retry=InfraRetry(delays_s=(0.0, 0.0)))
     assert outcome is RunOutcome.SUCCEEDED
     assert referee.asked == ["benchmark"] * 3 and referee.closed >= 3
     with session_scope(sqlite_factory) as session:
@@ -137,9 +110,10 @@ def test_infra_failures_on_every_try_fail_the_job_with_the_reason(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = evaluation_job(session)
-    _claim(sqlite_factory, job_id)
-    outcome = _run(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: ScriptedReferee([INFRA] * 3),
-                   retry=InfraRetry(delays_s=(0.0, 0.0)))
+    claim(sqlite_factory, job_id)
+    outcome = run_claimed(sqlite_settings, sqlite_factory, job_id,
+                          referee_factory=lambda *a: ScriptedReferee([INFRA] * 3),
+                          retry=InfraRetry(delays_s=(0.0, 0.0)))
     assert outcome is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         job = get_job(session=session, job_id=job_id)
@@ -156,10 +130,10 @@ def test_an_agent_job_runs_the_agent_with_the_evaluator_and_recorder(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "compile_then_check")
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     # The script checks correctness but never times a candidate: no verified kernel, so the job
     # fails, saying so (a job succeeds only with a best attempt).
-    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.FAILED
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id) is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         job = get_job(session=session, job_id=job_id)
         assert job.state is JobState.FAILED and job.error == "no verified kernel (the agent stopped: submitted)"
@@ -190,10 +164,10 @@ def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "compile_then_check", llm_profile="gpt-9")
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     fake_agent.CALLS.clear()
-    assert _run(sqlite_settings, sqlite_factory, job_id,
-                referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id,
+                       referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
     assert fake_agent.CALLS == []
     with session_scope(sqlite_factory) as session:
         assert get_job(session=session, job_id=job_id).error == (
@@ -203,7 +177,7 @@ def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
 def _run_in_thread(settings: Settings, factory: sessionmaker[Session], job_id: int) -> tuple[threading.Thread, list]:
     result: list[RunOutcome] = []
     thread = threading.Thread(target=lambda: result.append(
-        _run(settings, factory, job_id, referee_factory=lambda *a: ScriptedReferee([]))))
+        run_claimed(settings, factory, job_id, referee_factory=lambda *a: ScriptedReferee([]))))
     thread.start()
     return thread, result
 
@@ -213,7 +187,7 @@ def test_a_cancel_stops_a_running_agent_job_at_its_next_safe_point(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "until_cancelled")
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     thread, result = _run_in_thread(sqlite_settings, sqlite_factory, job_id)
 
     def chatted() -> bool:
@@ -238,7 +212,7 @@ def test_a_job_reaped_from_under_its_worker_is_left_to_its_new_holder(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "until_cancelled")
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     thread, result = _run_in_thread(sqlite_settings, sqlite_factory, job_id)
     wait_for(lambda: _events(sqlite_factory, job_id)[-1][0] == "message", timeout=10, what="a message")
     with session_scope(sqlite_factory) as session:
@@ -257,9 +231,9 @@ def test_a_job_not_held_by_the_worker_is_not_run(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = evaluation_job(session)
-    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST  # still queued
-    _claim(sqlite_factory, job_id, worker="someone-else")
-    assert _run(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST  # still queued
+    claim(sqlite_factory, job_id, worker="someone-else")
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id) is RunOutcome.LOST
 
 
 def test_quarantined_candidates_are_retimed_in_a_fresh_process(
@@ -267,7 +241,7 @@ def test_quarantined_candidates_are_retimed_in_a_fresh_process(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "quarantine")
-    _claim(sqlite_factory, job_id)
+    claim(sqlite_factory, job_id)
     built: list[tuple[Target, HarnessOptions]] = []
     # Timed: only a timed pass becomes a job's best.
     retimed = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed",
@@ -278,8 +252,8 @@ def test_quarantined_candidates_are_retimed_in_a_fresh_process(
         return ScriptedReferee([retimed])
 
     base = quick_options(sqlite_settings.resolved_cache_dir).replace(secret_seed=7)
-    assert _run(sqlite_settings, sqlite_factory, job_id, referee_factory=factory,
-                harness_options=base) is RunOutcome.SUCCEEDED
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id, referee_factory=factory,
+                       harness_options=base) is RunOutcome.SUCCEEDED
     (_, job_options), (_, retime) = built
     assert job_options == base
     assert retime == retime_options(base)
@@ -297,9 +271,9 @@ def test_an_agent_error_fails_the_job_with_it(
 ) -> None:
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "fail")
-    _claim(sqlite_factory, job_id)
-    assert _run(sqlite_settings, sqlite_factory, job_id,
-                referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
+    claim(sqlite_factory, job_id)
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id,
+                       referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         job = get_job(session=session, job_id=job_id)
         assert job.state is JobState.FAILED and job.error == "the LLM endpoint failed: 401 Unauthorized"

@@ -27,7 +27,7 @@ from api.schemas import JobPublic, MessagePublic
 from config import LLMProfile, Settings
 from harness import Depth, Target, Verdict
 from store import JobState, claim_job, get_job, list_attempts, list_messages, session_scope
-from tests.worker.support import agent_job, quick_options
+from tests.support.worker import agent_job, quick_options
 from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "test-worker"

@@ -23,7 +23,9 @@ from cli.processes import check_port_free, reuse_port_socket
 from cli.service import WorkerPlan, detect_gpus, plan_workers
 from config import Settings
 from store import create_api_key, make_engine, make_session_factory, session_scope
-from tests.worker.support import PROBLEM_ID, REPO, SEED1_CPU
+from tests.support.network import free_port, wait_healthy
+from tests.support.paths import REPO
+from tests.support.worker import PROBLEM_ID, SEED1_CPU
 from worker.celery_app import make_celery, queues_for
 from worker.tasks import RUN_JOB
 from worker.wiring import create_worker_app, target_for_queue
@@ -80,12 +82,6 @@ def test_up_plans_one_worker_per_gpu_or_one_cpu_worker() -> None:
         plan_workers(gpus=[], target="cuda")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _http(method: str, url: str, body: dict[str, Any] | None = None, key: str | None = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
@@ -97,19 +93,6 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None, key: str | 
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
-
-
-def _wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if _http("GET", f"{base}/health")[0] == 200:
-                return
-        except OSError:
-            pass
-        assert process.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.3)
 
 
 def _children(pid: int) -> list[int]:
@@ -127,7 +110,7 @@ BROKEN = SEED1_CPU + "\nraise RuntimeError('not today')\n"
 
 @pytest.mark.slow
 def test_up_runs_the_api_and_an_embedded_worker_and_stops_them_all(tmp_path: Path, harness_cache: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST")}
     env.update({"KERNELLOOP_DATA_DIR": str(tmp_path), "KERNELLOOP_CACHE_DIR": str(harness_cache),
                 "KERNELLOOP_POLL_INTERVAL_S": "0.1", "CUDA_VISIBLE_DEVICES": ""})
@@ -136,7 +119,7 @@ def test_up_runs_the_api_and_an_embedded_worker_and_stops_them_all(tmp_path: Pat
     up = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base, up, tmp_path / "up.log")
+        wait_healthy(base, up, tmp_path / "up.log")
         (worker_pid,) = _children(up.pid)
 
         engine = make_engine(f"sqlite:///{tmp_path / 'kernelloop.db'}")
@@ -191,7 +174,7 @@ def test_an_embedded_worker_whose_parent_is_already_gone_exits(tmp_path: Path) -
 
 
 def test_api_processes_listening_on_one_port_each_get_a_share_of_the_connections() -> None:
-    port = _free_port()
+    port = free_port()
     listeners = [reuse_port_socket("127.0.0.1", port) for _ in range(2)]
     clients: list[socket.socket] = []
     try:
@@ -218,7 +201,7 @@ def test_api_processes_listening_on_one_port_each_get_a_share_of_the_connections
 
 
 def test_serve_refuses_a_port_that_anything_listens_on_even_with_reuse_port(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     with reuse_port_socket("127.0.0.1", port) as other:
         other.listen(1)
         # Joining it would hand that listener a share of our connections.
@@ -232,7 +215,7 @@ def test_serve_refuses_a_port_that_anything_listens_on_even_with_reuse_port(tmp_
 
 
 def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
     env["KERNELLOOP_DATA_DIR"] = str(tmp_path)
@@ -241,7 +224,7 @@ def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp
         serve = subprocess.Popen([sys.executable, "-m", "cli.service", "serve", "--workers", "2", "--port", str(port)],
                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_healthy(base, serve, log_path)
+        wait_healthy(base, serve, log_path)
         first = sorted(_children(serve.pid))
         assert len(first) == 2, first
         os.kill(first[0], signal.SIGKILL)  # as the OOM killer would
@@ -252,7 +235,7 @@ def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp
         replacement = (set(_children(serve.pid)) - set(first)).pop()
         # The replacement serves: with the survivor killed too, the port still answers.
         os.kill(first[1], signal.SIGKILL)
-        _wait_healthy(base, serve, log_path)
+        wait_healthy(base, serve, log_path)
         assert re.search(r"API process [12]/2 exited with -9; restarting", log_path.read_text())
 
         last = _children(serve.pid)

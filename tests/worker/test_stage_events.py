@@ -10,8 +10,8 @@ from agent.retry import NO_RETRY
 from config import Settings
 from harness import Depth, Stage, StageEvent, StageListener, StageName, StagePhase, Status, Target, Verdict
 from store import claim_job, events_after, session_scope
-from tests.worker import fake_agent
-from tests.worker.support import evaluation_job, quick_options
+from tests.support import fake_agent
+from tests.support.worker import evaluation_job, quick_options
 from worker.recorder import WorkerEvent
 from worker.runner import RunOutcome, run_claimed_job
 

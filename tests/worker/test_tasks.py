@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
 from store import JobState, Target, cancel_job, get_job, make_engine, make_session_factory, session_scope
-from tests.worker import fake_agent
-from tests.worker.support import agent_job, evaluation_job
+from tests.support import fake_agent
+from tests.support.worker import agent_job, evaluation_job
 from worker.celery_app import make_celery
 from worker.lease import check_lease_settings
 from worker.tasks import RUN_JOB, SKIPPED, DatabaseUnavailable, WorkerContext, claim_and_run, register_tasks

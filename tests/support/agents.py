@@ -1,0 +1,54 @@
+"""The agent's tests' seed problems, replay profile, fakes and job specs (no compiles; the GPU
+tests import it too, on a host without the service's packages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import Budgets, JobSpec
+from agent.providers.replay import ReplayProvider
+from agent.testing import FakeCandidate, FakeEvaluator
+from problems.spec import Problem
+
+SEED1 = "level2/conv_tanh_scale_bias_maxpool"
+SEED2 = "level2/conv_bn_scale_train"
+SEED2_EVAL = "level2/conv_bn_scale_eval"
+
+#: A script has no context window; the history is never compacted under it.
+REPLAY_WINDOW = 1 << 20
+
+try:
+    from config.settings import LLMProfile
+
+    REPLAY: Any = LLMProfile(provider="replay", model="replay", api_key_env=None, context_window=REPLAY_WINDOW)
+except ImportError:  # the GPU box has torch and pytest, not the service's packages
+    from types import SimpleNamespace
+
+    REPLAY = SimpleNamespace(provider="replay", model="replay", context_window=REPLAY_WINDOW)
+
+
+def no_sleep(_seconds: float) -> None:
+    return None
+
+
+def fake_for(provider: ReplayProvider, **overrides: FakeCandidate) -> FakeEvaluator:
+    """A fake that judges a seed script's candidates as the real harness would."""
+    kinds = {"draft": FakeCandidate("compile_error"), "wrong": FakeCandidate("wrong"),
+             "slow": FakeCandidate("pass", median_ms=5.0), "fast": FakeCandidate("pass", median_ms=1.0)}
+    kinds.update(overrides)
+    return FakeEvaluator({provider.source(k): v for k, v in kinds.items()})
+
+
+def spec_for(problem: Problem, target: str = "cpu", *, budgets: Budgets | None = None, llm: Any = REPLAY,
+             **kw: Any) -> JobSpec:
+    return JobSpec(problem=problem, target=target, llm=llm, budgets=budgets or Budgets(), **kw)
+
+
+class FakeClock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
