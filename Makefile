@@ -36,7 +36,8 @@ test: setup
 test-examples: setup
 	$(PY) -m pytest -m examples -q tests/examples
 
-## On a GPU machine: the harness's GPU tests (torch + pytest only).
+## On a GPU machine: the harness's GPU tests (torch + pytest only), one file after another: timing
+## tests that share the GPU with each other (pytest-xdist) measure each other's kernels.
 test-gpu:
 	$(PYTHON) -m pytest -m gpu -q tests/gpu
 

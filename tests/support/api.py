@@ -21,26 +21,8 @@ from api import StreamOptions
 from config import Settings
 from harness.verdict import Status
 from store import create_api_key, revoke_api_key, session_scope
+from tests.support.store import PROBLEM_SOURCE as PROBLEM_SOURCE  # the API tests post the store's problem
 from tests.support.store import Builders
-
-PROBLEM_SOURCE = '''
-"""ReLU of a vector."""
-import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(16)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 CANDIDATE_SOURCE = """
 import torch

@@ -17,7 +17,8 @@ from store import (
     get_or_create_problem,
 )
 
-PROBLEM_SOURCE = """
+PROBLEM_SOURCE = '''
+"""ReLU of a vector."""
 import torch
 from torch import nn
 
@@ -33,7 +34,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-"""
+'''
 
 
 class Builders:
