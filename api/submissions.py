@@ -103,9 +103,11 @@ class PendingSubmission:
 def resolve_budgets(budgets: BudgetsInput | None, settings: Settings, *,
                     cost_left: float | None) -> ResolvedBudgets | None:
     """The job's budgets: the request's, else the server's defaults; the cost bounded by the key's
-    cap. ``None`` when the request names none (the worker applies its defaults)."""
+    cap. ``None`` when the request names none and no cap bounds it (the worker applies its defaults)."""
     if budgets is None:
-        return None
+        if cost_left is None:
+            return None
+        budgets = BudgetsInput()  # the defaults, so that the key's cap bounds this job too
     max_cost = settings.default_max_cost_usd if budgets.max_cost_usd is None else budgets.max_cost_usd
     if cost_left is not None:
         # The key's cost cap bounds every job: a job may spend at most what the key has left.

@@ -388,6 +388,8 @@ def test_cost_cap(client: TestClient, keys: Keys, factory: sessionmaker[Session]
     key = keys.create("capped", cost_cap_usd=3.0)
     job = post_job(client, key, budgets={"max_cost_usd": 5.0})
     assert job["budgets"]["max_cost_usd"] == 3.0  # a job may spend at most what the key has left
+    unbudgeted = post_job(client, key)  # no budgets named: the defaults, still within the cap
+    assert unbudgeted["budgets"]["max_cost_usd"] == 3.0 and unbudgeted["budgets"]["turns"] > 0
     with session_scope(factory) as session:
         add_job_usage(session=session, job_id=job["id"], cost_usd=3.25)
     response = client.post("/jobs", json=job_body(), headers=key.headers)
