@@ -4,7 +4,7 @@
 # The CUDA *devel* image: workers compile candidates with nvcc and the host compiler
 # (torch.utils.cpp_extension.load_inline), so the toolkit and Python headers must be present.
 # Match CUDA_IMAGE and TORCH_INDEX_URL to the hosts' driver (the driver must be at least as new
-# as the toolkit); the H200 measurements of DESIGN §6 used torch 2.11 + CUDA 13.
+# as the toolkit); the H200 measurements of benchmarks/README.md used torch 2.11 + CUDA 13.
 ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04
 FROM ${CUDA_IMAGE}
 
@@ -33,7 +33,7 @@ WORKDIR /app
 # Dependencies first (a layer that survives code edits), then the code, installed editable so that
 # migrations/ and examples/ (the replay provider's candidates) stay beside the packages.
 COPY pyproject.toml README.md ./
-RUN mkdir -p problems harness agent store worker api cli config display migrations \
+RUN mkdir -p problems harness agent store worker api cli config display vocabulary migrations \
  && pip install ".[service]" && pip uninstall -y kernelloop
 COPY alembic.ini ./
 COPY problems ./problems
@@ -45,6 +45,7 @@ COPY api ./api
 COPY cli ./cli
 COPY config ./config
 COPY display ./display
+COPY vocabulary ./vocabulary
 COPY migrations ./migrations
 COPY examples ./examples
 RUN pip install --no-deps -e . \

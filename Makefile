@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 # CUDA build of torch into the venv first (or set TORCH_SPEC) and this step keeps it.
 TORCH_SPEC ?= torch==2.13.0
 TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
+# pytest-xdist workers of `make test` (a file each: its module fixtures are built once).
+TEST_WORKERS ?= 3
 
 .PHONY: setup demo test test-examples test-gpu clean
 
@@ -30,7 +32,7 @@ test: setup
 	scripts/ensure-compose || echo "no Compose implementation: the compose file check will be skipped"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not gpu and not examples" -q
+	$(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 ## Every bundled level-1 example's CPU kernel through the referee (`make test` runs three of them).
 test-examples: setup

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.causes import grouped_kernel_errors
 from harness.devices import DeviceSpecs
 from harness.integrity import Flag
 from harness.verdict import Status, Timing, Trial, Verdict
@@ -51,11 +52,19 @@ FLAG_MEANING: dict[str, str] = {
     Flag.EXTENSION_DOES_NO_WORK: "replacing your extension's functions with no-ops still gave the right output: "
                                  "your extension does no real work (torch computes the result)",
     Flag.TORCH_COMPUTE_IN_PURE_FORWARD: "the problem's policy is pure, but forward computes with torch ops",
-    Flag.CLOCK_DISAGREES: "the reported times disagree with the trusted clock (timers must not be patched; a "
-                          "quarantined speedup is re-timed with a call count and clock the harness controls)",
-    Flag.TIMED_OUTPUT_MISMATCH: "outputs of timed calls differ from the reference (caching or races?)",
+    Flag.CLOCK_DISAGREES: "the times reported from your process are less than the harness's own clock measured "
+                          "for the same calls (every call is timed from outside your process too)",
+    Flag.TIMED_OUTPUT_MISMATCH: "outputs of timed calls (compared at random, after they returned) differ from the "
+                                "reference: caching by pointer or shape, work skipped when not checked, or races",
+    Flag.TIMED_OUTPUT_NOT_PLAIN: "forward must return plain torch.Tensor output(s), complete when it returns (no "
+                                 "tensor subclasses, proxies or lazily computed values)",
+    Flag.TIMING_PROTOCOL_BROKEN: "something in your process wrote to the harness's channel: touch nothing of the "
+                                 "harness's (its sockets, its modules)",
+    Flag.HARNESS_TAMPERED: "your code changed the harness's functions in its process; leave them alone",
     Flag.SPEEDUP_OVER_LIMIT: "the speedup over eager is above the quarantine limit (10x)",
     Flag.FASTER_THAN_ROOFLINE: "the time is well below the roofline's lower bound for this device",
+    Flag.HOST_LOADED: "the host was busy while this was timed: the times and speedups may be off by a lot; "
+                      "do not chase small differences, compare again on a later benchmark",
 }
 
 
@@ -124,8 +133,9 @@ def _build_lines(verdict: Verdict) -> list[str]:
         return lines
     extensions = [e.to_dict() for e in verdict.compile.extensions]
     if extensions:
-        built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'})" for e in extensions)
-        lines.append(f"build: {built}; compile stage {verdict.compile.seconds:.1f} s")
+        built = ", ".join(f"{e.get('name')} ({'reused build' if e.get('cached') else 'built'}"
+                          f"{', lazily in ' + str(e['lazy']) if e.get('lazy') else ''})" for e in extensions)
+        lines.append(f"build: {built}; compile time {verdict.compile.seconds:.1f} s")
         lines.extend(_compile_cost_lines(extensions))
     kernels = [k.to_dict() for k in verdict.compile.kernels]
     if kernels:
@@ -183,6 +193,25 @@ def _compile_cost_lines(extensions: Sequence[Mapping[str, Any]]) -> list[str]:
         if binding and any(str(u.get("source", "")).endswith(".cu") for u in fresh) and not heavy_cu:
             lines.append("  next attempt: keep cpp_sources, the extension's name and its flags unchanged when only the "
                          "kernels change, and the binding is reused (no compile).")
+    return lines
+
+
+def _hidden_failure_lines(verdict: Verdict) -> list[str]:
+    """The failures the candidate's own code caught, with the compiler's errors: the true cause of
+    whatever happened next, so they come first."""
+    lines: list[str] = []
+    where = {None: "at import", "import": "at import (in the run only: no GPU at compile time)",
+             "__init__": "in ModelNew.__init__", "forward": "in forward"}
+    for failure in verdict.compile.swallowed if verdict.compile is not None else ():
+        lazy = failure.lazy.value if failure.lazy is not None else None
+        lines.append(f"YOUR BUILD FAILED: load_inline of {failure.name!r} ({where[lazy]}) raised and your code caught "
+                     "it, so your kernel never ran; first compiler errors:")
+        lines.append(_clip(failure.errors or "(the compiler printed no error text)", MAX_ERROR_CHARS))
+    for error, trials in grouped_kernel_errors(verdict.kernel_errors):
+        lines.append(f"YOUR KERNEL RAISED: {error.function} raised in {', '.join(trials) or 'the load'} and your "
+                     f"code caught it (forward went on without it): {_clip(error.error, MAX_LOG_CHARS)}")
+    if lines:
+        lines.append("(a kernel must fail loudly: remove the try/except fallback to see errors where they happen)")
     return lines
 
 
@@ -334,6 +363,8 @@ def verdict_feedback(tool: str, verdict: Verdict, *, reused_from: str | None = N
     lines = [f"{tool}: {status.upper()} (stage {stage}) - {message.splitlines()[0] if message else ''}".rstrip(" -")]
     if reused_from:
         lines.append(f"(identical source to an earlier {reused_from} call: its stored verdict, not re-run)")
+    lines.extend(_hidden_failure_lines(verdict))
+    lines.extend(f"note: {note}" for note in verdict.notes)
     if status == "error" and stage == "compile":
         errors = str((verdict.compile.errors if verdict.compile else "") or verdict.log or message).strip()
         if errors:

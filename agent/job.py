@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -91,6 +91,10 @@ class Failure(StrEnum):
 class Budgets:
     """Limits per trajectory (turns, tool calls, as in the seeds) and per job (the rest).
 
+    The agent is told its budgets; it has no defaults of its own. The service's defaults are its
+    settings' (`config.Settings`, ``KERNELLOOP_DEFAULT_*``), applied once, when a job is created
+    (`api.submissions.resolve_budgets`), so a job stores the budgets it runs under.
+
     Args:
         turns: assistant messages per trajectory.
         tool_calls: tool calls per trajectory (infra failures are not charged).
@@ -100,11 +104,11 @@ class Budgets:
         target_speedup: stop the job once a verified candidate is this much faster than eager.
     """
 
-    turns: int = 10
-    tool_calls: int = 30
-    max_tokens: int = 400_000
-    max_cost_usd: float = 5.0
-    wall_clock_s: float = 3600.0
+    turns: int
+    tool_calls: int
+    max_tokens: int
+    max_cost_usd: float
+    wall_clock_s: float
     target_speedup: float | None = None
 
     def __post_init__(self) -> None:
@@ -138,7 +142,7 @@ class JobSpec:
     problem: Problem
     target: str
     llm: LLMProfile
-    budgets: Budgets = field(default_factory=Budgets)
+    budgets: Budgets
     trajectories: int = 1
     random_trials: int = 3
     context_tokens: int | None = None

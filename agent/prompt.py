@@ -1,9 +1,10 @@
 """The opening of every trajectory: the system prompt (role, contract, device, playbook, tools,
 budget, strategy) and the problem message.
 
-The contract is DESIGN §2 stated outright, with this problem's values filled in, so the model
-never spends turns guessing what the seed transcripts had to guess: train or eval mode, whether
-weights are copied, the tolerance, whether torch ops may stay, whether TF32 is on.
+The contract is the evaluation contract of docs/architecture.md stated outright, with this
+problem's values filled in, so the model never spends turns guessing what the seed transcripts
+had to guess: train or eval mode, whether weights are copied, the tolerance, whether torch ops
+may stay, whether TF32 is on.
 """
 
 from __future__ import annotations
@@ -85,19 +86,24 @@ def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
     """The evaluation contract, with this problem's mode, policy, tolerance and trials."""
     gpu_import = ("Your file is imported (and its extensions built) in a process with no GPU visible: "
                   "module-level code may compile but must not touch the GPU (no CUDA tensors, no torch.cuda "
-                  "calls at import). " if target == "cuda" else "")
+                  "calls at import; torch.cuda.is_available() is False there, so a build behind it happens "
+                  "only when your file runs on the GPU). " if target == "cuda" else "")
     return f"""\
 ## How your file is judged (the evaluation contract; nothing here is left to guess)
 - Your file defines class ModelNew(nn.Module) with the same constructor arguments as Model (they come from
   get_init_inputs()) and the same forward arguments (from get_inputs()), returning the same tensor(s). It
-  builds its kernels with torch.utils.cpp_extension.load_inline at import time. {gpu_import}
+  builds its kernels with torch.utils.cpp_extension.load_inline, best at import time (then the compile
+  step builds and checks them); a build in __init__ or on the first forward works too. Every build goes
+  through the same cached builder and counts as compile time, never as run time. {gpu_import}
 - Weights: Model is built, then every floating-point parameter and buffer is re-drawn from a secret seed
   (each keeps its scale; variances stay positive), so defaults such as BatchNorm's running_mean = 0 and
   running_var = 1, or zero biases, never hold. ModelNew is built with the same arguments and the reference
-  state_dict is loaded into it by key, AFTER __init__: keep every parameter and buffer of Model under the
-  same name and shape (e.g. self.conv = nn.Conv2d(...), self.bias = nn.Parameter(...)); extra keys are
-  fine. Anything derived from weights (folded BatchNorm, transposed layouts) must be computed in forward
-  (cache it keyed on the tensors' ._version if you like), never in __init__.
+  weights are loaded into it AFTER __init__: by name when it has every state_dict key of Model with the same
+  shape (e.g. self.conv = nn.Conv2d(...), self.bias = nn.Parameter(...); extra keys are fine), otherwise by
+  registration order when its floating-point parameters and buffers match Model's one to one, in the order
+  they are created, with the same shapes (as in KernelBench, which builds both from the same seed); anything
+  else is an error listing both. Anything derived from weights (folded BatchNorm, transposed layouts)
+  must be computed in forward (cache it keyed on the tensors' ._version if you like), never in __init__.
 - Mode: {_mode(problem)}
 - Forward runs under torch.no_grad() for the reference and for you: no autograd support is needed.
 - Random numbers: {_random(problem)}
@@ -107,8 +113,9 @@ def contract_text(problem: Problem, target: str, *, random_trials: int) -> str:
   the baselines and you (matmuls and convolutions run in true fp32); the harness checks after every call
   that you did not switch it on.
 - Policy: {_policy(problem)}
-- Not custom kernels: torch.compile, Triton, CUDA graphs. No try/except fallbacks to torch, no in-place
-  changes to the inputs, no background threads, no outputs cached across calls.
+- Not custom kernels: torch.compile, Triton, CUDA graphs. No try/except fallbacks to torch (a build error
+  or kernel error your code catches is reported to you first anyway), no in-place changes to the inputs,
+  no background threads, no outputs cached across calls.
 - Timing: after warm-up, repeated calls {_timing_caches(target)} and inputs rotated; the median
   counts, and some timed outputs are re-checked. You get the speedup over eager PyTorch and over
   torch.compile of the reference, and the % of the roofline's speed-of-light (the reference's FLOPs and

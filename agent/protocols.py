@@ -2,7 +2,7 @@
 
 The worker passes a `harness.Referee` (wrapped in `agent.SerialEvaluator` when trajectories run
 concurrently) as the `Evaluator`, and a `Recorder` over ``store/``. Tests pass fakes with the same
-shape (`agent.testing`).
+shape (`tests.support.doubles`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from agent.protocols import Evaluator, Recorder
 from agent.providers.base import ToolCall
 from agent.retry import INFRA_RETRY, InfraRetry
 from harness.devices import DeviceSpecs
+from harness.options import Depth
 from harness.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
 from harness.wire import JsonObject
 from problems.spec import MAX_SOURCE_BYTES
@@ -49,13 +50,13 @@ class ToolName(StrEnum):
     SUBMIT = "submit"
 
 
-#: The evaluation depth (``harness.Depth`` values) each code-running tool asks for.
+#: The evaluation depth each code-running tool asks for.
 DEPTH_OF = {
-    ToolName.COMPILE: "compile",
-    ToolName.CHECK_CORRECTNESS: "correctness",
-    ToolName.BENCHMARK: "benchmark",
-    ToolName.PROFILE: "profile",
-    ToolName.SUBMIT: "benchmark",
+    ToolName.COMPILE: Depth.COMPILE,
+    ToolName.CHECK_CORRECTNESS: Depth.CORRECTNESS,
+    ToolName.BENCHMARK: Depth.BENCHMARK,
+    ToolName.PROFILE: Depth.PROFILE,
+    ToolName.SUBMIT: Depth.BENCHMARK,
 }
 #: Stored verdicts of these tools answer a call of the key tool for the same source.
 _ANSWERED_BY = {
@@ -111,12 +112,16 @@ def tool_schemas() -> list[JsonObject]:
     return [copy.deepcopy(s) for s in TOOL_SCHEMAS]
 
 
+#: Verdicts that judged nothing (ours, or cut short by the job's stop): never served again.
+_NOT_JUDGED = frozenset({ErrorKind.INFRA, ErrorKind.CANCELLED})
+
+
 def _rejected(text: str) -> ToolResult:
     return ToolResult(tool_error(text) + " (not run, not charged)", charged=False)
 
 
 def _answers(stored_tool: ToolName, verdict: Verdict, wanted: ToolName) -> bool:
-    if verdict.error_kind is ErrorKind.INFRA:
+    if verdict.error_kind in _NOT_JUDGED:
         return False
     if stored_tool in _ANSWERED_BY[wanted]:
         return True
@@ -162,11 +167,14 @@ class Ledger:
             self.compiles += 1
 
     def parent_for(self, sha: str) -> str | None:
-        """The source this one was derived from: the previous distinct source when first seen."""
-        if sha not in self.parent_of:
+        """The source this one was derived from: the previous distinct source when first seen; a
+        source seen before is a re-run of itself (its parent is its own earlier attempt, never the
+        one its first run was edited from)."""
+        seen = sha in self.parent_of
+        if not seen:
             self.parent_of[sha] = self.last_sha if self.last_sha != sha else None
         self.last_sha = sha
-        return self.parent_of[sha]
+        return sha if seen else self.parent_of[sha]
 
     @property
     def best_ms(self) -> float | None:
@@ -288,6 +296,8 @@ class ToolExecutor:
                                         compile_s_total=ledger.compile_s, compiles=ledger.compiles)
                 return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
             verdict = self._evaluate_with_retries(tool, source, trajectory=trajectory, parent=parent)
+        if verdict.error_kind is ErrorKind.CANCELLED:  # the job is stopping: nothing was judged
+            return ToolResult(f"{tool.value} was stopped: the job is ending (not your code).", charged=False)
         if verdict.error_kind is ErrorKind.INFRA:
             return ToolResult(f"{tool.value} could not run because of a problem on our side (not your code); it "
                               "was not charged to your budget. Call it again.", charged=False, infra_failure=True)

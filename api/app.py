@@ -20,7 +20,7 @@ from api.dispatch import CeleryDispatcher, Dispatcher, NullDispatcher
 from api.errors import install_error_handlers
 from api.metrics import RequestMetrics
 from api.middleware import BodyLimitMiddleware, MetricsMiddleware, ServerTimingMiddleware
-from api.routes import api_router, dashboard, docs, job_problem
+from api.routes import api_router, dashboard, dashboard_insights, docs, job_problem
 from api.streaming import EventHub, StreamOptions
 from api.submissions import SubmissionWriter
 from config import Settings
@@ -133,6 +133,7 @@ def create_app(
     app.include_router(api_router)
     app.include_router(job_problem.router)
     app.include_router(dashboard.router)
+    app.include_router(dashboard_insights.router)
     app.include_router(docs.router)
     # Added last = outermost: metrics see every answer, including the body limit's 413s.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

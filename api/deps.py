@@ -57,8 +57,18 @@ MAX_ID = 2**31 - 1
 _api_key_header = APIKeyHeader(
     name=API_KEY_HEADER,
     auto_error=False,
-    description="An API key from `kernelloop keys create`; a key sees only its own jobs (admin keys see all).",
+    description="An API key from `kernelloop keys create`; a key sees only its own jobs (admin keys see all). "
+    "The same key is accepted as `Authorization: Bearer kl_…` (X-API-Key wins if both are sent).",
 )
+_BEARER = "bearer"
+
+
+def _bearer_token(request: Request) -> str | None:
+    """The key of ``Authorization: Bearer KEY``, what most HTTP clients and SDKs send. Read here,
+    not declared as a second security scheme: the OpenAPI document keeps one way to authenticate
+    (its description names this one), and a client sending both is told nothing contradictory."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == _BEARER else None
 
 
 async def get_settings(request: Request) -> Settings:
@@ -209,23 +219,24 @@ async def get_current_key(
     factory: SessionFactoryDep,
     plaintext: Annotated[str | None, Security(_api_key_header)] = None,
 ) -> ApiKey:
-    """The live key of the request: the ``X-API-Key`` header, else the dashboard's session
-    cookie; 401 when neither names a live key. A header key verified in the last
-    ``Settings.api_key_cache_s`` seconds is not looked up again (`VerifiedKeys`)."""
+    """The live key of the request: the ``X-API-Key`` header, else ``Authorization: Bearer``, else
+    the dashboard's session cookie; 401 when none names a live key. A header key verified in the
+    last ``Settings.api_key_cache_s`` seconds is not looked up again (`VerifiedKeys`)."""
+    plaintext = plaintext or _bearer_token(request)
     if not plaintext:
         key = await run_in_threadpool(_key_from_cookie, request, factory)
         if key is not None:
             return key
         raise Unauthorized(
-            f"send an API key in the {API_KEY_HEADER} header (an admin creates one with `kernelloop keys create`), "
-            "or sign in at /login in a browser",
+            f"send an API key in the {API_KEY_HEADER} header or as `Authorization: Bearer KEY` (an admin creates "
+            "one with `kernelloop keys create`), or sign in at /login in a browser",
             code="missing_api_key",
             headers={"WWW-Authenticate": API_KEY_HEADER},
         )
     key = await request.app.state.verified_keys.verify(factory, plaintext)
     if key is None:
         raise Unauthorized(
-            f"the {API_KEY_HEADER} is unknown or revoked; ask an admin for a new key",
+            "the API key is unknown or revoked; ask an admin for a new key",
             code="invalid_api_key",
             headers={"WWW-Authenticate": API_KEY_HEADER},
         )

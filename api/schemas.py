@@ -14,6 +14,7 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.wire import Reader
 from problems import MAX_SOURCE_BYTES, Problem
 from store import Attempt, Job, JobKind, JobState, JsonField, Message, Target
 
@@ -53,6 +54,8 @@ MAX_TARGET_SPEEDUP = 1000.0
 #: A bundled id is ``level<k>/<name>``; anything longer is not one.
 MAX_PROBLEM_ID_CHARS = 128
 MAX_PROFILE_CHARS = 64
+#: A model name as servers spell them (``Qwen/Qwen2.5-Coder-32B-Instruct``, ``gpt-4o-2024-08-06``).
+MAX_MODEL_CHARS = 200
 
 _INPUT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -141,6 +144,13 @@ class JobCreate(_ProblemRef):
         max_length=MAX_PROFILE_CHARS,
         description="A server-side LLM profile name (the server holds the keys); default: the server's.",
     )
+    llm_model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MODEL_CHARS,
+        description="The model to ask the profile's endpoint for, instead of the profile's own "
+        "(`kernelloop submit --llm PROFILE:MODEL` sends it); default: the profile's.",
+    )
     budgets: BudgetsInput = BudgetsInput()
     trajectories: int | None = Field(
         None, ge=1, le=MAX_TRAJECTORIES, description="Independent chats; the best attempt across them wins."
@@ -187,6 +197,15 @@ class BestSummary(BaseModel):
     median_ms: float | None
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
+    eager_ms: float | None = Field(default=None, description="Eager PyTorch's median time, the speedup's base.")
+    compile_ms: float | None = Field(default=None, description="torch.compile's median time (null: not timed).")
+
+    @classmethod
+    def from_attempt(cls, attempt: Attempt) -> BestSummary:
+        figures = Reader(attempt.verdict or {}, "the best attempt's verdict").nested("baselines", optional=True)
+        return cls(n=attempt.seq, median_ms=attempt.median_ms, speedup_vs_eager=attempt.speedup_vs_eager,
+                   speedup_vs_compile=attempt.speedup_vs_compile, eager_ms=figures.optional_number("eager_ms"),
+                   compile_ms=figures.optional_number("compile_ms"))
 
 
 class JobPublic(BaseModel):
@@ -232,14 +251,7 @@ class JobPublic(BaseModel):
             cancel_requested=job.cancel_requested,
             error=job.error,
             attempts_count=job.attempts_count,
-            best=None
-            if best is None
-            else BestSummary(
-                n=best.seq,
-                median_ms=best.median_ms,
-                speedup_vs_eager=best.speedup_vs_eager,
-                speedup_vs_compile=best.speedup_vs_compile,
-            ),
+            best=None if best is None else BestSummary.from_attempt(best),
             tokens_in=job.tokens_in,
             tokens_out=job.tokens_out,
             tokens_reasoning=job.tokens_reasoning or 0,
@@ -312,7 +324,8 @@ class AttemptPublic(BaseModel):
 
 class AttemptDetail(AttemptPublic):
     source: str
-    verdict: Mapping[str, JsonField] = Field(description="The whole Verdict JSON (DESIGN §3).")
+    verdict: Mapping[str, JsonField] = Field(
+        description="The whole Verdict JSON (docs/architecture.md, \"The verdict\").")
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptDetail:

@@ -43,11 +43,13 @@ __all__ = [
     "cancel_owned_job",
     "check_candidate",
     "check_owned_job",
+    "check_replay_script",
     "check_text",
     "delete_owned_job",
     "find_bundled_problem",
     "get_owned_job",
     "resolve_problem",
+    "resolve_profile",
     "submit_evaluation",
     "submit_job",
     "unknown_problem_message",
@@ -156,16 +158,21 @@ def check_candidate(source: str) -> None:
 # -- profiles and submissions ----------------------------------------------------------------------
 
 
-def _resolve_profile(name: str | None, settings: Settings) -> tuple[str, str]:
+def resolve_profile(name: str | None, model: str | None, settings: Settings) -> tuple[str, str]:
+    """The profile's name and the model the job asks for (the request's, else the profile's)."""
     profile_name = name or settings.default_llm_profile
     profile = settings.llm_profiles.get(profile_name)
     if profile is None:
         known = ", ".join(sorted(settings.llm_profiles)) or "none configured"
+        prefix = profile_name.partition(":")[0]
+        hint = (f"; to choose a model, send llm_profile {prefix!r} and llm_model "
+                f"{profile_name.partition(':')[2]!r}" if ":" in profile_name and prefix in settings.llm_profiles
+                else "")
         raise InvalidInput(
-            f"llm_profile {profile_name!r} is not configured on this server; choose one of: {known}",
+            f"llm_profile {profile_name!r} is not configured on this server; choose one of: {known}{hint}",
             code="unknown_llm_profile",
         )
-    return profile_name, profile.model
+    return profile_name, model or profile.model
 
 
 @functools.lru_cache(maxsize=_POSTED_PROBLEMS_CACHED)
@@ -188,7 +195,20 @@ async def _resolve_request_problem(problem_id: str | None, problem_source: str |
     return await run_in_threadpool(_resolve_posted, problem_source)
 
 
-def _check_replay_script(profile_name: str, settings: Settings, problem_id: str | None, target: Target) -> None:
+def check_profile_key(profile_name: str, settings: Settings) -> None:
+    """A profile whose key variable is unset would fail every request with a 401, after retries:
+    refused now. The API's environment is its workers' (``kernelloop up`` starts them with it; the
+    compose file gives both the same variables), so what it lacks, they lack.
+
+    Raises:
+        InvalidInput: the profile needs a key that is not set.
+    """
+    message = settings.llm_profiles[profile_name].missing_key_message(profile_name, "where the service runs")
+    if message is not None:
+        raise InvalidInput(f"{message}; then restart the service", code="llm_key_missing")
+
+
+def check_replay_script(profile_name: str, settings: Settings, problem_id: str | None, target: Target) -> None:
     """The replay LLM answers from a script per bundled problem and target: a job it has no script
     for is refused now, not failed later by the worker (a lookup of names; nothing is run).
 
@@ -205,9 +225,10 @@ def _check_replay_script(profile_name: str, settings: Settings, problem_id: str 
 async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKey, body: JobCreate) -> JobPublic:
     """Check, store and queue an agent job (stored by the app's `SubmissionWriter`, with others)."""
     problem = await _resolve_request_problem(body.problem_id, body.problem_source)
-    profile, model = _resolve_profile(body.llm_profile, settings)
+    profile, model = resolve_profile(body.llm_profile, body.llm_model, settings)
     target = body.target or Target(settings.default_target)
-    _check_replay_script(profile, settings, problem.id if body.problem_id is not None else None, target)
+    check_replay_script(profile, settings, problem.id if body.problem_id is not None else None, target)
+    check_profile_key(profile, settings)
     return await writer.submit(
         PendingSubmission(
             key=key,

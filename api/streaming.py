@@ -37,12 +37,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api.metrics import RequestMetrics
 from store import JobEvent, JobHead, JobState, NotFound, events_after, get_job, job_heads, session_scope
+from vocabulary import EventType
 
-__all__ = ["END_EVENT", "EventHub", "StreamOptions", "format_comment", "format_event", "job_event_stream"]
+__all__ = ["EventHub", "StreamOptions", "format_comment", "format_event", "job_event_stream"]
 
 log = logging.getLogger(__name__)
-
-END_EVENT = "end"
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,7 @@ async def job_event_stream(
                         state, events = await run_in_threadpool(_poll, factory, job_id, after, options.batch)
                     except NotFound:
                         yield format_comment(f"job {job_id} was deleted")
-                        yield f"event: {END_EVENT}\ndata: {json.dumps({'state': None, 'deleted': True})}\n\n"
+                        yield f"event: {EventType.END}\ndata: {json.dumps({'state': None, 'deleted': True})}\n\n"
                         return
                     for event in events:
                         yield format_event(event.id, event.type, event.payload)
@@ -207,7 +206,7 @@ async def job_event_stream(
                         continue
                     if state.is_terminal:
                         end = {"state": state.value, "last_event_id": after}
-                        yield f"event: {END_EVENT}\ndata: {json.dumps(end)}\n\n"
+                        yield f"event: {EventType.END}\ndata: {json.dumps(end)}\n\n"
                         return
                 now = time.monotonic()
                 if options.max_duration_s is not None and now - started >= options.max_duration_s:

@@ -1,6 +1,6 @@
 """The conversation's size per turn under a small context window: 30 turns, distinct 1.4 KB sources.
 
-A scripted vLLM server (`agent.testing.VLLMServer`, started with ``--max-model-len 16384``, prefix
+A scripted vLLM server (`tests.support.doubles.VLLMServer`, started with ``--max-model-len 16384``, prefix
 caching reported) plays a model that sends a new ~1.4 KB candidate every turn; a fake evaluator
 judges them (every third one verified, faster each time, so the best moves). The real loop and
 the real ``openai`` client talk to it. For every request the server received it records:
@@ -29,9 +29,9 @@ from typing import Any
 
 from agent import Budgets, JobSpec, run_job
 from agent.providers.openai_chat import OpenAIProvider
-from agent.testing import Call, FakeCandidate, FakeEvaluator, MemoryRecorder, Reply, VLLMServer
 from config.settings import LLMProfile
 from problems import load_problem
+from tests.support.doubles import Call, FakeCandidate, FakeEvaluator, MemoryRecorder, Reply, VLLMServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
@@ -86,7 +86,8 @@ def run() -> dict[str, Any]:
         profile = LLMProfile(base_url=server.base_url, model=server.model, api_key_env=None,
                              context_window=WINDOW, max_output_tokens=MAX_OUTPUT)
         spec = JobSpec(problem=load_problem(PROBLEM), target="cpu", llm=profile,
-                       budgets=Budgets(turns=TURNS, tool_calls=TURNS, max_tokens=10_000_000, max_cost_usd=0))
+                       budgets=Budgets(turns=TURNS, tool_calls=TURNS, max_tokens=10_000_000, max_cost_usd=0,
+                                       wall_clock_s=3600.0))
         started = time.perf_counter()
         result = run_job(spec, evaluator=FakeEvaluator(table), recorder=MemoryRecorder(),
                          provider=OpenAIProvider.from_profile(profile))

@@ -2,8 +2,9 @@
 
 For a ladder of CPU ops from about 20 µs to 100 ms (fp32), in one process, interleaved:
 
-- the harness's loop (`harness.timing.time_callable`: warm-up, adaptive repeats, rotating scaled
-  inputs; the loop every CPU candidate and baseline is timed with), its median;
+- the harness's metered loop (`harness.meter`, in this process through `harness.meter.local`:
+  warm-up, adaptive repeats, each call's inputs scaled afresh; the loop every CPU candidate and
+  baseline is timed with), its median;
 - ``torch.utils.benchmark.Timer("fn(*inputs)").blocked_autorange(min_run_time=…)`` of the same
   callable and inputs under ``torch.no_grad()``, its median;
 
@@ -33,8 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
-from harness.options import TimingOptions
-from harness.timing import time_callable
+from harness.meter.drive import CallPlan
+from harness.meter.local import time_locally
+from harness.meter.noise import timing_of
+from harness.options import DEFAULT_CACHE_DIR, TimingOptions
 
 TARGET = 0.05
 
@@ -69,8 +72,10 @@ def timer_median(fn: Callable[..., Any], inputs: list[torch.Tensor], min_run_tim
 
 
 def harness_run(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> tuple[float, list[str]]:
-    run = time_callable(fn, [inputs], device=torch.device("cpu"), options=TimingOptions())
-    return run.timing.median_ms, list(run.timing.warnings)
+    plan = CallPlan.from_timing(TimingOptions(), 1, audits=False, seed_forward=False)
+    run = time_locally(fn, [inputs], plan, device=torch.device("cpu"), builds_dir=DEFAULT_CACHE_DIR / "builds")
+    timing = timing_of([c.sample_ms for c in run.timed], cuda=False)
+    return timing.median_ms, list(timing.warnings)
 
 
 def machine() -> dict[str, Any]:

@@ -7,11 +7,13 @@ event ids). One job is one trajectory of three turns, ``STEP_S`` apart:
 
     state queued → state running → progress started → trajectory started → message (system)
     → message (assistant, a tool call) → attempt (a timed pass) → message (tool)
-    → trajectory finished → state succeeded
+    → trajectory finished → progress rejudge → attempt (the re-judging) → state succeeded
 
-ten events in about ``3 * STEP_S``: the shape of a real job's stream, at a pace that keeps 200
+twelve events in about ``3 * STEP_S``: the shape of a real job's stream, at a pace that keeps 200
 jobs within a minute on two workers. The verdict is a real `harness.Verdict` (a timed pass, so the
-job ends with a verified kernel and succeeds as an agent job does), never evaluated.
+job ends with a verified kernel and succeeds as an agent job does), never evaluated: the worker's
+re-judging of the job's best goes to `DoubleReferee`, which answers the same (the load run's
+workers are built with it), and adds an attempt and its event to each job.
 """
 
 from __future__ import annotations
@@ -19,15 +21,28 @@ from __future__ import annotations
 import time
 
 from agent import Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
-from harness import Baselines, CompileResult, Stage, Status, Timing, Trial, Verdict
+from harness import (
+    Baselines,
+    CompileResult,
+    Depth,
+    HarnessOptions,
+    Stage,
+    StageListener,
+    Status,
+    Target,
+    Timing,
+    Trial,
+    Verdict,
+)
+from harness.devices import DeviceSpecs
 from harness.provenance import Provenance
 
-__all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "run_job"]
+__all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "DoubleReferee", "run_job"]
 
 #: The pause between the job's turns (an LLM answers in seconds; this keeps the run short).
 STEP_S = 0.1
 #: Events one job of this double appends, queued to succeeded.
-EVENTS_PER_JOB = 10
+EVENTS_PER_JOB = 12
 CANDIDATE = "class ModelNew:\n    pass\n"
 _VERDICT = Verdict(
     status=Status.PASS,
@@ -40,6 +55,24 @@ _VERDICT = Verdict(
     depth="benchmark",
     provenance=Provenance(device="cpu", harness="load-double"),
 )
+
+
+class DoubleReferee:
+    """The referee of the load run's workers: every evaluation is the double's timed pass."""
+
+    def __init__(self, problem: object, target: Target, options: HarnessOptions) -> None:
+        self.target = target
+        self.on_stage: StageListener | None = None
+
+    def evaluate(self, source: str, depth: Depth | str = Depth.BENCHMARK) -> Verdict:
+        return _VERDICT
+
+    @property
+    def device_specs(self) -> DeviceSpecs:
+        return DeviceSpecs(target="cpu", name="load double")
+
+    def close(self) -> None:
+        pass
 
 
 def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,

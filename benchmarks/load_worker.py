@@ -31,14 +31,15 @@ def embedded() -> None:
     engine = make_engine(settings.resolved_database_url)
     try:
         EmbeddedWorker(settings=settings, session_factory=make_session_factory(engine), target=Target.CPU,
-                       run_agent=load_double.run_job).serve()
+                       run_agent=load_double.run_job, referee_factory=load_double.DoubleReferee).serve()
     finally:
         engine.dispose()
 
 
 def celery(name: str) -> None:
     settings = load_settings()
-    app = create_worker_app(settings, target=Target.CPU, run_agent=load_double.run_job)
+    app = create_worker_app(settings, target=Target.CPU, run_agent=load_double.run_job,
+                            referee_factory=load_double.DoubleReferee)
     app.worker_main(["worker", "--queues", "cpu", "--concurrency", "1", "--pool", "solo", "--hostname",
                      f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"])
 

@@ -2,8 +2,9 @@
 
 For workloads from about 10 µs to 10 ms on the GPU (fp32, TF32 off), in one process:
 
-- the harness's loop (`harness.timing.time_callable`, the loop every candidate and baseline is
-  timed with: L2 flush, warm-up, adaptive repeats, rotating scaled inputs) run ``--repeats`` times,
+- the harness's metered loop (`harness.meter`, here through `harness.meter.local`; the loop every
+  candidate and baseline is timed with: L2 flush, warm-up, adaptive repeats, each call's inputs
+  scaled afresh) run ``--repeats`` times,
   each run's median kept: their spread (max/min - 1) and coefficient of variation are what a
   repeated evaluation of the same kernel would see from the loop;
 - `do_bench(return_mode="median")` (its own L2 flush) of the same callable and inputs, and the ratio
@@ -32,8 +33,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.options import TimingOptions
-from harness.timing import time_callable
+from harness.meter.drive import CallPlan
+from harness.meter.local import time_locally
+from harness.options import DEFAULT_CACHE_DIR, TimingOptions
 
 
 def workloads(device: torch.device) -> list[tuple[str, Callable[..., Any], list[list[torch.Tensor]]]]:
@@ -72,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device("cuda")
-    options = TimingOptions()
     rows = []
     for name, fn, input_sets in workloads(device):
         started = time.perf_counter()
-        medians = [time_callable(fn, input_sets, device=device, options=options).timing.median_ms
+        plan = CallPlan.from_timing(TimingOptions(), len(input_sets), audits=False, seed_forward=False)
+        medians = [statistics.median(c.sample_ms for c in time_locally(
+            fn, input_sets, plan, device=device, builds_dir=DEFAULT_CACHE_DIR / "builds").timed)
                    for _ in range(args.repeats)]
         with torch.no_grad():
             bench = float(triton.testing.do_bench(lambda fn=fn, x=input_sets[0]: fn(*x), warmup=100, rep=1000,

@@ -7,13 +7,28 @@ and `cli.client.replay` share these without a circle of imports.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from harness import Status, Target, Verdict
+from harness import ErrorKind, Status, Target, Verdict
 
-__all__ = ["default_target", "fmt_number", "render_verdict"]
+__all__ = ["LLM_HELP", "default_target", "fmt_number", "render_verdict", "split_llm", "verdict_exit_code"]
+
+#: How every ``kernelloop`` Typer app shows ``--help``: Click's plain layout. (Typer's Rich panels
+#: print a type on every flag, ``--help <bool>`` included; the plain layout names only the values
+#: an option takes, and wraps as a terminal of any width, or a pipe, expects.)
+HELP_STYLE: dict[str, Any] = {"rich_markup_mode": None, "add_completion": False}
+#: ``--llm`` of ``optimize`` and ``submit``: the same words, the same meaning.
+LLM_HELP = "an LLM profile (replay, openai, …), optionally PROFILE:MODEL (openai:gpt-4o)"
+
+#: The exit status of a command that judged one candidate (`eval`, `replay`).
+EXIT_PASS, EXIT_CANDIDATE_FAILED, EXIT_ERROR = 0, 1, 2
+#: What each part of the provenance line is called (its value follows).
+_PROVENANCE = (("device", ""), ("torch", "torch "), ("cuda", "CUDA "), ("mode", "mode "), ("policy", "policy "),
+               ("seeds", "seeds "), ("sandbox", "sandbox "))
 
 
 def default_target() -> Target:
@@ -23,6 +38,24 @@ def default_target() -> Target:
 
 def fmt_number(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{suffix}"
+
+
+def split_llm(llm: str) -> tuple[str, str | None]:
+    """``--llm``'s ``PROFILE[:MODEL]``: the profile's name and the model asked for (``None``: the
+    profile's own). Only the first colon splits: ``local:org/model:tag`` keeps its tag."""
+    profile, _, model = llm.partition(":")
+    return profile, (model or None)
+
+
+def verdict_exit_code(verdict: Verdict) -> int:
+    """0 for a pass; 1 for the candidate's failure (wrong, suspicious, or an error of its own: it
+    does not compile, it crashes); 2 for an error that is not the candidate's (ours, the problem's
+    own code, a cancel), as for misuse."""
+    if verdict.status is Status.PASS:
+        return EXIT_PASS
+    if verdict.status is Status.ERROR and verdict.error_kind is not ErrorKind.CANDIDATE:
+        return EXIT_ERROR
+    return EXIT_CANDIDATE_FAILED
 
 
 def render_verdict(verdict: Verdict, console: Console) -> None:
@@ -41,6 +74,10 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
                               f"{k.spill_stores or 0} B spill stores, {k.spill_loads or 0} B spill loads")
         if verdict.compile.errors and not verdict.compile.ok:
             console.print(verdict.compile.errors, markup=False, highlight=False)
+        for failure in verdict.compile.swallowed:  # the true cause of what follows (harness.causes)
+            console.print(f"[red]build failed, caught by the candidate:[/] {failure.name}"
+                          + (f" (lazily, in {failure.lazy.value})" if failure.lazy else ""))
+            console.print(failure.errors, markup=False, highlight=False)
     if verdict.trials:
         table = Table(title="correctness trials")
         for col in ("trial", "inputs", "result", "max abs err", "mean abs err", "mismatch"):
@@ -71,10 +108,14 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         console.print(f"[yellow]flag:[/] {flag}")
     for hint in verdict.hints:
         console.print(f"[cyan]hint:[/] {hint}")
+    for note in verdict.notes:
+        console.print(f"[cyan]note:[/] {note}")
     prov = verdict.provenance.to_dict()
-    console.print(f"[dim]{prov.get('device')} · torch {prov.get('torch')} · CUDA {prov.get('cuda')} · "
-                  f"mode {prov.get('mode')} · policy {prov.get('policy')} · seeds {prov.get('seeds')} · "
-                  f"sandbox {prov.get('sandbox')}[/]")
+    # Only what is known: a candidate that never reached the device has no device, torch, …
+    known = [f"{label}{'+'.join(map(str, v)) or 'none' if isinstance(v, list) else v}"
+             for name, label in _PROVENANCE if (v := prov.get(name)) not in (None, "")]
+    if known:
+        console.print(f"[dim]{escape(' · '.join(known))}[/]")
     if verdict.log and verdict.status is Status.ERROR and verdict.stage.value != "compile":
         console.print("[dim]log:[/]")
         console.print(verdict.log[-3000:], markup=False, highlight=False)

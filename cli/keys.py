@@ -22,6 +22,8 @@ from rich.console import Console
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from cli.client.columns import Column, plain_columns
+from cli.common import HELP_STYLE
 from config import Settings, load_settings
 from harness.wire import JsonObject
 from store import (
@@ -32,6 +34,7 @@ from store import (
     make_session_factory,
     revoke_api_key,
     session_scope,
+    set_api_key_admin,
     verify_api_key,
 )
 from store.migrate import upgrade
@@ -39,7 +42,8 @@ from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 
 __all__ = ["LocalKey", "ensure_local_key", "keys_app"]
 
-keys_app = typer.Typer(help="Manage API keys (the plaintext is shown once, at creation).", no_args_is_help=True)
+keys_app = typer.Typer(help="Manage API keys (the plaintext is shown once, at creation).", no_args_is_help=True,
+                       **HELP_STYLE)
 
 _err = Console(stderr=True)
 _out = Console()
@@ -78,18 +82,28 @@ class LocalKey:
 
 def ensure_local_key(settings: Settings) -> LocalKey:
     """The local key of this data directory's service: the one in `LOCAL_KEY_FILE` while it is
-    live, else a new one (written there, readable by this user only)."""
+    live, else a new one (written there, readable by this user only).
+
+    With a database on this machine (SQLite, as ``kernelloop up`` keeps it) the key is the
+    machine owner's and an admin: it sees every job of this service, those of keys made with
+    ``keys create`` too (whoever can read the data directory can read the database file anyway).
+    With a database server (PostgreSQL: a shared deployment) it is a plain key, confined to its
+    own jobs like every other."""
     path = settings.local_key_path
     saved = path.read_text().strip() if path.is_file() else ""
+    owns_the_database = settings.database_is_local
     with _session(settings) as session:
         key = verify_api_key(session=session, plaintext=saved) if saved else None
         if key is not None:
+            if key.is_admin != owns_the_database:  # made by a version that made it a plain key
+                set_api_key_admin(session=session, api_key_id=key.id, is_admin=owns_the_database)
             return LocalKey(key_id=key.id, plaintext=saved, path=path, created=False)
         owner = getpass.getuser()
-        issued = create_api_key(session=session, name=LOCAL_KEY_NAME, owner=owner, is_admin=False,
+        issued = create_api_key(session=session, name=LOCAL_KEY_NAME, owner=owner, is_admin=owns_the_database,
                                 max_concurrent_jobs=DEFAULT_MAX_CONCURRENT_JOBS,
                                 max_jobs_per_day=DEFAULT_MAX_JOBS_PER_DAY, cost_cap_usd=None)
         key_id = issued.key.id
+    path.parent.mkdir(parents=True, exist_ok=True)  # with a configured database, nothing made it yet
     scratch = path.with_name(f".{path.name}.{os.getpid()}")
     scratch.write_text(issued.plaintext + "\n")
     scratch.chmod(0o600)
@@ -163,7 +177,8 @@ def list_keys(
             sys.stdout.write(json.dumps(row) + "\n")
         return
     header = ["ID", "NAME", "OWNER", "PREFIX", "ADMIN", "JOBS AT ONCE", "JOBS PER DAY", "COST CAP", "CREATED"]
-    lines = [header + (["REVOKED"] if revoked else [])]
+    columns = [Column(name) for name in header + (["REVOKED"] if revoked else [])]
+    lines: list[list[str]] = []
     for r in rows:
         cells = [str(r["id"]), str(r["name"]), str(r["owner"]), f"{r['prefix']}…", "yes" if r["admin"] else "no",
                  str(r["max_concurrent_jobs"]), str(r["max_jobs_per_day"]),
@@ -172,15 +187,10 @@ def list_keys(
         if revoked:
             cells.append(str(r["revoked_at"] or "")[:16].replace("T", " ") or "no")
         lines.append(cells)
-    sys.stdout.write(plain_columns(lines))
+    # Plain columns on a terminal too, nothing cut (a narrow terminal wraps the lines, as ``ps`` does).
+    sys.stdout.write(plain_columns(columns, lines))
     if not rows:
         _err.print("no keys yet: `kernelloop keys create --name NAME` makes one")
-
-
-def plain_columns(rows: list[list[str]]) -> str:
-    """Rows as space-aligned columns, nothing cut (a narrow terminal wraps the lines, as ``ps`` does)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows)
 
 
 @keys_app.command("revoke")

@@ -8,17 +8,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from cli.common import default_target, fmt_number, render_verdict
-from harness import HarnessOptions, Status, Target, Verdict
+from cli.client.columns import Column, show_rows
+from cli.client.output import err, out
+from cli.common import HELP_STYLE, default_target, fmt_number, render_verdict, verdict_exit_code
+from harness import HarnessOptions, Target, Verdict
 from harness.admission import admit
 from harness.retime import evaluate_with_retime
 from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, **HELP_STYLE)
 
 
 def _print_version(value: bool) -> None:
@@ -35,23 +38,23 @@ def _main(
                                           help="print the versions of kernelloop, torch and CUDA, and exit")] = False,
 ) -> None:
     """kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them."""
-problems_app = typer.Typer(help="List and check reference problems.", no_args_is_help=True)
+problems_app = typer.Typer(help="List and check reference problems.", no_args_is_help=True, **HELP_STYLE)
 app.add_typer(problems_app, name="problems")
 
-#: Exit codes of `kernelloop eval`, by verdict status.
-EXIT_CODES = {Status.PASS: 0, Status.FAIL: 1, Status.SUSPICIOUS: 1, Status.ERROR: 2}
-#: Misuse (unknown problem, unreadable file) exits with the same code as an error verdict.
+#: Misuse (unknown problem, unreadable file) exits with the same code as an error that is not the
+#: candidate's (`cli.common.verdict_exit_code`).
 EXIT_USAGE = 2
 
-err = Console(stderr=True)
-out = Console()
 
 
 def _load_problem_or_exit(ref: str) -> Problem:
     try:
         return load_problem(ref)
-    except (UnknownProblemError, ProblemFormatError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+    except UnknownProblemError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(EXIT_USAGE) from None
+    except ProblemFormatError as exc:
+        err.print(f"[red]error:[/red] {escape(ref)}: {escape(str(exc))}")
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -88,9 +91,10 @@ def eval_command(
     seed: Annotated[int | None, typer.Option(help="fix the secret seed (reproducible runs)")] = None,
     cache_dir: CacheOpt = None,
 ) -> None:
-    """Compile, check and time one candidate against a problem; exit 0 pass, 1 fail/suspicious, 2 error.
+    """Compile, check and time one candidate against a problem; exit 0 pass, 1 the candidate failed
+    (wrong, suspicious, does not compile, crashes), 2 an error not the candidate's or misuse.
 
-    A ``suspicious`` verdict is re-timed (fresh seeds, hardened timing) before the answer, as the
+    A ``suspicious`` verdict is re-timed (a fresh process, fresh seeds) before the answer, as the
     worker does (`harness.retime`)."""
     spec = _load_problem_or_exit(problem)
     if not candidate.is_file():
@@ -99,7 +103,7 @@ def eval_command(
     target = target or default_target()
     options = _options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
     def retiming(first: Verdict) -> None:
-        err.print(f"[yellow]suspicious:[/] {first.message}; re-timing with fresh seeds and hardened timing")
+        err.print(f"[yellow]suspicious:[/] {first.message}; re-timing in a fresh process with fresh seeds")
 
     with err.status(f"evaluating {candidate.name} on {spec.id} ({target.value}): compile, trials, timing…"):
         verdict, _ = evaluate_with_retime(spec, candidate.read_text(), target, options, on_retime=retiming)
@@ -108,7 +112,7 @@ def eval_command(
         sys.stdout.write(json.dumps(verdict.to_dict()) + "\n")
     else:
         render_verdict(verdict, out)
-    raise typer.Exit(EXIT_CODES[verdict.status])
+    raise typer.Exit(verdict_exit_code(verdict))
 
 
 @problems_app.command("list")
@@ -120,12 +124,10 @@ def problems_list(
     if as_json:
         sys.stdout.write(json.dumps([{k: v for k, v in p.to_dict().items() if k != "source"} for p in found]) + "\n")
         return
-    table = Table(title=f"{len(found)} bundled problems")
-    for col in ("id", "level", "mode", "policy", "description"):
-        table.add_column(col)
-    for p in found:
-        table.add_row(p.id, str(p.level), p.mode.value, p.policy.value, p.description)
-    out.print(table)
+    columns = [Column("id", key=True), Column("level", "right", key=True), Column("mode", key=True),
+               Column("policy", key=True), Column("description")]
+    show_rows(out, columns, [[p.id, str(p.level), p.mode.value, p.policy.value, p.description] for p in found],
+              title=f"{len(found)} bundled problems")
 
 
 @problems_app.command("check")
@@ -141,22 +143,24 @@ def problems_check(
     problems = [_load_problem_or_exit(r) for r in refs] if refs else list(bundled_problems())
     target = target or default_target()
     options = _options(cache_dir)
-    refused = 0
-    table = Table(title=f"admission on {target.value}")
-    for col in ("problem", "admitted", "forward ms", "output", "reasons"):
-        table.add_column(col)
+    reports = []
     for problem in problems:
         with err.status(f"checking {problem.id}…"):
             report = admit(problem, target, options)
-        refused += not report.admitted
+        reports.append(report)
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict()) + "\n")
-        table.add_row(problem.id, "[green]yes[/]" if report.admitted else "[red]no[/]",
-                      fmt_number(report.forward_ms, ".1f"), " ".join(str(list(s)) for s in report.output_shapes),
-                      "; ".join(report.reasons))
     if not as_json:
-        out.print(table)
-    raise typer.Exit(1 if refused else 0)
+        columns = [Column("problem", key=True), Column("admitted", key=True), Column("forward ms", "right", key=True),
+                   Column("output"), Column("reasons")]
+        show_rows(out, columns, [
+            [r.problem_id, Text("yes", "green") if r.admitted else Text("no", "red"), fmt_number(r.forward_ms, ".1f"),
+             " ".join(str(list(s)) for s in r.output_shapes), "; ".join(r.reasons)] for r in reports],
+            title=f"admission on {target.value}")
+        for report in reports:  # whole, under the table: advice to act on, never cut by a column
+            for suggestion in report.suggestions:
+                out.print(f"[cyan]suggestion[/] for {escape(report.problem_id)}: {escape(suggestion)}", highlight=False)
+    raise typer.Exit(1 if any(not r.admitted for r in reports) else 0)
 
 
 @problems_app.command("import")
@@ -199,7 +203,7 @@ def problems_import(
 
 def _register_service_commands() -> None:
     """The service-side commands; their heavy imports happen inside each command."""
-    from cli import client, keys, optimize, service
+    from cli import client, keys, model, modelrun, optimize, service
 
     app.command("optimize")(optimize.optimize)
     app.command("submit")(client.submit)
@@ -214,6 +218,8 @@ def _register_service_commands() -> None:
     app.command("serve")(service.serve_api)
     app.command("worker")(service.worker)
     app.add_typer(keys.keys_app, name="keys")
+    model.model_app.command("optimize")(modelrun.optimize_model)
+    app.add_typer(model.model_app, name="model")
 
 
 _register_service_commands()

@@ -1,8 +1,18 @@
-"""The child processes of the service commands: started, restarted when they die, stopped.
+"""The child processes of the service commands: started, checked ready, restarted when they die, stopped.
 
 ``kernelloop up`` keeps its embedded workers this way, ``kernelloop serve --workers N`` its API
 processes. Each child is told our pid and asks the kernel to end it when we die
-(`die_with_parent`), so a supervisor killed outright leaves nothing behind.
+(`cli.child.die_with_parent`), so a supervisor killed outright leaves nothing behind.
+
+Every child runs ``python -P -m …`` (`python_module`): without ``-P``, ``python -m`` puts the
+working directory first on ``sys.path``, and a folder holding ``config/`` or ``problems/`` (a
+natural place for one's own problems) would shadow our packages.
+
+A child says when it has started (`cli.child.report_ready`, over a pipe) or why it could not
+(`cli.child.report_startup_failure`). `Children.start` waits for that: a child that dies before it
+is ready is a start-up failure (`ChildStartFailed`: its reason, or the last line it wrote to
+stderr), said once and never restarted; only a child that was running and then died (a crash, the
+OOM killer) is restarted. Each child's stderr passes through us, so that its last words are at hand.
 
 Also here: `reuse_port_socket`, the listening socket each API process opens on the shared port.
 uvicorn's own ``--workers`` share one socket, and the process whose event loop wakes first
@@ -14,9 +24,10 @@ one of the listening processes (benchmarks/README.md, "Fourth round").
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import ctypes
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -25,25 +36,35 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from rich.console import Console
 
+from cli.child import FAILED, READY, READY_FD_ENV
+
 __all__ = [
-    "STOP_GRACE_S", "ChildSpec", "Children", "check_port_free", "die_with_parent", "reuse_port_socket",
-    "wait_for_stop_signal", "watch_parent",
+    "STOP_GRACE_S", "ChildSpec", "ChildStartFailed", "Children", "check_port_free", "python_module",
+    "reuse_port_socket", "wait_for_stop_signal",
 ]
 
 err = Console(stderr=True)
 
 #: How long stopping the children may take before they are killed (a worker's job lease then expires).
 STOP_GRACE_S = 10.0
-#: Pause before restarting a child that died on its own.
+#: Pause before restarting a child that died on its own after it had started.
 RESTART_DELAY_S = 2.0
+#: How long a child may take to say it is ready (imports, settings, the database) on a loaded host.
+STARTUP_TIMEOUT_S = 180.0
 #: Exit statuses of a child that was asked to stop (exit 0, SIGINT, SIGTERM, as signal or code).
 _CLEAN_EXITS = (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)
-_PR_SET_PDEATHSIG = 1
-#: How often `watch_parent` looks for its supervisor.
-PARENT_POLL_S = 0.5
+#: Lines of a child's stderr kept, to say why it died.
+_TAIL_LINES = 20
+
+
+def python_module(module: str, *args: str) -> tuple[str, ...]:
+    """The command of a child running ``module`` with this interpreter and our packages, whatever
+    the working directory holds (``-P``: the working directory is not put on ``sys.path``)."""
+    return (sys.executable, "-P", "-m", module, *args)
 
 
 @dataclass(frozen=True)
@@ -55,83 +76,172 @@ class ChildSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-class Children:
-    """Child processes kept running until `stop`: one that crashed or was killed (OOM) is restarted
-    after `RESTART_DELAY_S`; one that stopped cleanly (Ctrl-C reaches it too) is not."""
+class ChildStartFailed(Exception):
+    """A child exited (or hung) before it said it was ready."""
 
-    def __init__(self, specs: Sequence[ChildSpec]) -> None:
+    def __init__(self, label: str, reason: str) -> None:
+        super().__init__(f"{label} could not start: {reason}")
+        self.label = label
+        self.reason = reason
+
+
+class _Child:
+    """One started process of a `ChildSpec`: its stderr relayed to ours, the last lines kept."""
+
+    def __init__(self, spec: ChildSpec) -> None:
+        self.spec = spec
+        ready_r, ready_w = os.pipe()
+        try:
+            self.process = subprocess.Popen(spec.argv, env={**os.environ, **spec.env, READY_FD_ENV: str(ready_w)},
+                                            pass_fds=(ready_w,), stderr=subprocess.PIPE)
+        except BaseException:
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+        self._ready_r = ready_r
+        self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        assert self.process.stderr is not None
+        self._relay = threading.Thread(target=self._relay_stderr, args=(self.process.stderr,),
+                                       name=f"stderr-{self.process.pid}", daemon=True)
+        self._relay.start()
+
+    def _relay_stderr(self, stream: IO[bytes]) -> None:
+        target = getattr(sys.stderr, "buffer", None)
+        for line in iter(stream.readline, b""):
+            self.tail.append(line.decode(errors="replace").rstrip())
+            if target is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    target.write(line)
+                    target.flush()
+
+    def await_ready(self, timeout_s: float, stopping: threading.Event) -> str | None:
+        """``None`` once the child says it is ready; else why it could not start."""
+        deadline = time.monotonic() + timeout_s
+        said = b""
+        try:
+            while b"\n" not in said:
+                if stopping.is_set():
+                    return "stopped while starting"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.process.kill()
+                    return f"it did not say it was ready within {timeout_s:.0f} s"
+                readable, _, _ = select.select([self._ready_r], [], [], min(left, 0.5))
+                if not readable:
+                    continue
+                chunk = os.read(self._ready_r, 4096)
+                if not chunk:  # the child closed its end without a word: it is exiting
+                    return self._died()
+                said += chunk
+        finally:
+            os.close(self._ready_r)
+        line = said.decode(errors="replace").split("\n", 1)[0]
+        if line == READY:
+            return None
+        return line.removeprefix(FAILED) if line.startswith(FAILED) else self._died()
+
+    def _died(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self._relay.join(timeout=5)
+        code = self.process.poll()
+        last = next((line for line in reversed(self.tail) if line.strip()), "")
+        status = "it is still running" if code is None else f"it exited with {code}"
+        return f"{status} before it was ready" + (f": {last.strip()}" if last else "")
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_or_kill(self, deadline: float) -> None:
+        try:
+            self.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._relay.join(timeout=2)
+
+
+class Children:
+    """Child processes kept running until `stop`.
+
+    `start` starts them and waits until each is ready; one that dies before it is ready fails the
+    start (`ChildStartFailed`). Later, one that crashed or was killed (OOM) is restarted after
+    `RESTART_DELAY_S`; one that stopped cleanly (Ctrl-C reaches it too) is not; a restarted one
+    that cannot start again is not restarted any more: ``on_fatal`` is told, once.
+
+    Args:
+        specs: the children.
+        on_fatal: told (from the monitor thread) when a restarted child cannot start; the
+            supervisor then stops (`fatal` holds the failure).
+        startup_timeout_s: how long a child may take to be ready.
+    """
+
+    def __init__(self, specs: Sequence[ChildSpec], *, on_fatal: Callable[[ChildStartFailed], None] | None = None,
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         self._specs = list(specs)
-        self._processes: list[subprocess.Popen[bytes] | None] = [None] * len(self._specs)
+        self._children: list[_Child | None] = [None] * len(self._specs)
         self._stopping = threading.Event()
+        self._on_fatal = on_fatal
+        self._startup_timeout_s = startup_timeout_s
+        #: The restarted child that could not start, if one could not.
+        self.fatal: ChildStartFailed | None = None
         self._monitor = threading.Thread(target=self._watch, name="child-monitor", daemon=True)
 
-    def _spawn(self, spec: ChildSpec) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(spec.argv, env={**os.environ, **spec.env})
-
     def start(self) -> None:
+        """Start every child and wait until all are ready.
+
+        Raises:
+            ChildStartFailed: one exited or hung before it was ready (every child is stopped).
+        """
         for i, spec in enumerate(self._specs):
-            self._processes[i] = self._spawn(spec)
-            err.print(f"{spec.label} started (pid {self._processes[i].pid})")  # type: ignore[union-attr]
+            self._children[i] = _Child(spec)
+        for i, spec in enumerate(self._specs):
+            child = self._children[i]
+            assert child is not None
+            reason = child.await_ready(self._startup_timeout_s, self._stopping)
+            if reason is not None:
+                self.stop()
+                raise ChildStartFailed(spec.label, reason)
+            err.print(f"{spec.label} started (pid {child.process.pid})")
         self._monitor.start()
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.process.pid for c in self._children if c is not None]
 
     def _watch(self) -> None:
         while not self._stopping.wait(1.0):
-            for i, process in enumerate(self._processes):
+            for i, child in enumerate(self._children):
                 # A restarted child dies with this thread, which lives until `stop`
                 # (PR_SET_PDEATHSIG follows the thread that started the child).
-                if process is not None and process.poll() not in (None, *_CLEAN_EXITS) and not self._stopping.is_set():
-                    spec = self._specs[i]
-                    err.print(f"[yellow]{spec.label} exited with {process.returncode}; restarting[/]")
-                    if self._stopping.wait(RESTART_DELAY_S):
-                        return
-                    self._processes[i] = self._spawn(spec)
+                if child is None or child.process.poll() in (None, *_CLEAN_EXITS) or self._stopping.is_set():
+                    continue
+                spec = self._specs[i]
+                err.print(f"[yellow]{spec.label} exited with {child.process.returncode}; restarting[/]")
+                if self._stopping.wait(RESTART_DELAY_S):
+                    return
+                fresh = _Child(spec)
+                self._children[i] = fresh
+                reason = fresh.await_ready(self._startup_timeout_s, self._stopping)
+                if reason is not None and not self._stopping.is_set():
+                    self._children[i] = None
+                    self.fatal = ChildStartFailed(spec.label, reason)
+                    err.print(f"[red]error:[/red] {self.fatal}; not restarting it")
+                    if self._on_fatal is not None:
+                        self._on_fatal(self.fatal)
+                    return
 
     def stop(self) -> None:
         """SIGTERM every child, then SIGKILL those still running after `STOP_GRACE_S`."""
         self._stopping.set()
-        alive = [p for p in self._processes if p is not None and p.poll() is None]
-        for process in alive:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+        alive = [c for c in self._children if c is not None and c.process.poll() is None]
+        for child in alive:
+            child.stop()
         deadline = time.monotonic() + STOP_GRACE_S
-        for process in alive:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """In a child: ask the kernel to SIGTERM us when our supervisor dies, however it dies (Linux).
-
-    The request only covers a parent still alive when it is made: if ours (``parent_pid``, as it
-    told us) is already gone, exit now.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        sys.exit(1)
-
-
-def watch_parent(parent_pid: int, on_orphaned: Callable[[], None], *,
-                 poll_s: float = PARENT_POLL_S) -> threading.Thread:
-    """In a child: call ``on_orphaned`` (which should end the process) once the supervisor
-    ``parent_pid`` is gone, checked every ``poll_s`` in a daemon thread.
-
-    The backstop of `die_with_parent`: a signal handler runs only when the main thread gets back
-    to the interpreter (a worker's main thread may wait minutes for an evaluation), and the death
-    signal follows the supervisor's thread that started us, not the supervisor itself.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
-        on_orphaned()
-
-    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
-    thread.start()
-    return thread
+        for child in alive:
+            child.wait_or_kill(deadline)
 
 
 def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]:
@@ -166,9 +276,9 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def wait_for_stop_signal() -> None:
-    """Block until SIGINT or SIGTERM arrives."""
-    arrived = threading.Event()
+def wait_for_stop_signal(arrived: threading.Event | None = None) -> None:
+    """Block until SIGINT or SIGTERM arrives (or ``arrived`` is set by someone else)."""
+    arrived = arrived or threading.Event()
     previous = {sig: signal.signal(sig, lambda signum, frame: arrived.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         arrived.wait()

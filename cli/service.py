@@ -12,7 +12,11 @@ start: ``api-process`` and ``embedded-worker``.)
 
 ``up`` runs everything on one machine: migrations, the API (uvicorn, in this process) and one
 embedded worker process per GPU (``CUDA_VISIBLE_DEVICES=i``; one CPU worker on a machine
-without one), the database being the queue. Ctrl-C stops the API and every worker.
+without one), the database being the queue. Ctrl-C stops the API and every worker. It checks
+its port before anything else (a second ``up`` says so and suggests ``--port``), and says it is
+up only once every worker said it started: a worker that cannot start is said once, with its
+reason, and ``up`` exits 1 (`cli.processes.Children`). Its children run ``python -P`` so that a
+``config/`` or ``problems/`` folder in the working directory never shadows our packages.
 ``worker`` is the production worker: one Celery process consuming one queue (one per GPU);
 ``serve`` the production API alone (its dispatcher sends Celery messages through Redis); with
 ``--workers N`` it supervises N API processes, each listening on the port with a socket of its
@@ -23,29 +27,26 @@ friends never load them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
+from cli.child import die_with_parent, report_ready, starting_up, watch_parent
+from cli.common import HELP_STYLE
 from cli.processes import (
     Children,
     ChildSpec,
+    ChildStartFailed,
     check_port_free,
-    die_with_parent,
+    python_module,
     reuse_port_socket,
     wait_for_stop_signal,
-    watch_parent,
 )
+from cli.workerplan import WorkerPlan, detect_gpus, plan_workers, shared_metrics_dir
 from config import Settings, load_settings
 from config.logs import uvicorn_log_config
 
@@ -59,96 +60,25 @@ err = Console(stderr=True)
 _UVICORN_LOG_LEVEL = "info"
 
 
-@dataclass(frozen=True)
-class WorkerPlan:
-    """One embedded worker process: its target and the GPU it sees (``None``: no restriction)."""
-
-    target: str
-    cuda_visible_devices: str | None = None
-
-    @property
-    def label(self) -> str:
-        return self.target if self.cuda_visible_devices is None else f"{self.target}:{self.cuda_visible_devices}"
-
-
-def detect_gpus(environ: dict[str, str] | None = None, proc_dir: Path = Path("/proc/driver/nvidia/gpus")) -> list[str]:
-    """The GPUs this machine offers, as ``CUDA_VISIBLE_DEVICES`` values (without importing torch).
-
-    ``CUDA_VISIBLE_DEVICES``, when set, is the answer; otherwise one index per GPU the NVIDIA
-    driver lists (``/proc/driver/nvidia/gpus``, else ``nvidia-smi -L``).
-    """
-    environ = dict(os.environ) if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    count = 0
-    if proc_dir.is_dir():
-        count = sum(1 for entry in proc_dir.iterdir() if entry.is_dir())
-    elif shutil.which("nvidia-smi"):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
-            count = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
-    return [str(i) for i in range(count)]
-
-
-def plan_workers(*, gpus: Sequence[str], workers: int | None = None, target: str | None = None) -> list[WorkerPlan]:
-    """Which embedded workers ``up`` starts: one per GPU (``cuda``), else ``workers`` CPU ones.
-
-    Args:
-        gpus: the GPUs found (`detect_gpus`).
-        workers: how many worker processes; on ``cuda`` they take the GPUs round-robin
-            (more than one per GPU share it: the timing lock keeps their timings apart).
-        target: ``cuda`` or ``cpu``; default: ``cuda`` when there is a GPU.
-    """
-    target = target or ("cuda" if gpus else "cpu")
-    if target == "cuda":
-        if not gpus:
-            raise ValueError("--target cuda, but no GPU was found (nvidia driver, CUDA_VISIBLE_DEVICES)")
-        count = workers or len(gpus)
-        return [WorkerPlan("cuda", gpus[i % len(gpus)]) for i in range(count)]
-    if target != "cpu":
-        raise ValueError(f"unknown target {target!r}: use cuda or cpu")
-    return [WorkerPlan("cpu") for _ in range(workers or 1)]
-
-
-#: prometheus_client's multi-process directory (read by it when first imported).
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-@contextlib.contextmanager
-def shared_metrics_dir() -> Iterator[Path]:
-    """A multi-process metrics directory for this command and the processes it starts.
-
-    ``up`` (its API and workers) and ``serve --workers N`` (its API processes) run several
-    processes whose metrics one scrape must add up (`api.metrics`). A ``PROMETHEUS_MULTIPROC_DIR``
-    already set is used as it is (whoever set it empties it between runs); otherwise a fresh
-    directory is made for this run and removed at its end. Set before prometheus_client is
-    imported here or in a child, which is when it reads the variable.
-    """
-    given = os.environ.get(METRICS_DIR_ENV)
-    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="kernelloop-metrics-"))
-    path.mkdir(parents=True, exist_ok=True)
-    os.environ[METRICS_DIR_ENV] = str(path)
-    values = sys.modules.get("prometheus_client.values")
-    if values is not None:  # imported already (a plugin, a test): metrics made from now on use the files
-        values.ValueClass = values.get_value_class()  # type: ignore[attr-defined]
-    try:
-        yield path
-    finally:
-        if not given:
-            os.environ.pop(METRICS_DIR_ENV, None)
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _worker_children(plans: Sequence[WorkerPlan]) -> Children:
+def _worker_children(plans: Sequence[WorkerPlan], on_fatal: Callable[[ChildStartFailed], None]) -> Children:
     """``up``'s embedded workers, each told our pid so that it dies with us."""
     specs = []
     for plan in plans:
-        argv = (sys.executable, "-m", "cli.service", "embedded-worker", "--target", plan.target,
-                "--parent-pid", str(os.getpid()))
+        argv = python_module("cli.service", "embedded-worker", "--target", plan.target,
+                             "--parent-pid", str(os.getpid()))
         env = {} if plan.cuda_visible_devices is None else {"CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices}
         specs.append(ChildSpec(f"worker {plan.label}", argv, env))
-    return Children(specs)
+    return Children(specs, on_fatal=on_fatal)
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, in words with what to do; ``None`` if it is free."""
+    try:
+        check_port_free(host, port)
+    except OSError as exc:
+        return (f"cannot listen on {host}:{port}: {exc.strerror or exc} (another `kernelloop up`, or another "
+                f"program, has it): stop it, or choose another port with --port {port + 1}")
+    return None
 
 
 def up(
@@ -188,19 +118,37 @@ def _up(host: str | None, port: int | None, workers: int | None, target: str | N
         raise typer.Exit(2) from None
     # Jobs that name no target go where this machine's workers are.
     settings = settings.model_copy(update={"default_target": plans[0].target})
+    # Before anything is migrated or started: a second `up` says so and leaves the first alone.
+    taken = _port_taken(settings.api_host, settings.api_port)
+    if taken:
+        err.print(f"[red]error:[/red] {taken}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     _prepare_data_dir(settings)
     err.print(f"migrating {_display_url(settings)} …")
     upgrade(settings.resolved_database_url)
     local_key = ensure_local_key(settings)
-    pool = _worker_children(plans)
-    pool.start()
+    config = uvicorn.Config(create_app(settings), host=settings.api_host, port=settings.api_port,
+                            log_config=uvicorn_log_config(access_log=access_log), access_log=access_log)
+    server = uvicorn.Server(config)
+
+    def worker_lost(_failure: ChildStartFailed) -> None:
+        server.should_exit = True  # a service without its worker would queue jobs forever
+
+    pool = _worker_children(plans, on_fatal=worker_lost)
+    try:
+        pool.start()
+    except ChildStartFailed as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print("kernelloop is not up: fix the above and run `kernelloop up` again")
+        raise typer.Exit(1) from None
     try:
         err.print(_banner(settings, plans, local_key, access_log=access_log), highlight=False, soft_wrap=True)
-        uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                    log_config=uvicorn_log_config(access_log=access_log), access_log=access_log)
+        server.run()
     finally:
         pool.stop()
         err.print("stopped")
+    if pool.fatal is not None:
+        raise typer.Exit(1)
 
 
 def worker(
@@ -253,22 +201,29 @@ def serve_api(
                     log_config=uvicorn_log_config(access_log=access_log), log_level=_UVICORN_LOG_LEVEL,
                     proxy_headers=True)
         return
-    try:
-        check_port_free(host, port)
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}")
-        raise typer.Exit(1) from None
-    argv = (sys.executable, "-m", "cli.service", "api-process", "--host", host, "--port", str(port),
-            "--parent-pid", str(os.getpid()), "--access-log" if access_log else "--no-access-log")
+    taken = _port_taken(host, port)
+    if taken:
+        err.print(f"[red]error:[/red] {taken}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    argv = python_module("cli.service", "api-process", "--host", host, "--port", str(port),
+                         "--parent-pid", str(os.getpid()), "--access-log" if access_log else "--no-access-log")
+    lost = threading.Event()
     with shared_metrics_dir() as metrics_dir:
-        processes = Children([ChildSpec(f"API process {i + 1}/{workers}", argv) for i in range(workers)])
-        processes.start()
+        processes = Children([ChildSpec(f"API process {i + 1}/{workers}", argv) for i in range(workers)],
+                             on_fatal=lambda _failure: lost.set())
+        try:
+            processes.start()
+        except ChildStartFailed as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
         try:
             err.print(f"API on http://{host}:{port} ({workers} processes; metrics of all in {metrics_dir}); "
                       "Ctrl-C stops them")
-            wait_for_stop_signal()
+            wait_for_stop_signal(lost)
         finally:
             processes.stop()
+    if processes.fatal is not None:
+        raise typer.Exit(1)
 
 
 def api_process(
@@ -283,12 +238,15 @@ def api_process(
     from api.app import create_app
 
     die_with_parent(parent_pid)
-    # Settings from the environment, as the supervisor's: an app cannot be handed to another process.
-    app = create_app(load_settings())
-    config = uvicorn.Config(app, host=host, port=port, access_log=access_log,
-                            log_config=uvicorn_log_config(access_log=access_log), log_level=_UVICORN_LOG_LEVEL,
-                            proxy_headers=True)
-    uvicorn.Server(config).run(sockets=[reuse_port_socket(host, port)])
+    with starting_up():
+        # Settings from the environment, as the supervisor's: an app cannot be handed to another process.
+        app = create_app(load_settings())
+        config = uvicorn.Config(app, host=host, port=port, access_log=access_log,
+                                log_config=uvicorn_log_config(access_log=access_log), log_level=_UVICORN_LOG_LEVEL,
+                                proxy_headers=True)
+        sock = reuse_port_socket(host, port)
+        report_ready()
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def embedded_worker(
@@ -296,18 +254,20 @@ def embedded_worker(
     parent_pid: Annotated[int, typer.Option()],
 ) -> None:
     """One of `up`'s embedded workers (started by it, not by hand)."""
-    from worker.embedded import run_embedded_worker as worker_main
-    from worker.embedded import stop_now
-
     # It must not outlive `up` by more than a few seconds however `up` dies (kill -9 included):
     # the death signal, and a watch on the parent in case the signal cannot be acted on.
     die_with_parent(parent_pid)
-    watch_parent(parent_pid, lambda: stop_now(1))
-    raise typer.Exit(worker_main(["--target", target]))
+    with starting_up():  # a worker that cannot start says why to `up`, once, and exits 1
+        from worker.embedded import run_embedded_worker as worker_main
+        from worker.embedded import stop_now
+
+        watch_parent(parent_pid, lambda: stop_now(1))
+        code = worker_main(["--target", target], on_ready=report_ready)
+    raise typer.Exit(code)
 
 
 service_commands = typer.Typer(help="Run the service: embedded (up) or distributed (serve, worker).",
-                               no_args_is_help=True, add_completion=False)
+                               no_args_is_help=True, **HELP_STYLE)
 service_commands.command("up")(up)
 service_commands.command("worker")(worker)
 service_commands.command("serve")(serve_api)

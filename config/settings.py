@@ -113,6 +113,28 @@ class LLMProfile(BaseModel):
             return TextToolMode.ALWAYS if value else TextToolMode.AUTO
         return value
 
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The key in ``api_key_env`` (``None``: the profile needs none, or it is unset or empty)."""
+        if self.api_key_env is None:
+            return None
+        return (os.environ if environ is None else environ).get(self.api_key_env) or None
+
+    def missing_key(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The variable this profile's key should be in, when it needs one and the variable is
+        unset or empty here (checked before a job starts: without it every request is a 401)."""
+        if self.provider != "openai" or self.api_key_env is None or self.api_key(environ) is not None:
+            return None
+        return self.api_key_env
+
+    def missing_key_message(self, name: str, where: str) -> str | None:
+        """What to tell the user about `missing_key` (``where``: "in this shell" …), or None."""
+        variable = self.missing_key()
+        if variable is None:
+            return None
+        return (f"the LLM profile {name!r} needs an API key in ${variable}, which is not set {where}: "
+                f"`export {variable}=…` (for an endpoint that takes no key, give the profile "
+                "\"api_key_env\": null)")
+
     @model_validator(mode="after")
     def _output_fits_the_window(self) -> LLMProfile:
         if self.max_output_tokens is not None and self.max_output_tokens >= self.context_window // 2:
@@ -203,6 +225,12 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'kernelloop.db'}"
+
+    @property
+    def database_is_local(self) -> bool:
+        """The database is a file on this machine (SQLite, as ``kernelloop up`` keeps it), not a
+        server that other machines and their users share."""
+        return self.resolved_database_url.startswith("sqlite")
 
     @property
     def local_key_path(self) -> Path:

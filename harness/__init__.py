@@ -18,13 +18,18 @@ processes (`harness.channel`, messages typed in `harness.protocol`), the baselin
 
 The map, one module one job. Driver side (stdlib only): `evaluate` (the `Referee` façade),
 `stagepool` (stage processes: sandboxes, prestart, cancel), `reference` (the trusted reference:
-start, baselines and their cache, loop overhead, comparer), `compiler` (compile stages, the
-trusted builder, header warm-ups), `candidaterun` (the candidate's steps over a frozen draft),
-`draft` (those steps' judgements, pure), `assembly` (verdict, provenance, quarantine), `hardened`
-(hardened timing's arithmetic, pure), `admission` and `sizing` (problems), `sandbox`,
-`sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages' limits).
-Stage side (torch): `roles` (one module per stage), `contract`, `timing`, `compare`, `transfer`,
-`roofline`, `footprint`, `buildcache`.
+start, baselines and their cache, the timing loop's calibration, comparer), `baselinerecord`
+(what the machine measured before: when a baseline is re-taken and when cached), `devicerecord`
+(the device's rates, measured once per machine), `compiler` (compile stages, the trusted builder,
+header warm-ups), `lazybuilds` (builds a candidate stage asks for while it runs), `candidaterun`
+(the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure), `causes`
+(what went wrong first), `assembly` (verdict, provenance, quarantine), `meter` (the metered timing
+loop: `frames`, `build`, `drive`, `clock`, `noise`), `admission` and `sizing` (problems),
+`sandbox`, `sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages'
+limits). Stage side (torch): `roles` (one module per stage), `meter.stage` and `meter.local`,
+`contract`, `compare`, `transfer`, `roofline`, `footprint`, `buildcache`, `regions` (own models:
+capture, regions, the patch runtime). Own models, driver side: `modelstage` (the profile),
+`modelextract`, `patchsource`, `modelapply`; their values `regionplan` and `modelreport`.
 """
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, cancel_all, evaluate, warm_headers

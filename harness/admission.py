@@ -1,4 +1,4 @@
-"""Admission: a problem is accepted only if it makes a meaningful test (DESIGN §2).
+"""Admission: a problem is accepted only if it makes a meaningful test (docs/architecture.md, docs/problems.md).
 
 Its output must depend on inputs and weights, vary across seeds, be deterministic (unless it
 declares otherwise), and an all-zeros output must fail the tolerance. The checks run the
@@ -7,6 +7,7 @@ problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
 
 from __future__ import annotations
 
+import ast
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,13 +28,20 @@ from harness.sandbox import StageProcess
 from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
 from harness.wire import JsonObject, WireError
-from problems.constants import Constant
+from problems.constants import Constant, literal_sizes
 from problems.spec import Problem
 
-__all__ = ["AdmissionCheck", "AdmissionReport", "admit", "measure_footprints"]
+__all__ = ["SLOW_CPU_FORWARD_MS", "AdmissionCheck", "AdmissionReport", "admit", "measure_footprints", "suggestions_for"]
 
 #: What an admission stage that answered nonsense is told it did (its code is the problem's).
 _MALFORMED = "the problem's process sent a malformed reply"
+#: A forward slower than this on the cpu target gets the suggestion to declare (smaller) CPU_SIZES:
+#: every attempt runs the forward a few hundred times (trials, warm-up, the timing loops of the
+#: kernel, eager PyTorch and torch.compile), so at this speed an attempt costs minutes.
+SLOW_CPU_FORWARD_MS = 100.0
+#: What a suggested CPU size aims at: a forward of about this long (a figure well above the clock's
+#: and the launch's overheads, well under what makes an attempt slow).
+_TARGET_CPU_FORWARD_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,8 @@ class AdmissionReport:
     message: str = ""
     forward_ms: float | None = None
     output_shapes: tuple[tuple[int, ...], ...] = ()
+    #: What would make the problem better to run (admitted or not): `suggestions_for`.
+    suggestions: tuple[str, ...] = ()
 
     @property
     def admitted(self) -> bool:
@@ -58,7 +68,30 @@ class AdmissionReport:
             "problem_id": self.problem_id, "target": self.target, "admitted": self.admitted,
             "checks": [c.to_dict() for c in self.checks], "message": self.message,
             "forward_ms": self.forward_ms, "output_shapes": [list(s) for s in self.output_shapes],
+            "suggestions": list(self.suggestions),
         }
+
+
+def suggestions_for(problem: Problem, target: Target, forward_ms: float | None) -> tuple[str, ...]:
+    """What to change in a problem that admission measured: a forward slower than
+    `SLOW_CPU_FORWARD_MS` on the cpu target should declare (smaller) ``CPU_SIZES``."""
+    if target is not Target.CPU or forward_ms is None or forward_ms <= SLOW_CPU_FORWARD_MS:
+        return ()
+    declared = ", ".join(f"{k}={v!r}" for k, v in problem.cpu_sizes.items())
+    which = (f"its CPU_SIZES ({declared}) are still large: make them smaller" if declared
+             else "declare CPU_SIZES, smaller values of its size constants for the cpu target")
+    # An example on the first size constant, scaled as if the time were linear in it (a guess).
+    sizes = {k: v for k, v in literal_sizes(ast.parse(problem.source)).items() if isinstance(v, int)}
+    sizes.update({k: v for k, v in problem.cpu_sizes.items() if isinstance(v, int) and k in sizes})
+    example = ""
+    if sizes:
+        name, value = next(iter(sizes.items()))
+        example = (f", e.g. CPU_SIZES = {{{name!r}: {max(1, round(value * _TARGET_CPU_FORWARD_MS / forward_ms))}}} "
+                   f"(from {value})").replace("'", '"')
+    return (f"one forward takes {forward_ms:.0f} ms on the cpu, and every attempt runs it a few hundred times "
+            f"(trials, warm-up, the timing of the kernel, eager PyTorch and torch.compile): {which}{example}, "
+            f"so that a forward takes about {_TARGET_CPU_FORWARD_MS:.0f} ms (`kernelloop problems import` finds "
+            "such sizes; docs/problems.md)",)
 
 
 def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
@@ -129,4 +162,5 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
         return AdmissionReport(problem.id, target.value, (), message=(f"{limit}: " if limit else "")
                                + f"{reply.message}:\n{reply.errors}".strip())
     return AdmissionReport(problem.id, target.value, reply.checks, forward_ms=reply.forward_ms,
-                           output_shapes=reply.output_shapes)
+                           output_shapes=reply.output_shapes,
+                           suggestions=suggestions_for(problem, target, reply.forward_ms))

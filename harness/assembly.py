@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.causes import cause_log, led_by_cause
 from harness.draft import Draft, Outcome
 from harness.integrity import FLAG_TEXT, Flag
 from harness.options import Target
@@ -39,7 +40,8 @@ class VerdictFacts:
     trials: int
     #: The job secret's identity (`harness.seeds.secret_identity`).
     seeds: str
-    hardened_timing: bool
+    #: A re-judging (`harness.HarnessOptions.rejudge`).
+    rejudge: bool
     #: How CUDA outputs reach the comparer (``file`` on cpu).
     transport: str
     #: The reference's device and environment, once it started.
@@ -70,7 +72,7 @@ def _provenance(facts: VerdictFacts, draft: Draft) -> Provenance:
         trials=facts.trials,
         seeds=facts.seeds,
         compile_mode="default",
-        timing_mode="hardened" if facts.hardened_timing else "adaptive",
+        timing_mode="metered, re-judged" if facts.rejudge else "metered",
         sandbox=draft.sandbox.namespaces if draft.sandbox is not None else None,
         transport=facts.transport,
         host=facts.host,
@@ -78,18 +80,39 @@ def _provenance(facts: VerdictFacts, draft: Draft) -> Provenance:
     )
 
 
+def _log(draft: Draft, log: str, limit: int) -> str:
+    """The true cause's errors (`harness.causes.cause_log`) first, then the tail of ``log``, within
+    ``limit`` characters."""
+    lead = cause_log(draft.compile, draft.kernel_errors)[:limit]
+    room = limit - len(lead) - 2 if lead else limit
+    tail = log[-room:] if log and room > 0 else ""
+    return "\n\n".join(part for part in (lead, tail) if part)
+
+
+def _host_loaded(draft: Draft) -> bool:
+    """Whether the candidate's timing or a baseline it is compared with was taken on a loaded host."""
+    baselines = draft.baselines
+    timings = (draft.timing, *((baselines.eager, baselines.compiled) if baselines is not None else ()))
+    return any(t is not None and t.host_loaded for t in timings)
+
+
 def assemble(facts: VerdictFacts, draft: Draft, outcome: Outcome, *, log: str = "") -> Verdict:
     """The verdict of ``draft`` ended by ``outcome``; ``log``: the failed stage's, trimmed to
-    the last ``facts.output_limit`` bytes."""
+    the last ``facts.output_limit`` bytes. A failure the candidate hid (a build it caught, a kernel
+    that raised while forward went on) leads the message and the log, whatever the outcome. Figures
+    timed on a loaded host carry `Flag.HOST_LOADED` (a notice: it decides nothing)."""
     info = facts.reference
-    limit = facts.output_limit
+    flags = draft.flags
+    if draft.timing is not None and _host_loaded(draft) and Flag.HOST_LOADED not in flags:
+        flags = (*flags, Flag.HOST_LOADED)
     return Verdict(
-        status=outcome.status, stage=outcome.stage, error_kind=outcome.error_kind, message=outcome.message,
+        status=outcome.status, stage=outcome.stage, error_kind=outcome.error_kind,
+        message=led_by_cause(outcome.message, draft.compile, draft.kernel_errors),
         compile=draft.compile, trials=draft.trials, timing=draft.timing, baselines=draft.baselines,
         sol_ms=info.sol_ms if info else None, flops=info.flops if info else None,
-        min_bytes=info.min_bytes if info else None, flags=draft.flags, hints=draft.hints,
-        log=log[-limit:] if log else "", provenance=_provenance(facts, draft), depth=draft.depth.value,
-        profile=draft.profile,
+        min_bytes=info.min_bytes if info else None, flags=flags, hints=draft.hints,
+        log=_log(draft, log, facts.output_limit), provenance=_provenance(facts, draft), depth=draft.depth,
+        profile=draft.profile, kernel_errors=draft.kernel_errors, notes=draft.notes,
     )
 
 
@@ -106,5 +129,6 @@ def quarantine(verdict: Verdict, suspicious_speedup: float) -> Verdict:
     if not reasons:
         return verdict
     text = "; ".join(FLAG_TEXT[r] for r in reasons)
-    return verdict.with_changes(status=Status.SUSPICIOUS, flags=(*verdict.flags, *reasons),
-                                message=f"quarantined: {text}; re-time in a fresh process before trusting it")
+    message = led_by_cause(f"quarantined: {text}; re-time in a fresh process before trusting it", verdict.compile,
+                           verdict.kernel_errors)
+    return verdict.with_changes(status=Status.SUSPICIOUS, flags=(*verdict.flags, *reasons), message=message)

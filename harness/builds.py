@@ -11,10 +11,22 @@ Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-from harness.wire import JsonObject, JsonValue, Reader
+from harness.wire import JsonObject, JsonValue, Reader, WireError
 
-__all__ = ["CompileResult", "ExtensionBuild", "HeaderUse", "KernelInfo", "UnitBuild"]
+__all__ = ["BuildFailure", "BuildPhase", "CompileResult", "ExtensionBuild", "HeaderUse", "KernelInfo", "UnitBuild"]
+
+
+class BuildPhase(StrEnum):
+    """Where a candidate built an extension that its compile stage did not (a *lazy* build, made in
+    the candidate stage through the same trusted builder): its module's import there (a build
+    gated on something only that stage has, such as ``torch.cuda.is_available()``), ``ModelNew``'s
+    ``__init__``, or a forward."""
+
+    IMPORT = "import"
+    INIT = "__init__"
+    FORWARD = "forward"
 
 
 def _present(pairs: dict[str, JsonValue]) -> JsonObject:
@@ -118,6 +130,8 @@ class ExtensionBuild:
     #: Why the trusted builder could not build it (it was built in the compile stage).
     builder_refusal: str | None = None
     units: tuple[UnitBuild, ...] | None = None
+    #: Built lazily, in the candidate stage (None: at import, in the compile stage).
+    lazy: BuildPhase | None = None
 
     @property
     def by_builder(self) -> bool:
@@ -127,16 +141,49 @@ class ExtensionBuild:
         return _present({"name": self.name, "key": self.key, "cached": self.cached, "seconds": self.seconds,
                          "pch": self.pch.to_dict() if self.pch is not None else None, "via": self.via,
                          "builder_refusal": self.builder_refusal,
-                         "units": [u.to_dict() for u in self.units] if self.units is not None else None})
+                         "units": [u.to_dict() for u in self.units] if self.units is not None else None,
+                         "lazy": self.lazy.value if self.lazy is not None else None})
 
     @classmethod
     def from_dict(cls, data: object) -> ExtensionBuild:
         r = Reader(data, "an extension's build")
+        lazy = r.optional_text("lazy")
         return cls(name=r.text("name"), key=r.text("key"), cached=r.flag("cached"),
                    seconds=r.number("seconds", 0.0),
                    pch=HeaderUse.from_dict(r.data["pch"]) if r.has("pch") else None,
                    via=r.optional_text("via"), builder_refusal=r.optional_text("builder_refusal"),
-                   units=tuple(r.items_of("units", UnitBuild.from_dict)) if r.has("units") else None)
+                   units=tuple(r.items_of("units", UnitBuild.from_dict)) if r.has("units") else None,
+                   lazy=_phase(lazy, r))
+
+
+def _phase(value: str | None, r: Reader) -> BuildPhase | None:
+    if value is None:
+        return None
+    try:
+        return BuildPhase(value)
+    except ValueError:
+        raise WireError(f"{r.what}: 'lazy' is not a build phase") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildFailure:
+    """A ``load_inline`` (or ``load``) that raised while the candidate went on: it caught the
+    error (most LLM-written kernels fall back to PyTorch when their build fails), so whatever
+    failed later, this is the true cause. ``errors``: the compiler's, trimmed
+    (`harness.buildcache.trim_compiler_errors`); ``lazy``: where, if not at import in the compile stage."""
+
+    name: str
+    errors: str
+    lazy: BuildPhase | None = None
+
+    def to_dict(self) -> JsonObject:
+        return _present({"name": self.name, "errors": self.errors,
+                         "lazy": self.lazy.value if self.lazy is not None else None})
+
+    @classmethod
+    def from_dict(cls, data: object) -> BuildFailure:
+        r = Reader(data, "a failed build")
+        return cls(name=r.text("name"), errors=r.text("errors", ""), lazy=_phase(r.optional_text("lazy"), r))
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,8 @@ class CompileResult:
     kernels: tuple[KernelInfo, ...] = ()
     #: The first compiler errors with file:line and context, trimmed.
     errors: str = ""
+    #: Builds that raised while the candidate went on (it caught the error), lazy ones included.
+    swallowed: tuple[BuildFailure, ...] = ()
 
     def to_dict(self) -> JsonObject:
         return {
@@ -157,6 +206,7 @@ class CompileResult:
             "extensions": [e.to_dict() for e in self.extensions],
             "kernels": [k.to_dict() for k in self.kernels],
             "errors": self.errors,
+            "swallowed": [f.to_dict() for f in self.swallowed],
         }
 
     @classmethod
@@ -165,4 +215,5 @@ class CompileResult:
         return cls(ok=r.flag("ok"), seconds=r.number("seconds"),
                    extensions=tuple(r.items_of("extensions", ExtensionBuild.from_dict, optional=True)),
                    kernels=tuple(r.items_of("kernels", KernelInfo.from_dict, optional=True)),
-                   errors=r.text("errors", ""))
+                   errors=r.text("errors", ""),
+                   swallowed=tuple(r.items_of("swallowed", BuildFailure.from_dict, optional=True)))

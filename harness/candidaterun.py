@@ -16,48 +16,60 @@ from dataclasses import dataclass, replace
 
 from harness.assembly import VerdictFacts, assemble, quarantine
 from harness.buildcache import copy_build
-from harness.channel import ChannelClosed, ChannelTimeout
+from harness.buildcache.records import BuildAnswer
+from harness.channel import ChannelClosed, ChannelTimeout, StageMessage
 from harness.draft import (
     Draft,
     Outcome,
-    TimingPlan,
     decisive_outcome,
     failed_trials,
-    hardened_pick,
-    kept_in_order,
-    needs_second_run,
+    metered_failure,
     torch_ops_detail,
     with_extension_check,
-    with_timed_run,
+    with_flags,
+    with_kernel_errors,
+    with_loaded,
+    with_metered_run,
     with_trial,
 )
-from harness.hardened import calls_made, dictated_calls
-from harness.integrity import DECISIVE_FLAGS
-from harness.options import Depth, HarnessOptions
+from harness.integrity import DECISIVE_FLAGS, Flag
+from harness.lazybuilds import LazyBuilds, lazy_where
+from harness.meter.build import install_meter
+from harness.meter.clock import ClockCheck, check_clock
+from harness.meter.drive import AuditedOutput, CallPlan, MeteredRun, drive
+from harness.meter.noise import timing_of
+from harness.options import Depth, HarnessOptions, Target
 from harness.progress import StageName, StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
+from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
     CandidateLoad,
     Loaded,
     ProfileReply,
     ProfileRequest,
-    TimeReply,
     TimeRequest,
     TrialReply,
     TrialRequest,
 )
+from harness.protocol.meter import CallInputs, MeterEnd, Metering
 from harness.protocol.reference import CompareItem
 from harness.reference import ReferenceClient
 from harness.seeds import TrialSpec, derive_seed
 from harness.stagepool import StartedStage
-from harness.verdict import ErrorKind, Stage, Status, Timing, Verdict
+from harness.verdict import ClockBound, ErrorKind, Stage, Status, Verdict
 from harness.wire import JsonObject, WireError
 from problems.spec import Policy, Problem
 
 __all__ = ["CandidateSteps", "RunContext"]
 
+#: Metered runs of one candidate at most: a second only when the first disagreed with the trusted
+#: clock even against a fresh calibration (an honest run hit by a burst of load on the host).
+_METERED_RUNS = 2
+
 #: The verdict message of a timing reply that is not one (what the timing step has always said).
 MALFORMED_TIMING = "the timing stage sent a malformed reply"
+#: The least a step waits for its reply after a lazy build (its own time may be all spent).
+_MIN_WAIT_S = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +85,8 @@ class RunContext:
     settle: Callable[[StartedStage], None]
     #: The facts of the Referee's verdicts as they are now.
     facts: Callable[[], VerdictFacts]
+    #: Builds one lazy build in the trusted builder (`harness.compiler.CompileClient.build_lazily`).
+    build: Callable[[JsonObject | None], BuildAnswer] | None = None
 
 
 class CandidateSteps:
@@ -94,14 +108,42 @@ class CandidateSteps:
         self.reporter = reporter
         self.workdir = stage.run_dir / "run"
         self.timeouts = context.options.timeouts
+        #: The builds the stage asks for as it runs (`harness.lazybuilds`).
+        self.lazy = LazyBuilds(context.build, context.options.builds_dir, stage.run_dir / "builds")
 
     # -- finishing ----------------------------------------------------------------------------
     def finish(self, draft: Draft, outcome: Outcome) -> Verdict:
-        return assemble(self.context.facts(), draft, outcome)
+        return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome)
 
     def fail(self, draft: Draft, outcome: Outcome) -> Verdict:
         """A verdict with the candidate stage's log."""
-        return assemble(self.context.facts(), draft, outcome, log=self.process.log_tail(self.options.output_limit))
+        return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome,
+                        log=self.process.log_tail(self.options.output_limit))
+
+    def _ask(self, message: StageMessage, timeout: float) -> JsonObject:
+        """Send a request and wait for its reply, serving the lazy builds the stage asks for on the
+        way (`harness.lazybuilds`): the time they take is never charged to ``timeout``."""
+        started = time.perf_counter()
+        building = 0.0
+        raw = self.process.request(message, timeout=timeout)
+        while (delegation := Delegation.parse(raw)) is not None:
+            before = time.perf_counter()
+            answer = self.lazy.serve(delegation)
+            building += time.perf_counter() - before
+            left = timeout - (time.perf_counter() - started - building)
+            raw = self.process.request(answer, timeout=max(_MIN_WAIT_S, left))
+        return raw
+
+    def _build_failed(self, draft: Draft) -> Verdict | None:
+        """A compile error if a lazy build failed and the candidate did not catch it (the request
+        it was in failed too)."""
+        failed = self.lazy.propagated
+        if not failed:
+            return None
+        outcome = Outcome(Status.ERROR, Stage.COMPILE, f"extension {failed[0].name!r} failed to build "
+                          f"({lazy_where(failed[0].lazy)})", ErrorKind.CANDIDATE)
+        return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome,
+                        log="\n".join(f.errors for f in failed))
 
     def crashed(self, draft: Draft, stage: Stage, exc: Exception, what: str) -> Verdict:
         """The stage timed out or died during ``what``: killed, and the candidate's fault (the
@@ -117,15 +159,6 @@ class CandidateSteps:
         return self.fail(draft, Outcome(Status.ERROR, stage, what, ErrorKind.CANDIDATE))
 
     # -- the run --------------------------------------------------------------------------------
-    def plan(self, depth: Depth, baselines_eager_ms: float) -> TimingPlan:
-        """The timing request: the options' (adaptive), or hardened with the calls it dictates."""
-        timing = self.options.timing
-        sets = tuple(t.index for t in self.context.trials if t.kind == "random")[: max(1, timing.input_sets)]
-        hardened = self.options.hardened_timing and depth is Depth.BENCHMARK
-        if hardened:
-            timing = replace(timing, fixed_calls=dictated_calls(baselines_eager_ms, timing))
-        return TimingPlan(request=timing, sets=sets, hardened=hardened)
-
     def run(self, draft: Draft) -> Verdict:
         """The steps, from ``draft`` (compiled, with its baselines) to the verdict."""
         try:
@@ -142,14 +175,10 @@ class CandidateSteps:
                 # key (a plant, possibly) never stands in for it.
                 copy_build(self.options.builds_dir, e.name, e.key, builds, trusted=e.by_builder)
         (self.stage.run_dir / "candidate.py").write_text(self.source)
-        eager = draft.baselines.eager if draft.baselines is not None else None
-        plan = self.plan(draft.depth, eager.median_ms if eager is not None else 0.0)
-        overheads: list[float] = []
+        self.meter_path = install_meter(self.options.builds_dir, self.stage.run_dir)
+        # The loop's own cost on this host was measured with the baselines, before the candidate's
+        # code was loaded (`harness.Referee.baselines`): its code could burn the CPU meanwhile.
         self.context.settle(self.stage)
-        if plan.hardened:
-            # The loop's overhead, measured before the candidate's code is loaded (a candidate could
-            # burn the CPU to inflate it), now and again once its stage is gone.
-            overheads.append(self.context.reference.loop_overhead(plan.request, plan.sets))
         with self.process:
             draft = replace(draft, sandbox=self.process.sandbox_report)
             for step in (self.load, self.correctness, self.integrity):
@@ -163,7 +192,7 @@ class CandidateSteps:
             self.reporter.enter(StageName.TIMING)  # or the profile
             if draft.depth is Depth.PROFILE:
                 return self.profile(draft)
-            return self.timing(draft, plan, overheads)
+            return self.timing(draft)
 
     def load(self, draft: Draft) -> Draft | Verdict:
         """Hand the candidate to the stage: it loads its builds and builds ``ModelNew``."""
@@ -171,28 +200,32 @@ class CandidateSteps:
         context, run_dir = self.context, self.stage.run_dir
         request = CandidateLoad(
             workdir=self.workdir, problem=context.problem, target=context.reference.target,
-            candidate_path=run_dir / "candidate.py", builds_dir=run_dir / "builds", arch_list=self.options.arch_list,
+            candidate_path=run_dir / "candidate.py", builds_dir=run_dir / "builds", meter_path=self.meter_path,
+            arch_list=self.options.arch_list,
             transport=context.reference.transport, init_seed=derive_seed(context.secret, "init"),
             weights_seed=derive_seed(context.secret, "weights"), trials=context.trials)
         try:
             self.stage.wait_ready(self.timeouts.load_s)
-            raw = self.process.request(request, timeout=self.timeouts.load_s)
+            raw = self._ask(request, self.timeouts.load_s)
         except (ChannelTimeout, ChannelClosed) as exc:
             return self.crashed(draft, Stage.LOAD, exc, "loading the candidate")
         try:
             loaded = Loaded.from_reply(raw)
         except WireError:
             return self.malformed(draft, Stage.LOAD, "the candidate stage sent a malformed reply to its load")
+        self.lazy.settle(ok=not isinstance(loaded, StartFailed))
         if isinstance(loaded, StartFailed):
-            return self.fail(draft, Outcome(Status.ERROR, Stage.LOAD, f"{loaded.message}:\n{loaded.errors}",
-                                            ErrorKind.CANDIDATE))
-        return replace(draft, extensions=loaded.extensions)
+            return self._build_failed(draft) or self.fail(draft, Outcome(
+                Status.ERROR, Stage.LOAD, f"{loaded.message}:\n{loaded.errors}", ErrorKind.CANDIDATE))
+        return with_loaded(draft, loaded)
 
     def _trial(self, request: TrialRequest) -> JsonObject:
-        return self.process.request(request, timeout=self.timeouts.trial_s)
+        return self._ask(request, self.timeouts.trial_s)
 
     def correctness(self, draft: Draft) -> Draft | Verdict:
-        """Every trial, each output compared in the reference process."""
+        """The trials in turn, each output compared in the reference process, until one fails or
+        raises a decisive flag: the verdict is settled there, and the lane's time is not spent on
+        the rest."""
         self.reporter.enter(StageName.CORRECTNESS)
         pure = self.context.problem.policy is Policy.PURE
         so_far = draft
@@ -206,20 +239,26 @@ class CandidateSteps:
             except WireError:
                 return self.malformed(replace(draft, trials=so_far.trials), Stage.CORRECTNESS,
                                       f"the candidate stage sent a malformed reply in trial {trial.index}")
+            self.lazy.settle(ok=not isinstance(reply, OpFailed))
             if isinstance(reply, OpFailed):
-                return self.fail(replace(draft, trials=so_far.trials), Outcome(
+                so_far = replace(draft, trials=so_far.trials, kernel_errors=so_far.kernel_errors)
+                return self._build_failed(so_far) or self.fail(so_far, Outcome(
                     Status.ERROR, Stage.CORRECTNESS, f"forward raised in trial {trial.index}:\n{reply.error}",
                     ErrorKind.CANDIDATE))
             (result,) = self.context.reference.compare((CompareItem(index=trial.index, output=reply.output),),
                                                        self.workdir)
             so_far = with_trial(so_far, trial, reply, result, pure=pure)
-        failed = failed_trials(so_far)
+            if not result.passed or any(f in DECISIVE_FLAGS for f in so_far.flags):
+                break
+        failed = failed_trials(so_far, len(self.context.trials))
         return self.fail(so_far, failed) if failed is not None else so_far
 
     def integrity(self, draft: Draft) -> Draft | Verdict:
         """The extension must do real work (mixed policy: the no-op substitution trial), and no
         decisive flag may be up (TF32 on, inputs mutated, work left running, torch in a pure forward)."""
         noop_passed: bool | None = None
+        # The extensions built lazily in a forward count as loaded too.
+        draft = replace(draft, extensions=tuple(dict.fromkeys((*draft.extensions, *self.lazy.extension_names()))))
         if draft.extensions and self.context.problem.policy is not Policy.PURE:
             try:
                 raw = self._trial(TrialRequest(index=0, noop=True))
@@ -230,9 +269,11 @@ class CandidateSteps:
             except WireError:
                 return self.malformed(draft, Stage.INTEGRITY,
                                       "the candidate stage sent a malformed reply in the no-op substitution trial")
+            self.lazy.settle(ok=True)  # a no-op trial that raised only says the extension did work
             if not isinstance(reply, OpFailed):
                 (result,) = self.context.reference.compare((CompareItem(index=0, output=reply.output),), self.workdir)
                 noop_passed = result.passed
+                draft = with_kernel_errors(draft, reply.kernel_errors, trial=0, noop=True)
         draft = with_extension_check(draft, noop_passed=noop_passed)
         outcome = decisive_outcome(draft, Stage.INTEGRITY, torch_ops_detail(draft))
         return self.fail(draft, outcome) if outcome is not None else draft
@@ -254,50 +295,92 @@ class CandidateSteps:
         return self.finish(replace(draft, profile=reply.kernels),
                            Outcome(Status.PASS, Stage.DONE, "correct and profiled"))
 
-    def _time_once(self, draft: Draft, plan: TimingPlan, first_call: int) -> tuple[Draft, Timing, float] | Verdict:
-        """One timing run: rotating input sets, outputs re-checked, bounded by our own clock."""
-        started = time.perf_counter()
+    def _metered(self, draft: Draft, plan: CallPlan, first_call: int) -> tuple[MeteredRun, MeterEnd | None] | Verdict:
+        """One metered run of the candidate, driven from here (`harness.meter.drive`)."""
+        limit_s = self.timeouts.timing_s
+        reference = self.context.reference
         try:
-            raw = self.process.request(TimeRequest(timing=plan.request, sets=plan.sets, first_call=first_call),
-                                       timeout=self.timeouts.timing_s)
+            raw = self.process.request(TimeRequest(sets=reference.timing_sets, flush=self.options.timing.flush_cache),
+                                       timeout=limit_s)
+            if not Metering.is_metering(raw):
+                failed = read_reply(raw, MeterEnd.read, "the timing reply")
+                error = failed.error if isinstance(failed, OpFailed) else "no metered loop"
+                return self.fail(draft, Outcome(Status.ERROR, Stage.TIMING, f"timing could not start:\n{error}",
+                                                ErrorKind.CANDIDATE))
+            run = drive(self.process.channel, plan, timeout_s=limit_s, first_call=first_call)
+            if run.protocol_error is not None or run.message is not None:
+                self.process.kill()  # its state is unknown: nothing more is asked of it
+                if run.protocol_error is None:
+                    run = replace(run, protocol_error="a message in the middle of the timing loop")
+                return run, None
+            reply = read_reply(self.process.recv(timeout=limit_s), MeterEnd.read, "the timing loop's end")
         except (ChannelTimeout, ChannelClosed) as exc:
             return self.crashed(draft, Stage.TIMING, exc, "timing")
-        wall_s = time.perf_counter() - started
-        try:
-            reply = read_reply(raw, TimeReply.read, "the timing reply")
         except WireError:
             return self.malformed(draft, Stage.TIMING, MALFORMED_TIMING)
         if isinstance(reply, OpFailed):
-            return self.fail(draft, Outcome(Status.ERROR, Stage.TIMING, f"forward raised while timed:\n{reply.error}",
+            run.close()
+            return self.fail(draft, Outcome(Status.ERROR, Stage.TIMING, f"the timing loop failed:\n{reply.error}",
                                             ErrorKind.CANDIDATE))
-        # Every input set re-checked (the calls after the timed ones cover each), no other.
-        match = kept_in_order(plan, reply, first_call) and all(
-            r.passed for r in self.context.reference.compare(tuple(k.to_compare() for k in reply.kept), self.workdir))
-        return with_timed_run(draft, reply, wall_s, outputs_match=match), reply.timing, wall_s
+        return run, reply
 
-    def timing(self, draft: Draft, plan: TimingPlan, overheads: list[float]) -> Verdict:
-        """The timing loop. Hardened: a second run (call ids continued: no input repeats) only if
-        the first looks out of bounds, for an honest run hit by a burst of load on the host; one
-        must fit the trusted clock."""
-        runs: list[tuple[Timing, float]] = []
-        first_call = 0
-        for _ in range(2 if plan.hardened else 1):
-            timed = self._time_once(draft, plan, first_call)
-            if isinstance(timed, Verdict):
-                return timed
-            draft, timing, wall_s = timed
-            runs.append((timing, wall_s))
-            first_call += calls_made(plan.request, plan.sets) if plan.hardened else 0
-            if not needs_second_run(draft, plan, timing, wall_s, overheads[0] if overheads else 0.0):
+    def _audits_match(self, audits: tuple[AuditedOutput, ...]) -> bool:
+        """Whether every audited output matches what the reference computes for its call."""
+        if not audits:
+            return True
+        sets = self.context.reference.timing_sets
+        items = tuple(CompareItem(index=sets[a.call.input_set], output={**a.description, "kind": "memfd", "fd": i},
+                                  call=CallInputs(input_seed=a.call.input_seed, forward_seed=a.call.forward_seed))
+                      for i, a in enumerate(audits))
+        results = self.context.reference.compare(items, self.workdir, tuple(a.fd for a in audits))
+        return all(r.passed for r in results)
+
+    def timing(self, draft: Draft) -> Verdict:
+        """The metered timing loop: the trusted side picks each call's inputs, times its round
+        trip and audits calls it picks after they returned. A run whose samples the trusted clock
+        does not explain is checked against a fresh calibration, then run once more, twice as
+        long; a second disagreement fails (``clock_disagrees``)."""
+        reference = self.context.reference
+        plan = CallPlan.from_timing(self.options.timing, len(reference.timing_sets), audits=True,
+                                    seed_forward=self.context.problem.random)
+        check: ClockCheck | None = None
+        run: MeteredRun | None = None
+        for _ in range(_METERED_RUNS):
+            metered = self._metered(draft, plan, len(run.calls) if run is not None else 0)
+            if isinstance(metered, Verdict):
+                return metered
+            run, end = metered
+            try:
+                match = end is None or self._audits_match(run.audits)
+            finally:
+                run.close()
+            draft = with_metered_run(draft, run, end, audits_match=match)
+            failed = metered_failure(run)
+            if failed is not None:
+                return self.fail(draft, failed)
+            if any(f in DECISIVE_FLAGS for f in draft.flags):
                 break
+            check = check_clock(run.timed, reference.calibration())
+            if not check.agrees:
+                check = check_clock(run.timed, reference.calibration(again=True))
+            if check.agrees:
+                break
+            plan = plan.longer(len(run.timed))
         self.process.close()
-        detail = ""
-        if plan.hardened and not any(f in DECISIVE_FLAGS for f in draft.flags):
-            overheads.append(self.context.reference.loop_overhead(plan.request, plan.sets))
-            draft, timing, detail = hardened_pick(draft, plan, tuple(runs), max(overheads))
-        outcome = decisive_outcome(draft, Stage.INTEGRITY, detail)
+        assert run is not None
+        cuda = reference.target is Target.CUDA
+        timing = timing_of([c.sample_ms for c in run.timed], cuda=cuda) if run.timed else None
+        if check is not None and timing is not None:
+            timing = replace(timing, bound=ClockBound(overhead_ms=check.overhead_ms, excess_ms=check.excess_ms,
+                                                      allowed_ms=check.allowed_ms, calls=check.calls,
+                                                      audits=len(run.audits)))
+            if not check.agrees:
+                draft = replace(with_flags(draft, Flag.CLOCK_DISAGREES), details=(*draft.details, check.detail()))
+        outcome = decisive_outcome(draft, Stage.INTEGRITY)
         if outcome is not None:
-            return self.fail(replace(draft, timing=timing if timing.samples_ms else None), outcome)
-        verdict = self.finish(replace(draft, timing=timing),
-                              Outcome(Status.PASS, Stage.DONE, "correct and timed" + detail))
+            return self.fail(replace(draft, timing=timing), outcome)
+        done = "correct and timed" + (" (re-judged in a fresh process with fresh seeds)"
+                                      if self.options.rejudge else "")
+        verdict = self.finish(replace(draft, timing=timing), Outcome(Status.PASS, Stage.DONE, done))
         return quarantine(verdict, self.options.suspicious_speedup)
+

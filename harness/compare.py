@@ -1,4 +1,5 @@
-"""Compare a candidate's output with the reference's: the numerics rules of DESIGN §2.
+"""Compare a candidate's output with the reference's: the numerics rules of the evaluation contract
+(docs/architecture.md).
 
 Runs in the trusted reference process only. Structure, shape, dtype and device type must match
 exactly; NaN and inf must match in place; integers and booleans compare exactly; floats by

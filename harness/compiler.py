@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from harness.buildcache import build_directory, publish_staged
+from harness.buildcache.copies import current_pch_entries
 from harness.buildcache.records import BuildAnswer
 from harness.builds import CompileResult
 from harness.channel import ChannelClosed, ChannelTimeout
@@ -73,6 +74,9 @@ class CompileClient:
         #: Compile results by source hash: the same source again reuses its builds without a stage.
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not options.pch
+        #: Lazy builds answered, by their request's digest; the builder kept for an attempt's.
+        self._lazy_answers: dict[str, BuildAnswer] = {}
+        self._lazy_builder: StartedStage | None = None
 
     def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache.
@@ -138,10 +142,11 @@ class CompileClient:
         pch_dir.mkdir(parents=True, exist_ok=True)
         marker = pch_dir / marker_name
 
-        def in_place() -> bool:
+        def in_place() -> bool:  # headers of an older recipe (a marker from before an upgrade) are not
             try:
                 keys = json.loads(marker.read_text())
-                return bool(keys) and all((pch_dir / str(k)).is_dir() for k in keys)
+                current = {entry.name for entry in current_pch_entries(pch_dir)}
+                return bool(keys) and all(str(k) in current for k in keys)
             except (OSError, ValueError, TypeError):
                 return False
 
@@ -229,7 +234,43 @@ class CompileClient:
         if reply.ok:
             shutil.rmtree(stage.run_dir, ignore_errors=True)
         return CompileResult(ok=reply.ok, seconds=reply.seconds, extensions=reply.extensions, kernels=reply.kernels,
-                             errors=errors)
+                             errors=errors, swallowed=reply.swallowed)
+
+    # -- lazy builds ----------------------------------------------------------------------------
+    def build_lazily(self, request: JsonObject | None) -> BuildAnswer:
+        """Build one ``load_inline`` that a candidate stage asked for as it ran (in ``__init__``,
+        a forward, or an import gated on what only that stage has) in a builder stage, with the
+        compile's time limit and its cache and flag rules; the builder is kept for the attempt's
+        other lazy builds (`release_builder`). A request this Referee had built before, its build
+        still in the cache, is answered at once: the builder computed its key from these very
+        bytes. The build is published among the builder's (`_build_for`); copying it to the stage
+        is the caller's."""
+        if request is None:
+            return BuildAnswer(ok=False, log="malformed build request")
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        known = self._lazy_answers.get(digest)
+        if known is not None and known.record is not None and known.key is not None and build_directory(
+                self.options.builds_dir, known.record.name, known.key, trusted=True).is_dir():
+            return replace(known, seconds=0.0, record=replace(known.record, cached=True, seconds=0.0))
+        self._pool.builder_wanted = True  # the next attempt's builder, started ahead
+        if self._lazy_builder is not None and self._lazy_builder.process.exit_code() is not None:
+            self.release_builder()
+        builder = self._lazy_builder = self._lazy_builder or self._pool.take(StageRole.BUILDER)
+        limit = self.options.timeouts.compile_s
+        try:
+            answer = self._build_for(builder, request, time.perf_counter() + limit)
+        except ChannelTimeout:
+            self.release_builder()
+            return BuildAnswer(ok=False, log=f"the build timed out after {limit:.0f} s")
+        if answer.ok and answer.key is not None and answer.record is not None:
+            self._lazy_answers[digest] = answer
+        return answer
+
+    def release_builder(self) -> None:
+        """End the builder kept for an attempt's lazy builds, if one was started."""
+        if self._lazy_builder is not None:
+            self._lazy_builder.discard()
+            self._lazy_builder = None
 
     def _build_for(self, builder: StartedStage, build: JsonObject | None, deadline: float) -> BuildAnswer:
         """Build one extension a candidate's compile stage asked for, in the builder stage (trusted

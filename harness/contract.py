@@ -1,4 +1,4 @@
-"""The evaluation contract of DESIGN §2, as code both sides of an evaluation run identically.
+"""The evaluation contract (docs/architecture.md), as code both sides of an evaluation run identically.
 
 Seeds derive from the job's secret; the trusted reference process knows the secret, a candidate
 process receives only the derived seeds it needs (weights and per-trial inputs), never expected
@@ -8,9 +8,12 @@ outputs. Everything here runs inside stage processes (it imports torch and touch
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,14 +22,19 @@ from harness.seeds import TrialSpec
 
 __all__ = [
     "TrialSpec",
+    "WeightsLoad",
+    "WeightsMismatch",
     "apply_overrides",
     "forward_seed",
+    "in_registration_order",
     "make_inputs",
     "redraw_weights",
+    "reference_weights_for",
+    "registrations",
     "seed_forward",
-    "state_dict_mismatch",
     "tf32_is_off",
     "tf32_off",
+    "tf32_probes",
     "tf32_state",
 ]
 
@@ -99,7 +107,7 @@ def redraw_weights(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]
 
     Defaults (BatchNorm's 0/1 statistics, zero biases) would let shortcuts look right; fresh
     values from the secret seed do not. Non-negative tensors (variances, norms' weights) stay
-    non-negative. Returns the new state dict (on CPU).
+    non-negative. Returns the new state dict (on CPU), in the model's ``state_dict`` order.
     """
     generator = torch.Generator().manual_seed(seed)
     state = model.state_dict()
@@ -124,20 +132,114 @@ def redraw_weights(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]
             new = new.abs() + 1e-3 * (abs(mean) or 1.0)  # variances stay strictly positive
         fresh[name] = new.to(tensor.dtype)
     model.load_state_dict(fresh)
-    return fresh
+    return {name: fresh[name] for name in state}  # in state_dict (registration) order
 
 
-def state_dict_mismatch(reference: dict[str, torch.Tensor], candidate: dict[str, torch.Tensor]) -> str | None:
-    """Why the candidate's state dict cannot take the reference weights, or None."""
-    missing = [k for k in reference if k not in candidate]
-    if missing:
-        return (f"ModelNew lacks state_dict keys {missing[:8]}: keep the reference's parameters and "
-                "buffers under the same names (e.g. self.conv = nn.Conv2d(...)) so its weights load")
-    wrong = [f"{k}: reference {tuple(reference[k].shape)} vs ModelNew {tuple(candidate[k].shape)}"
-             for k in reference if tuple(reference[k].shape) != tuple(candidate[k].shape)]
-    if wrong:
-        return "state_dict shapes differ: " + "; ".join(wrong[:8])
-    return None
+@dataclass(frozen=True)
+class WeightsLoad:
+    """How the reference's weights go into ``ModelNew``: ``state`` keyed by ModelNew's names (for
+    ``load_state_dict(strict=False)``), and the pairs (Model's name, ModelNew's name) that were
+    matched by registration order rather than by name (empty: every one by name)."""
+
+    state: dict[str, torch.Tensor]
+    renamed: tuple[tuple[str, str], ...] = ()
+
+
+class WeightsMismatch(ValueError):
+    """ModelNew's state dict takes the reference weights neither by name nor by order."""
+
+
+#: Rows of the side-by-side listing of a mismatch.
+_MISMATCH_ROWS = 24
+
+
+def _shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    return tuple(tensor.shape)
+
+
+@contextmanager
+def registrations() -> Iterator[dict[tuple[int, str], int]]:
+    """Records, while active, the order in which any module registers a parameter or buffer:
+    ``(id(module), name) -> rank`` (the last registration of a name counts)."""
+    from torch.nn.modules import module as nn_module
+
+    ranks: dict[tuple[int, str], int] = {}
+    counter = itertools.count()
+
+    def hook(module: torch.nn.Module, name: str, value: object) -> None:
+        ranks[(id(module), name)] = next(counter)
+
+    handles = [nn_module.register_module_parameter_registration_hook(hook),
+               nn_module.register_module_buffer_registration_hook(hook)]
+    try:
+        yield ranks
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def in_registration_order(model: torch.nn.Module, state: Mapping[str, torch.Tensor],
+                          ranks: Mapping[tuple[int, str], int]) -> dict[str, torch.Tensor]:
+    """``state`` (the model's ``state_dict``) ordered as the model's parameters and buffers were
+    registered (`registrations`, recorded while it was built): a submodule's before a parameter
+    created after it, whatever ``state_dict`` lists first (a module's own parameters, then its
+    children's). Entries without a recorded rank keep their place after the others."""
+    rank: dict[str, float] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for name in (*module._parameters, *module._buffers):
+            rank.setdefault(f"{prefix}.{name}" if prefix else name, ranks.get((id(module), name), math.inf))
+    keys = list(state)
+    return {k: state[k] for k in sorted(keys, key=lambda k: rank.get(k, math.inf))}
+
+
+def reference_weights_for(reference: Mapping[str, torch.Tensor], candidate: Mapping[str, torch.Tensor]) -> WeightsLoad:
+    """The reference weights as ModelNew takes them (DESIGN §2, KernelBench's semantics).
+
+    By name when ModelNew has every key of ``reference`` with the same shape (extra keys are
+    fine). Otherwise by registration order, when the floating parameters and buffers of both
+    match one to one in that order and in shape: KernelBench builds both models from the same
+    seed, so names never mattered to it. Non-floating buffers (BatchNorm's step count) then go by
+    name where ModelNew has them.
+
+    Args:
+        reference: the reference's weights in registration order (`in_registration_order`).
+        candidate: ``ModelNew().state_dict()``, in registration order.
+
+    Raises:
+        WeightsMismatch: neither applies; its message lists both sets side by side.
+    """
+    if all(k in candidate and _shape(candidate[k]) == _shape(v) for k, v in reference.items()):
+        return WeightsLoad(state=dict(reference))
+    ours = [(k, v) for k, v in reference.items() if v.is_floating_point()]
+    theirs = [(k, v) for k, v in candidate.items() if v.is_floating_point()]
+    if len(ours) == len(theirs) and all(_shape(a) == _shape(b) for (_, a), (_, b) in zip(ours, theirs, strict=True)):
+        state = {name: value for (_, value), (name, _) in zip(ours, theirs, strict=True)}
+        state.update({k: v for k, v in reference.items()
+                      if not v.is_floating_point() and k in candidate and _shape(candidate[k]) == _shape(v)})
+        return WeightsLoad(state=state, renamed=tuple((a, b) for (a, _), (b, _) in zip(ours, theirs, strict=True)
+                                                      if a != b))
+    raise WeightsMismatch(_side_by_side(ours, theirs))
+
+
+def _side_by_side(ours: list[tuple[str, torch.Tensor]], theirs: list[tuple[str, torch.Tensor]]) -> str:
+    def cell(entry: tuple[str, torch.Tensor] | None) -> str:
+        return "-" if entry is None else f"{entry[0]} {_shape(entry[1])}"
+
+    rows = max(len(ours), len(theirs))
+    cells = [(cell(ours[i] if i < len(ours) else None), cell(theirs[i] if i < len(theirs) else None),
+              i < len(ours) and i < len(theirs) and _shape(ours[i][1]) == _shape(theirs[i][1]))
+             for i in range(rows)]
+    width = max([len("Model"), *(len(a) for a, _, _ in cells)])
+    lines = [f"  {'#':>2}  {'Model':<{width}}  ModelNew"]
+    lines += [f"  {i:>2}  {a:<{width}}  {b}{'' if same else '   <- missing' if '-' in (a, b) else '   <- differs'}"
+              for i, (a, b, same) in enumerate(cells[:_MISMATCH_ROWS])]
+    if rows > _MISMATCH_ROWS:
+        lines.append(f"  [... {rows - _MISMATCH_ROWS} more]")
+    return ("ModelNew's parameters and buffers match Model's neither by name (every key of Model's state_dict, "
+            "same shape) nor by registration order (the floating ones, one to one, same shapes); in "
+            "registration order:\n" + "\n".join(lines) + "\nKeep every parameter and buffer of Model, under its "
+            "name or created in the same order with the same shape (e.g. self.conv = nn.Conv2d(...), or "
+            "self.weight = nn.Parameter(torch.empty(out, in, k, k)) first, then the bias).")
 
 
 #: Reduced-precision switches of torch's newer API: (backend, op) slots of ``fp32_precision``.
@@ -154,6 +256,21 @@ _precision_getter = getattr(torch._C, "_get_fp32_precision_getter", None)
 _precision_setter = getattr(torch._C, "_set_fp32_precision_setter", None)
 _legacy = {name: getattr(torch._C, name, None) for name in _LEGACY_GETTERS}
 _off_state: tuple[Any, ...] | None = None
+
+
+def tf32_probes() -> list[tuple[Any, tuple[str, ...]]]:
+    """``(getter, args)`` per reduced-precision switch: torch's C getters, for the metered loop to
+    hold and call after every timed call (`harness.meter.stage`)."""
+    probes: list[tuple[Any, tuple[str, ...]]] = []
+    if _precision_getter is not None:
+        for backend, op in _FP32_PRECISION_SLOTS:
+            try:
+                _precision_getter(backend, op)
+            except Exception:  # noqa: BLE001 - a slot this build lacks (cudnn without CUDA)
+                continue
+            probes.append((_precision_getter, (backend, op)))
+    probes.extend((getter, ()) for getter in _legacy.values() if getter is not None)
+    return probes
 
 
 def tf32_state() -> tuple[Any, ...]:
@@ -175,7 +292,8 @@ def tf32_state() -> tuple[Any, ...]:
 
 def tf32_off() -> None:
     """TF32 (and every reduced fp32 precision) off for reference, baselines and candidate alike
-    (DESIGN §2). The first call records the off state; later calls restore it exactly."""
+    (the contract's numerics: docs/architecture.md). The first call records the off state; later calls
+    restore it exactly."""
     global _off_state
     if _off_state is not None and _precision_setter is not None:
         for (backend, op), value in zip(_FP32_PRECISION_SLOTS, _off_state, strict=False):

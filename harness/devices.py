@@ -61,6 +61,13 @@ class DeviceSpecs:
             driver=r.optional_text("driver"), cuda=r.optional_text("cuda"), cores=r.optional_integer("cores"),
         )
 
+    def sol_ms(self, flops: float, nbytes: float, dtype_name: str) -> float:
+        """The speed-of-light time of a forward: the larger of its compute and memory floors
+        (FLOPs at the peak for outputs of ``dtype_name``; bytes at the measured bandwidth)."""
+        compute_s = flops / self.peak_for(dtype_name) if flops else 0.0
+        memory_s = nbytes / self.measured_bandwidth if self.measured_bandwidth else 0.0
+        return 1e3 * max(compute_s, memory_s)
+
     def peak_for(self, dtype_name: str) -> float:
         """The peak rate for outputs of this dtype (``str(torch.float16)`` or ``float16``)."""
         return self.peak_flops.get(_PEAK_KEYS.get(dtype_name, "fp32")) or self.peak_flops["fp32"]

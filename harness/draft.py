@@ -8,27 +8,25 @@ came back is a function here, from a draft to a new draft (`dataclasses.replace`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from harness.builds import CompileResult
-from harness.hardened import calls_made, hardened_bound
+from harness.causes import KernelError
 from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS, Flag
-from harness.options import Depth, TimingOptions
-from harness.protocol.candidate import TimeReply, TrialReply
+from harness.meter.drive import MeteredRun
+from harness.meter.frames import DoneStatus
+from harness.options import Depth
+from harness.protocol.candidate import Loaded, TrialReply
+from harness.protocol.meter import MeterEnd
 from harness.protocol.reference import Compared
 from harness.sandboxspec import SandboxReport
 from harness.seeds import TrialSpec
 from harness.verdict import Baselines, ErrorKind, ProfileRow, Stage, Status, Timing, Trial
 
 __all__ = [
-    "CLOCK_SLACK", "Draft", "Outcome", "TimingPlan", "decisive_outcome", "failed_trials", "hardened_pick",
-    "kept_in_order", "needs_second_run", "torch_ops_detail", "with_extension_check", "with_flags", "with_timed_run",
-    "with_trial",
+    "Draft", "Outcome", "decisive_outcome", "failed_trials", "metered_failure", "torch_ops_detail", "weights_note",
+    "with_extension_check", "with_flags", "with_kernel_errors", "with_loaded", "with_metered_run", "with_trial",
 ]
-
-#: Over this, the trusted clock says the candidate's reported samples cannot be right.
-CLOCK_SLACK = 1.02
 
 
 @dataclass(frozen=True)
@@ -54,38 +52,44 @@ class Draft:
     #: The extension modules the candidate stage loaded from its builds.
     extensions: tuple[str, ...] = ()
     trials: tuple[Trial, ...] = ()
-    flags: tuple[str, ...] = ()
+    flags: tuple[Flag, ...] = ()
     #: The torch ops a pure-policy forward dispatched beyond allocation and views.
     torch_ops: tuple[str, ...] = ()
     timing: Timing | None = None
     profile: tuple[ProfileRow, ...] = ()
+    #: What the decisive flags found, beyond their text (the names a tamper check found).
+    details: tuple[str, ...] = ()
+    #: Extension functions that raised while forward went on, by trial (`harness.causes`).
+    kernel_errors: tuple[KernelError, ...] = ()
+    #: How the candidate was taken that is no failure (`Verdict.notes`).
+    notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class TimingPlan:
-    """What the timing stage is asked: the timing ``request`` (hardened: the calls dictated),
-    the input ``sets`` rotated, and whether the trusted clock bounds the result (``hardened``)."""
-
-    request: TimingOptions
-    sets: tuple[int, ...]
-    hardened: bool
-
-
-def with_flags(draft: Draft, *flags: str) -> Draft:
+def with_flags(draft: Draft, *flags: Flag) -> Draft:
     """The draft with ``flags`` raised (appended as found)."""
-    return replace(draft, flags=(*draft.flags, *(str(f) for f in flags)))
+    return replace(draft, flags=(*draft.flags, *flags))
 
 
 def _with_reported(draft: Draft, reported: tuple[str, ...]) -> Draft:
     """The flags a stage reported, each once, ignoring anything that is not a flag."""
     flags = list(draft.flags)
-    flags.extend(f for f in reported if f in FLAG_TEXT and f not in flags)
+    flags.extend(Flag(f) for f in dict.fromkeys(reported) if f in FLAG_TEXT and f not in flags)
     return replace(draft, flags=tuple(flags))
+
+
+def _with_tampered(draft: Draft, names: tuple[str, ...]) -> Draft:
+    if not names:
+        return draft
+    if Flag.HARNESS_TAMPERED not in draft.flags:
+        draft = with_flags(draft, Flag.HARNESS_TAMPERED)
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    detail = f"changed: {shown}"
+    return draft if detail in draft.details else replace(draft, details=(*draft.details, detail))
 
 
 def with_trial(draft: Draft, spec: TrialSpec, reply: TrialReply, result: Compared, *, pure: bool) -> Draft:
     """One correctness trial judged: its flags, the pure policy's op check, its comparison."""
-    draft = _with_reported(draft, reply.flags)
+    draft = _with_tampered(_with_reported(draft, reply.flags), reply.tampered)
     if pure and reply.ops is not None:
         torch_ops = tuple(op for op in reply.ops if op not in PURE_ALLOWED_OPS)
         draft = replace(draft, torch_ops=torch_ops)
@@ -93,16 +97,48 @@ def with_trial(draft: Draft, spec: TrialSpec, reply: TrialReply, result: Compare
             draft = with_flags(draft, Flag.TORCH_COMPUTE_IN_PURE_FORWARD)
     trial = Trial(seed_index=spec.index, kind=spec.kind, passed=result.passed, max_abs_err=result.max_abs_err,
                   mean_abs_err=result.mean_abs_err, mismatch_frac=result.mismatch_frac, message=result.message)
-    return replace(draft, trials=(*draft.trials, trial))
+    return with_kernel_errors(replace(draft, trials=(*draft.trials, trial)), reply.kernel_errors, trial=spec.index)
 
 
-def failed_trials(draft: Draft) -> Outcome | None:
-    """A ``fail`` naming how many trials failed and the first of them, or None if all passed."""
+def with_kernel_errors(draft: Draft, errors: tuple[KernelError, ...], *, trial: int | None,
+                       noop: bool = False) -> Draft:
+    """What the extension functions raised in one request (``trial``: its index; None: the load)."""
+    if not errors:
+        return draft
+    return replace(draft, kernel_errors=(*draft.kernel_errors, *(replace(e, trial=trial, noop=noop) for e in errors)))
+
+
+#: Renamed weights a note lists by name (the rest are counted).
+_RENAMED_LISTED = 8
+
+
+def weights_note(renamed: tuple[tuple[str, str], ...]) -> str:
+    """The verdict's note on weights loaded by registration order rather than by name."""
+    pairs = ", ".join(f"{a} -> {b}" for a, b in renamed[:_RENAMED_LISTED])
+    more = f" and {len(renamed) - _RENAMED_LISTED} more" if len(renamed) > _RENAMED_LISTED else ""
+    return (f"ModelNew names its parameters and buffers differently from Model, so the reference weights were "
+            f"loaded by registration order (KernelBench builds both models from the same seed, so names never "
+            f"mattered): {pairs}{more}")
+
+
+def with_loaded(draft: Draft, loaded: Loaded) -> Draft:
+    """The load judged: the extensions the stage imported, how the weights went in, and what its
+    extension functions raised while it loaded."""
+    draft = replace(draft, extensions=loaded.extensions,
+                    notes=(*draft.notes, weights_note(loaded.renamed)) if loaded.renamed else draft.notes)
+    return with_kernel_errors(draft, loaded.kernel_errors, trial=None)
+
+
+def failed_trials(draft: Draft, planned: int | None = None) -> Outcome | None:
+    """A ``fail`` naming how many trials failed and the first of them, or None if all passed.
+    ``planned``: the trials there were to run (the run stops at the first failure)."""
     failed = [t for t in draft.trials if not t.passed]
     if not failed:
         return None
     worst = failed[0]
-    return Outcome(Status.FAIL, Stage.CORRECTNESS, f"{len(failed)} of {len(draft.trials)} trials failed; "
+    skipped = (planned or 0) - len(draft.trials)
+    rest = f" ({skipped} later trial{'s' if skipped != 1 else ''} not run)" if skipped > 0 else ""
+    return Outcome(Status.FAIL, Stage.CORRECTNESS, f"{len(failed)} of {len(draft.trials)} trials failed{rest}; "
                    f"trial {worst.seed_index} ({worst.kind}): {worst.message}")
 
 
@@ -119,7 +155,8 @@ def decisive_outcome(draft: Draft, stage: Stage, detail: str = "") -> Outcome | 
     decisive = [f for f in draft.flags if f in DECISIVE_FLAGS]
     if not decisive:
         return None
-    return Outcome(Status.FAIL, stage, "; ".join(FLAG_TEXT[f] for f in decisive) + detail)
+    found = "".join(f" ({d})" for d in draft.details)
+    return Outcome(Status.FAIL, stage, "; ".join(FLAG_TEXT[f] for f in decisive) + found + detail)
 
 
 def torch_ops_detail(draft: Draft) -> str:
@@ -127,43 +164,31 @@ def torch_ops_detail(draft: Draft) -> str:
     return f" (torch ops in forward: {', '.join(draft.torch_ops[:10])})" if draft.torch_ops else ""
 
 
-def kept_in_order(plan: TimingPlan, reply: TimeReply, first_call: int) -> bool:
-    """Whether the re-checked outputs are the ones the timing loop must keep: one per input set
-    (the calls after the timed ones cover each), no call twice, none from before this run and,
-    hardened, the last call the dictated one. Only then are their outputs worth comparing."""
-    calls = [k.call for k in reply.kept]
-    if {k.index for k in reply.kept} != set(plan.sets) or len(set(calls)) != len(calls) or min(calls) < first_call:
-        return False
-    return not plan.hardened or max(calls) == first_call + calls_made(plan.request, plan.sets) - 1
+def metered_failure(run: MeteredRun) -> Outcome | None:
+    """How a metered run that the candidate's code ended is told: forward raised (an error), or
+    an output, a switch or a protocol the loop refuses (a failure); None if the run ended well."""
+    if run.protocol_error is not None:
+        return None  # a flag (`with_metered_run`): the integrity message names it
+    failure = run.failure
+    if failure is None:
+        return None
+    if failure.status is DoneStatus.FORWARD_RAISED:
+        return Outcome(Status.ERROR, Stage.TIMING, f"{failure.message} (while timed)", ErrorKind.CANDIDATE)
+    if failure.status in (DoneStatus.BAD_OUTPUT, DoneStatus.TF32):
+        return None  # flags
+    return Outcome(Status.ERROR, Stage.TIMING, f"the timing loop failed: {failure.message}", ErrorKind.CANDIDATE)
 
 
-def with_timed_run(draft: Draft, reply: TimeReply, wall_s: float, *, outputs_match: bool) -> Draft:
-    """One timing run judged: the flags it reported, our clock against its samples, and its
-    re-checked outputs (``outputs_match``)."""
-    draft = _with_reported(draft, reply.flags)
-    samples = reply.timing.samples_ms
-    if (not samples or not all(math.isfinite(x) and x > 0 for x in samples)
-            or sum(samples) / 1e3 > wall_s * CLOCK_SLACK):
-        draft = with_flags(draft, Flag.CLOCK_DISAGREES)
-    return draft if outputs_match else with_flags(draft, Flag.TIMED_OUTPUT_MISMATCH)
-
-
-def needs_second_run(draft: Draft, plan: TimingPlan, timing: Timing, wall_s: float, overhead_s: float) -> bool:
-    """Hardened timing gets a second run (for an honest run hit by a burst of load on the host)
-    only if the first looks out of bounds and nothing decisive was found."""
-    if not plan.hardened or any(f in DECISIVE_FLAGS for f in draft.flags):
-        return False
-    return hardened_bound(timing, wall_s, overhead_s, plan.request, plan.sets)[0]
-
-
-def hardened_pick(draft: Draft, plan: TimingPlan, runs: tuple[tuple[Timing, float], ...],
-                  overhead_s: float) -> tuple[Draft, Timing, str]:
-    """The hardened runs against the trusted clock (the loop's larger measured overhead): the
-    first that fits, with its figures for the message; if none does, the last run and
-    ``clock_disagrees``."""
-    bounds = [(hardened_bound(t, w, overhead_s, plan.request, plan.sets), t) for t, w in runs]
-    fitting = [(text, t) for (disagrees, text), t in bounds if not disagrees]
-    if fitting:
-        detail, timing = fitting[0]
-        return draft, timing, detail
-    return with_flags(draft, Flag.CLOCK_DISAGREES), runs[-1][0], bounds[-1][0][1]
+def with_metered_run(draft: Draft, run: MeteredRun, end: MeterEnd | None, *, audits_match: bool) -> Draft:
+    """One metered run judged: what the loop refused (a timed output that is not a plain tensor,
+    TF32 switched on), a broken protocol, the stage's in-process flags and tamper check, and
+    whether the audited outputs matched the reference's."""
+    if run.protocol_error is not None:
+        draft = replace(with_flags(draft, Flag.TIMING_PROTOCOL_BROKEN), details=(*draft.details, run.protocol_error))
+    if run.failure is not None and run.failure.status is DoneStatus.BAD_OUTPUT:
+        draft = replace(with_flags(draft, Flag.TIMED_OUTPUT_NOT_PLAIN), details=(*draft.details, run.failure.message))
+    if run.failure is not None and run.failure.status is DoneStatus.TF32 and Flag.TF32_ENABLED not in draft.flags:
+        draft = with_flags(draft, Flag.TF32_ENABLED)
+    if end is not None:
+        draft = _with_tampered(_with_reported(draft, end.flags), end.tampered)
+    return draft if audits_match else with_flags(draft, Flag.TIMED_OUTPUT_MISMATCH)

@@ -14,6 +14,7 @@ import os
 import platform
 import secrets
 import shutil
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
@@ -26,7 +27,7 @@ from harness.devices import DeviceSpecs
 from harness.draft import Draft, Outcome
 from harness.hints import static_hints
 from harness.options import Depth, HarnessOptions, Target
-from harness.progress import StageListener, StageReporter
+from harness.progress import StageEvent, StageListener, StagePhase, StageReporter
 from harness.protocol.build import HeaderFlags
 from harness.protocol.reference import ReferenceInfo
 from harness.provenance import HARNESS_VERSION
@@ -35,7 +36,7 @@ from harness.sandbox import kill_all_stages, protect_current_process
 from harness.seeds import new_secret, plan_trials, secret_identity
 from harness.stagepool import CANCELLED_MESSAGE, StagePool, StageRole
 from harness.toolchain import cuda_unavailable
-from harness.verdict import Baselines, ErrorKind, Stage, Status, Verdict
+from harness.verdict import Baselines, ErrorKind, Stage, StageSeconds, Status, Verdict
 from problems.spec import Problem, parse_problem
 
 __all__ = ["CANCELLED_MESSAGE", "HARNESS_VERSION", "Referee", "ReferenceFailed", "cancel_all", "evaluate",
@@ -58,6 +59,11 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+
+
+#: A compile-only pass that built nothing: a build in ``__init__`` or a forward happens when it runs.
+_COMPILED_NOTHING = ("compiled (no extension was built at import: one built in ModelNew.__init__ or in forward is "
+                     "built, by the same builder, when the candidate runs)")
 
 
 class Referee:
@@ -83,6 +89,8 @@ class Referee:
             extra_shapes=problem.trial_shapes(self.target.value),
         ))
         self._problem_failed = False
+        #: Seconds per stage of the evaluation in flight, per thread (`Verdict.stage_seconds`).
+        self._tallies = threading.local()
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
         #: This Referee's run directories (its reference's and its attempts'): its problem stages
@@ -97,7 +105,16 @@ class Referee:
         protect_current_process()
 
     def _reporter(self) -> StageReporter:
-        return StageReporter(self.on_stage)
+        return StageReporter(self._heard)
+
+    def _heard(self, event: StageEvent) -> None:
+        """A stage event: tallied for the evaluation in flight in this thread (a worker compiles in
+        its trajectories' threads while the lane evaluates), and passed on to ``on_stage``."""
+        tally: dict[str, float] | None = getattr(self._tallies, "current", None)
+        if event.phase is StagePhase.FINISHED and tally is not None:
+            tally[event.stage.value] = tally.get(event.stage.value, 0.0) + event.seconds
+        if self.on_stage is not None:
+            self.on_stage(event)
 
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -116,7 +133,7 @@ class Referee:
     def cancel(self) -> None:
         """Stop for good, from any thread: every stage process of this Referee (reference,
         compile, builder, candidate, prestarted ones) is killed with its process tree, so the
-        evaluation in flight returns soon after with an error verdict (``infra``, "cancelled"),
+        evaluation in flight returns soon after with an error verdict (``cancelled``),
         releasing whatever lock its caller holds; later evaluations return one at once."""
         self._pool.cancel()
 
@@ -150,8 +167,11 @@ class Referee:
         return self.start_reference().specs
 
     def baselines(self) -> Baselines:
-        """Eager and torch.compile timings of the reference, cached by full provenance."""
-        return self._reference.baselines()
+        """Eager and torch.compile timings of the reference, cached by full provenance, and the
+        timing loop's cost on this host (`harness.reference.ReferenceClient.calibration`)."""
+        baselines = self._reference.baselines()
+        self._reference.calibration()
+        return baselines
 
     def baseline_key(self) -> str:
         """The key of this Referee's baselines in the cache (``baselines/<key>.json``)."""
@@ -178,7 +198,7 @@ class Referee:
         return VerdictFacts(
             target=self.target, problem_sha256=self.problem.sha256, mode=self.problem.mode.value,
             policy=self.problem.policy.value, atol=self.problem.atol, rtol=self.problem.rtol,
-            trials=len(self.trials), seeds=secret_identity(self._secret), hardened_timing=self.options.hardened_timing,
+            trials=len(self.trials), seeds=secret_identity(self._secret), rejudge=self.options.rejudge,
             transport=self._reference.transport, reference=info, python=platform.python_version(),
             host=platform.node(), pid=os.getpid(), output_limit=self.options.output_limit)
 
@@ -193,6 +213,8 @@ class Referee:
             The `Verdict`; failures of the candidate or of our infrastructure are values in it.
         """
         depth = Depth(depth)
+        tally: dict[str, float] = {}
+        self._tallies.current = tally
         try:
             # The candidate stage starts up while this compiles (a builder only if one was started
             # for this attempt: starting one now would compete with the attempt's own stages).
@@ -202,9 +224,11 @@ class Referee:
             if not self._problem_failed:  # no next attempt after the problem's own code failed
                 self._pool.prestart()  # the next attempt's stages, while the agent writes it
         if verdict is None or self.cancelled:  # whatever the killed stages made of it
-            return assemble(self._facts(), Draft(depth=depth), Outcome(
-                Status.ERROR, Stage.PROBLEM if verdict is None else verdict.stage, CANCELLED_MESSAGE, ErrorKind.INFRA))
-        return verdict
+            verdict = assemble(self._facts(), Draft(depth=depth), Outcome(
+                Status.ERROR, Stage.PROBLEM if verdict is None else verdict.stage, CANCELLED_MESSAGE,
+                ErrorKind.CANCELLED))
+        self._tallies.current = None
+        return verdict.with_changes(stage_seconds=StageSeconds(**tally))
 
     def _evaluate(self, source: str, depth: Depth) -> Verdict:
         draft = Draft(depth=depth, hints=tuple(static_hints(source, target=self.target.value)))
@@ -219,7 +243,8 @@ class Referee:
             return assemble(self._facts(), draft, Outcome(Status.ERROR, Stage.COMPILE, "compile failed",
                                                           ErrorKind.CANDIDATE), log=compiled.errors)
         if depth is Depth.COMPILE:
-            return assemble(self._facts(), draft, Outcome(Status.PASS, Stage.COMPILE, "compiled"))
+            return assemble(self._facts(), draft, Outcome(Status.PASS, Stage.COMPILE, "compiled" if compiled.extensions
+                                                          else _COMPILED_NOTHING))
         try:
             self.start_reference()
             baselines = self.baselines() if depth is Depth.BENCHMARK else None
@@ -229,7 +254,8 @@ class Referee:
                             log=exc.details)
         prepared = self._pool.take(StageRole.CANDIDATE)
         context = RunContext(problem=self.problem, options=self.options, trials=self.trials, secret=self._secret,
-                             reference=self._reference, settle=self._pool.settle, facts=self._facts)
+                             reference=self._reference, settle=self._pool.settle, facts=self._facts,
+                             build=self._compiler.build_lazily)
         try:
             steps = CandidateSteps(context, prepared, source, self._reporter())
             verdict = steps.run(replace(draft, baselines=baselines))
@@ -238,6 +264,7 @@ class Referee:
                                                              ErrorKind.INFRA), log=exc.details)
         finally:
             prepared.process.kill()
+            self._compiler.release_builder()  # kept for the attempt's lazy builds only
         if verdict.status is not Status.ERROR:
             shutil.rmtree(prepared.run_dir, ignore_errors=True)  # outputs can be large; keep failures to debug
         return verdict

@@ -62,7 +62,7 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 #: `default_cache_dir` as the environment was when the harness was imported.
 DEFAULT_CACHE_DIR = default_cache_dir()
 
-#: Per-dtype tolerance (atol = rtol) of DESIGN §2; a problem may override both.
+#: Per-dtype tolerance (atol = rtol) of the evaluation contract (docs/architecture.md); a problem may override both.
 _TOLERANCE_BY_DTYPE = {"float32": 1e-4, "float64": 1e-6, "float16": 1e-2, "bfloat16": 1e-2}
 
 
@@ -105,15 +105,11 @@ class TimingOptions:
     max_time_s: float = 2.0
     #: Input sets rotated across timed calls, so caches do not hold one set.
     input_sets: int = 3
-    #: Re-check the output of every k-th timed call against the reference...
-    recheck_every: int = 10
-    #: ...at most this many (the last call's output is always among them); outputs can be large.
-    max_rechecks: int = 3
-    #: Flush the L2 before each timed CUDA call (the CPU loop times warm calls: `harness.timing`).
+    #: Timed calls audited at random (their outputs compared with the reference's; about this
+    #: many per run, picked after each call returned), besides one call per input set at the end.
+    audits: int = 3
+    #: Flush the L2 before each timed CUDA call (the CPU loop times warm calls: `harness.meter.noise`).
     flush_cache: bool = True
-    #: Hardened timing (the trusted side dictates it): exactly this many timed calls after exactly
-    #: ``min_warmup_calls`` warm-up calls, whatever the noise or the time cap say. 0: adaptive.
-    fixed_calls: int = 0
 
     def to_dict(self) -> JsonObject:
         """Every field (the stage requests carry it; the baseline cache's key hashes it)."""
@@ -121,8 +117,7 @@ class TimingOptions:
             "warmup_ms": self.warmup_ms, "min_warmup_calls": self.min_warmup_calls,
             "min_repeats": self.min_repeats, "max_repeats": self.max_repeats,
             "target_rel_stderr": self.target_rel_stderr, "max_time_s": self.max_time_s,
-            "input_sets": self.input_sets, "recheck_every": self.recheck_every, "max_rechecks": self.max_rechecks,
-            "flush_cache": self.flush_cache, "fixed_calls": self.fixed_calls,
+            "input_sets": self.input_sets, "audits": self.audits, "flush_cache": self.flush_cache,
         }
 
     @classmethod
@@ -132,9 +127,7 @@ class TimingOptions:
             warmup_ms=r.number("warmup_ms"), min_warmup_calls=r.integer("min_warmup_calls"),
             min_repeats=r.integer("min_repeats"), max_repeats=r.integer("max_repeats"),
             target_rel_stderr=r.number("target_rel_stderr"), max_time_s=r.number("max_time_s"),
-            input_sets=r.integer("input_sets"), recheck_every=r.integer("recheck_every"),
-            max_rechecks=r.integer("max_rechecks"), flush_cache=r.flag("flush_cache"),
-            fixed_calls=r.integer("fixed_calls"),
+            input_sets=r.integer("input_sets"), audits=r.integer("audits"), flush_cache=r.flag("flush_cache"),
         )
 
 
@@ -163,11 +156,6 @@ class HarnessOptions:
         hidden_paths: directories no stage may see (the service's data directory, a SQLite
             database's folder, secrets); ``/run`` and other attempts' run directories are
             always hidden from compile and candidate stages.
-        hardened_timing: the re-time of a quarantined candidate: the trusted side dictates the
-            number of timed calls (from the eager baseline), times the whole timing request with
-            its own clock, and rejects (``clock_disagrees``) a reported median far below what that
-            clock allows once the loop's overhead, measured in the reference process with the
-            same loop, is taken off (docs/integrity.md).
         pch: precompile ``<torch/extension.h>`` for the flag set the playbook prescribes (and, at
             a worker's start-up, `harness.warm_headers`, the other common ones), in a stage that
             runs no candidate code, and let candidates' C++ bindings use it (roughly halves a cold
@@ -190,6 +178,9 @@ class HarnessOptions:
             and torch's threads fit).
         problem_cpu_s: CPU seconds (all threads) a stage running problem code may use
             (``RLIMIT_CPU``); ``None``: every core busy for the stage's own time limits.
+        rejudge: this evaluation re-judges a kernel already timed (a quarantined one, a job's best,
+            a bench entry) in a fresh Referee with fresh secret seeds (`harness.retime`); the
+            verdict says so (its message, ``provenance.timing_mode``).
         reuse_baselines: read and write eager and torch.compile timings in ``baselines/`` (keyed
             by full provenance); ``False`` times them afresh for this Referee and keeps nothing
             (a replay re-measures what a job measured).
@@ -211,10 +202,10 @@ class HarnessOptions:
     memory_limit_mb: int | None = None
     cpu_budget_mb: int | None = None
     hidden_paths: tuple[Path, ...] = ()
-    hardened_timing: bool = False
     pch: bool = True
     trusted_builds: bool = True
     prestart: bool = True
+    rejudge: bool = False
     reuse_baselines: bool = True
     process_limit: int | None = None
     problem_cpu_s: float | None = None

@@ -1,4 +1,4 @@
-"""Where a verdict's figures come from: `Provenance`, part of every verdict (DESIGN §3).
+"""Where a verdict's figures come from: `Provenance`, part of every verdict (docs/architecture.md, "The verdict").
 
 The device, driver, torch/CUDA/cuDNN versions, harness version, tolerance, mode, policy, the
 seeds' identity (never the seeds), the sandbox achieved and the host. Frozen values with
@@ -16,9 +16,10 @@ from harness.wire import JsonObject, Reader
 __all__ = ["DEFAULT_TOLERANCE_TEXT", "HARNESS_VERSION", "Provenance", "Tolerance"]
 
 #: The referee's version: in every verdict's provenance and in the baselines cache's key.
-HARNESS_VERSION = "0.1.0"
+HARNESS_VERSION = "0.2.0"
 
-#: How a verdict names the per-dtype default of DESIGN §2 (a problem may override it).
+#: How a verdict names the evaluation contract's per-dtype default (docs/architecture.md; a problem
+#: may override it).
 DEFAULT_TOLERANCE_TEXT = "per dtype: fp32 1e-4, fp16/bf16 1e-2"
 
 
@@ -61,7 +62,9 @@ class Provenance:
     #: The job secret's identity (`harness.seeds.secret_identity`), never the secret.
     seeds: str | None = None
     compile_mode: str | None = None
-    #: ``adaptive`` or ``hardened`` (a quarantined candidate's re-time).
+    #: ``metered`` (`harness.meter`: driven and bounded by the trusted side), ``metered, re-judged``
+    #: (`harness.HarnessOptions.rejudge`); ``adaptive`` or ``hardened`` in verdicts of harness
+    #: versions before it.
     timing_mode: str | None = None
     #: The namespaces the candidate's sandbox achieved.
     sandbox: tuple[str, ...] | None = None

@@ -1,9 +1,10 @@
 """The referee's side of the trusted reference process: its start, the baselines, the comparer.
 
 `ReferenceClient` starts one reference stage for a Referee (idempotent; restarted after a
-failure), times the baselines once and caches them on disk by full provenance (`baseline_key`),
-measures the hardened timing loop's own cost (`loop_overhead`) and compares a candidate's outputs
-there (`compare`), where the candidate cannot reach the expected ones. The stage runs the
+failure), times the baselines once in the metered loop, driven from here exactly as a candidate is
+(`harness.meter`), and caches them on disk by full provenance (`baseline_key`), measures what the
+loop itself costs per call on this host (`calibration`, the trusted clock's reference) and compares
+a candidate's outputs there (`compare`), where the candidate cannot reach the expected ones. The stage runs the
 problem's code: what goes wrong in it is `ReferenceFailed`, whose ``kind`` says whose fault it
 is. Standard library only.
 """
@@ -14,37 +15,51 @@ import hashlib
 import json
 import os
 import re
-import time
+import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from harness.baselinerecord import BaselineRecord, measure_consistently
 from harness.channel import ChannelClosed, ChannelTimeout
-from harness.options import HarnessOptions, Target, TimingOptions
+from harness.devicerecord import DeviceRecord, Measurement
+from harness.meter.build import install_meter
+from harness.meter.clock import Calibration
+from harness.meter.drive import CallPlan, MeteredRun, drive
+from harness.meter.noise import timing_of
+from harness.options import HarnessOptions, Target
 from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
 from harness.progress import StageName, StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
+from harness.protocol.meter import MeterEnd, Metering
 from harness.protocol.reference import (
-    BaselinesRequest,
     Compared,
     CompareItem,
     CompareReply,
     CompareRequest,
-    LoopReply,
-    LoopRequest,
+    DeviceMeasured,
+    MeterRequest,
     ReferenceInfo,
     ReferenceStart,
+    Timed,
 )
 from harness.provenance import HARNESS_VERSION
 from harness.sandbox import StageProcess
 from harness.seeds import TrialSpec, derive_seed
 from harness.stagepool import CANCELLED_MESSAGE, StagePool, stage_namespaces
-from harness.verdict import Baselines, ErrorKind, Timing
+from harness.verdict import Baselines, ErrorKind
 from harness.wire import WireError
 from problems.spec import Problem
 
-__all__ = ["ReferenceClient", "ReferenceFailed"]
+__all__ = ["CALIBRATION_BUDGET_S", "ReferenceClient", "ReferenceFailed"]
 
+#: What the device's measured rates depend on besides the machine (the stages get these as set here).
+_DEVICE_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 _PROBLEM_FRAME = re.compile(r'File "(problem:[^"]*)", line (\d+)')
+#: A calibration takes about this long (at least `_CALIBRATION_CALLS[0]` calls, at most the other):
+#: enough calls that its floor is an undisturbed one on a busy host.
+CALIBRATION_BUDGET_S = 0.5
+_CALIBRATION_CALLS = (10, 40)
 #: What a reference stage that answered nonsense did (only the problem's code can make it).
 _MALFORMED = "the reference process running the problem's code sent a malformed reply"
 
@@ -99,6 +114,15 @@ class ReferenceClient:
         #: What the started reference knows (None until it started).
         self.info: ReferenceInfo | None = None
         self._baselines: Baselines | None = None
+        self._calibration: Calibration | None = None
+        #: This client's figures in the baselines record: they never confirm each other.
+        self._request_id = secrets.token_hex(8)
+
+    @property
+    def timing_sets(self) -> tuple[int, ...]:
+        """The trials whose inputs a timing run rotates (random ones, ``input_sets`` of them)."""
+        sets = tuple(t.index for t in self.trials if t.kind == "random")
+        return sets[: max(1, self.options.timing.input_sets)] or (self.trials[0].index,)
 
     @property
     def transport(self) -> str:
@@ -146,15 +170,23 @@ class ReferenceClient:
             visible=(self._pool.runs_root,), writable=(caches,),
             extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
                        "TRITON_CACHE_DIR": str(caches / "triton")})
+        meter = install_meter(self.options.builds_dir, workdir)
         process = self._pool.started(StageProcess(spec, sandbox=self.options.sandbox))
+        devices = self._device_record()
+        settled = devices.settled()
         request = ReferenceStart(
             problem=self.problem, target=self.target, trials=self.trials,
             init_seed=derive_seed(self._secret, "init"), weights_seed=derive_seed(self._secret, "weights"),
-            budget_bytes=self.options.cpu_budget_bytes)
+            budget_bytes=self.options.cpu_budget_bytes, meter_path=meter,
+            specs=devices.best() if settled else None)
         limit_s = self.options.timeouts.reference_start_s
         try:
             with self._reporter().span(StageName.REFERENCE_START):
                 raw = process.request(request, timeout=limit_s)
+                if not settled:  # the device, measured before the problem's code was loaded
+                    measured = DeviceMeasured.from_dict(raw)
+                    devices.add(Measurement(specs=measured.specs, host_loaded=measured.host_loaded))
+                    raw = process.recv(timeout=limit_s)
             reply = ReferenceInfo.from_start_reply(raw)
         except ChannelTimeout:
             log = process.log_tail(self.options.output_limit)
@@ -182,9 +214,17 @@ class ReferenceClient:
             errors = reply.errors
             raise ReferenceFailed(_problem_failure(process, _where(errors, "the problem's code failed to run"), errors),
                                   errors, ErrorKind.PROBLEM)
+        best = devices.best()
+        if best is not None:  # the roofline of the machine's best measurement, whatever the stage said
+            reply = replace(reply, specs=best, sol_ms=best.sol_ms(reply.flops, reply.min_bytes, reply.output_dtype))
         self._process = process
         self.info = reply
         return reply
+
+    def _device_record(self) -> DeviceRecord:
+        """This machine's record of the device (`harness.devicerecord`), for what the stages get."""
+        environment = {name: os.environ.get(name, "") for name in _DEVICE_ENVIRONMENT}
+        return DeviceRecord(self.options.cache_dir / "devices", self.target.value, environment)
 
     # -- the baselines ---------------------------------------------------------------------
     def baseline_key(self) -> str:
@@ -197,6 +237,8 @@ class ReferenceClient:
             "timing": self.options.timing.to_dict(), "compile_mode": "default",
             "compile_baseline": self.options.compile_baseline,
             "cpu_sizes": self.problem.cpu_sizes if self.target is Target.CPU else {},
+            # 2: figures are cached only once confirmed (entries written before may be poisoned).
+            "cache": 2,
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -205,7 +247,12 @@ class ReferenceClient:
 
     def baselines(self) -> Baselines:
         """Eager and torch.compile timings of the reference, cached by full provenance (once the
-        stages starting up are ready: nothing else may run while they are timed)."""
+        stages starting up are ready: nothing else may run while they are timed).
+
+        A measured figure is recorded for this machine (`harness.baselinerecord`) and cached
+        only once it agrees with one an earlier job measured; one that disagrees is re-taken, and
+        if no re-take agrees the fastest figure the machine has is used and nothing is cached
+        (its notes say so)."""
         if self._baselines is not None:
             return self._baselines
         self.start()
@@ -216,76 +263,126 @@ class ReferenceClient:
                 return self._baselines
             except ValueError:  # a corrupt cache entry (a WireError too) is recomputed
                 path.unlink(missing_ok=True)
-        reference = self._process_alive()
+        reuse = self.options.reuse_baselines  # off (a replay): the record is read, nothing is written
+        record = BaselineRecord(self.options.baselines_dir, self.baseline_key(), self._request_id)
+        chosen, confirmed = measure_consistently(record, self._measure_baselines, keep=reuse)
+        if confirmed and reuse:  # another job's figure agrees: kept for later jobs
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(chosen.to_dict()))
+            tmp.replace(path)
+        self._baselines = chosen
+        return chosen
+
+    def _measure_baselines(self) -> Baselines:
+        """One measurement of the baselines, in the reference's metered loop."""
         self._pool.settle()
+        with self._reporter().span(StageName.BASELINES):
+            return self._time_baselines()
+
+    def _time_baselines(self) -> Baselines:
+        plan = CallPlan.from_timing(self.options.timing, len(self.timing_sets), audits=False,
+                                    seed_forward=self.problem.random)
+        # The faster of two runs: interference from other work on the host only ever slows a run
+        # down, and an inflated baseline would quarantine honest candidates as "suspicious".
+        runs = [self._metered(Timed.EAGER, plan, "timing the problem's model (the baselines)") for _ in range(2)]
+        cuda = self.target is Target.CUDA
+        eager = min((timing_of([c.sample_ms for c in run.timed], cuda=cuda) for run in runs),
+                    key=lambda t: t.median_ms)
+        if not self.options.compile_baseline:
+            return Baselines(eager=eager, compiled=None, notes=("torch.compile baseline switched off",))
         try:
-            with self._reporter().span(StageName.BASELINES):
-                raw = reference.request(BaselinesRequest(timing=self.options.timing,
-                                                         compile_baseline=self.options.compile_baseline),
-                                        timeout=self.options.timeouts.baselines_s)
-            reply = read_reply(raw, lambda r: Baselines.from_dict(r.data), "the baselines reply")
+            compiled = self._metered(Timed.COMPILED, plan, "timing the problem's model under torch.compile")
+        except ReferenceFailed as exc:
+            if exc.kind is not ErrorKind.PROBLEM or self._process is None:
+                raise
+            return Baselines(eager=eager, compiled=None, notes=(f"torch.compile failed: {str(exc)[:300]}",))
+        return Baselines(eager=eager, compiled=timing_of([c.sample_ms for c in compiled.timed], cuda=cuda))
+
+    def _metered(self, timed: Timed, plan: CallPlan, what: str) -> MeteredRun:
+        """One metered run of the reference model (see `harness.meter`), driven from here.
+
+        Raises:
+            ReferenceFailed: the problem's code raised, hung or hit a limit (`ErrorKind.PROBLEM`;
+                a forward that raised inside the loop leaves the reference alive), or ours failed.
+        """
+        reference = self._process_alive()
+        limit_s = self.options.timeouts.baselines_s
+        request = MeterRequest(timed=timed, sets=self.timing_sets, flush=self.options.timing.flush_cache)
+        try:
+            raw = reference.request(request, timeout=limit_s)
+            if not Metering.is_metering(raw):
+                failed = read_reply(raw, MeterEnd.read, "the meter reply")
+                message = failed.error if isinstance(failed, OpFailed) else "no metered loop"
+                self._fail_closed()
+                raise ReferenceFailed(_problem_failure(reference, _where(message, f"the problem's code failed before "
+                                                                                    f"{what}"), message),
+                                      message, ErrorKind.PROBLEM)
+            run = drive(reference.channel, plan, timeout_s=limit_s)
+            if run.protocol_error is not None or run.message is not None:
+                self._fail_closed()
+                raise ReferenceFailed(f"{_MALFORMED}: {run.protocol_error or run.message}", "", ErrorKind.PROBLEM)
+            end = read_reply(reference.recv(timeout=limit_s), MeterEnd.read, "the meter's end")
         except ChannelTimeout:
             log = reference.log_tail(self.options.output_limit)
             self._fail_closed()
             raise ReferenceFailed(_problem_failure(
-                reference, "timing the problem's model (the baselines) did not end within its time limit of "
-                f"{self.options.timeouts.baselines_s:.0f} s", log), log, ErrorKind.PROBLEM) from None
+                reference, f"{what} did not end within its time limit of {limit_s:.0f} s", log), log,
+                ErrorKind.PROBLEM) from None
         except ChannelClosed as exc:
             log = reference.log_tail(self.options.output_limit)
             self._fail_closed()
             if self._pool.cancelled:
                 raise ReferenceFailed(CANCELLED_MESSAGE) from None
             raise ReferenceFailed(_problem_failure(
-                reference, f"timing the baselines failed: {exc}; the reference process {reference.describe_exit()}",
-                log), log, ErrorKind.PROBLEM) from None
+                reference, f"{what} failed: {exc}; the reference process {reference.describe_exit()}", log), log,
+                ErrorKind.PROBLEM) from None
         except WireError as exc:
             self._fail_closed()
             raise ReferenceFailed(f"{_MALFORMED}: {exc}", "", ErrorKind.PROBLEM) from None
-        if isinstance(reply, OpFailed):
+        run.close()
+        if isinstance(end, OpFailed):
             self._fail_closed()
-            raise ReferenceFailed(_problem_failure(
-                reference, _where(reply.error, "the problem's code failed while its baselines were timed"),
-                reply.error), reply.error, ErrorKind.PROBLEM)
-        self._baselines = reply
-        eager = reply.eager
-        noisy = eager is None or any(w.startswith("noisy") for w in eager.warnings)
-        if self.options.reuse_baselines and not noisy:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # a noisy baseline is not kept for later jobs
-            tmp.write_text(json.dumps(reply.to_dict()))
-            tmp.replace(path)
-        return reply
+            raise ReferenceFailed(f"{what} failed: {end.error}")
+        if run.failure is not None:
+            raise ReferenceFailed(_where(run.failure.message, f"the problem's code failed while {what}"),
+                                  run.failure.message, ErrorKind.PROBLEM)
+        return run
 
     # -- during a candidate's evaluation ------------------------------------------------------
-    def loop_overhead(self, timing: TimingOptions, sets: tuple[int, ...]) -> float:
-        """Seconds the timing request ``timing`` costs beyond the calls it times: the reference
-        process runs the same loop with the reference model; what our clock saw, less the calls
-        (its own samples, trusted, and the untimed calls at their median), is the loop's cost."""
-        reference = self._process_alive()
-        started = time.perf_counter()
-        try:
-            raw = reference.request(LoopRequest(timing=timing, sets=sets, transport=self.transport),
-                                    timeout=self.options.timeouts.timing_s)
-        except (ChannelTimeout, ChannelClosed) as exc:
-            self._fail_closed()
-            raise ReferenceFailed(f"timing the loop's overhead failed: {exc}") from None
-        wall_s = time.perf_counter() - started
-        try:
-            reply = read_reply(raw, LoopReply.read, "the loop reply")
-        except WireError as exc:
-            raise ReferenceFailed(f"timing the loop's overhead failed: {exc}") from None
-        if isinstance(reply, OpFailed):
-            raise ReferenceFailed(f"timing the loop's overhead failed: {reply.error}")
-        ref: Timing = reply.timing
-        untimed = timing.min_warmup_calls + len(sets)
-        return max(0.0, wall_s - (sum(ref.samples_ms) + untimed * ref.median_ms) / 1e3)
+    def calibration(self, *, again: bool = False) -> Calibration:
+        """What the metered loop costs per call around the forward on this host (trusted − sample,
+        `harness.meter.clock`), measured with the reference model: once per Referee, and ``again``
+        when a candidate's samples disagree with the trusted clock (the host may have got busier:
+        the wider of the two is kept)."""
+        if self._calibration is not None and not again:
+            return self._calibration
+        eager = self.baselines().eager
+        per_call_ms = eager.median_ms if eager is not None and eager.median_ms > 0 else 1.0
+        low, high = _CALIBRATION_CALLS
+        calls = max(low, min(high, round(CALIBRATION_BUDGET_S * 1e3 / per_call_ms)))
+        plan = CallPlan(warmup_ms=0.0, min_warmup_calls=2, min_repeats=calls, max_repeats=calls,
+                        target_rel_stderr=0.0, max_time_s=float("inf"), sets=len(self.timing_sets),
+                        seed_forward=self.problem.random)
+        self._pool.settle()
+        if again:  # within the candidate's timing stage
+            run = self._metered(Timed.EAGER, plan, "calibrating the timing loop")
+        else:
+            with self._reporter().span(StageName.BASELINES):
+                run = self._metered(Timed.EAGER, plan, "calibrating the timing loop")
+        fresh = Calibration.from_calls(run.timed)
+        self._calibration = fresh if self._calibration is None else self._calibration.widest(fresh)
+        return self._calibration
 
-    def compare(self, items: tuple[CompareItem, ...], directory: Path) -> tuple[Compared, ...]:
-        """The comparisons of a candidate's outputs (left in ``directory``) with the reference's."""
+    def compare(self, items: tuple[CompareItem, ...], directory: Path, fds: tuple[int, ...] = ()
+                ) -> tuple[Compared, ...]:
+        """The comparisons of a candidate's outputs (left in ``directory``, or in the memfds
+        ``fds`` its items name) with the reference's."""
         reference = self._process_alive()
         try:
-            raw = reference.request(
+            reference.channel.send(
                 CompareRequest(items=items, directory=directory, atol=self.problem.atol, rtol=self.problem.rtol),
-                timeout=self.options.timeouts.trial_s * max(1, len(items)))
+                fds=fds)
+            raw = reference.recv(timeout=self.options.timeouts.trial_s * max(1, len(items)))
             reply = read_reply(raw, CompareReply.read, "the comparer's reply")
         except (ChannelTimeout, ChannelClosed) as exc:
             self._fail_closed()

@@ -158,7 +158,8 @@ class StageProcess:
         parent_sock, child_sock = socket.socketpair()
         status_r, status_w = os.pipe()
         warden_cfg: JsonObject = {
-            "argv": [sys.executable, "-m", "harness.roles", spec.role, str(child_sock.fileno())],
+            # -P: the stage's own directory (where candidate code writes) is never on its sys.path.
+            "argv": [sys.executable, "-P", "-m", "harness.roles", spec.role, str(child_sock.fileno())],
             "cwd": str(spec.workdir),
             "namespaces": list(spec.namespaces) if sandbox else [],
             "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],

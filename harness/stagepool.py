@@ -30,7 +30,7 @@ __all__ = ["CANCELLED_MESSAGE", "StagePool", "StageRole", "StartedStage", "stage
 #: The verdict message of an evaluation cut short by `StagePool.cancel` (`harness.Referee.cancel`).
 CANCELLED_MESSAGE = "cancelled: the job is stopping"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
-#: reference share one so CUDA IPC stays possible (DESIGN §3: it fails across PID namespaces).
+#: reference share one so CUDA IPC stays possible (it fails across PID namespaces: docs/architecture.md, "Processes").
 _NAMESPACES = {
     Target.CPU: ("user", "mount", "net", "pid"),
     Target.CUDA: ("user", "mount", "net"),

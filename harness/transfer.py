@@ -11,6 +11,10 @@ Two transports, both validated on the trusted side and neither running any code 
   truncates meanwhile is a short read, never a fault). No deserializer runs on the candidate's
   bytes, and there is nothing to parse but the description: about 4x faster than ``torch.save``
   and ``torch.load`` for the 128 MB of seed problem 1 (benchmarks/compile_breakdown.py).
+- ``memfd`` (an audited timed call, `harness.meter`): the metered loop writes its captured copy of
+  the output into a memfd and seals it (no write, no resize, for anyone, from then on) before it
+  sends it; the trusted side forwards the descriptor with the compare request, and the comparer
+  checks the seals, the description and the size before it reads.
 - ``cuda_ipc`` (CUDA): the candidate sends, per tensor, the IPC handle of its allocation (from
   the caching allocator), the offset, dtype, shape and strides; the comparer opens the handle
   with ``cudaIpcOpenMemHandle``, checks the view fits inside the allocation, copies the tensor
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import fcntl
 import math
 import os
 import stat
@@ -43,6 +48,9 @@ _IPC_HANDLE_BYTES = 64
 #: Bounds on a file descriptor's description (outputs are a few tensors of ordinary rank).
 _MAX_TENSORS = 64
 _MAX_DIMS = 16
+#: fcntl's F_GET_SEALS and the seals an audited output must carry.
+_F_GET_SEALS = 1034
+_REQUIRED_SEALS = 0x0002 | 0x0004 | 0x0008  # shrink, grow, write
 #: torch's shareable-handle prefix: a version byte, then "c" for a cudaMalloc'd block.
 _TORCH_HANDLE_CUDA_MALLOC = ord("c")
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -124,6 +132,51 @@ def _file_specs(desc: JsonObject) -> list[tuple[torch.dtype, list[int], str, int
     return checked
 
 
+def _read_tensors(fh: Any, specs: list[tuple[torch.dtype, list[int], str, int]]) -> list[torch.Tensor]:
+    tensors = []
+    for dtype, shape, _, nbytes in specs:
+        raw = torch.empty(nbytes, dtype=torch.uint8)
+        view, filled = raw.numpy().data, 0
+        while filled < nbytes:
+            got = fh.readinto(view[filled:])
+            if not got:
+                raise OutputRejected("output shorter than its description")
+            filled += got
+        tensors.append(raw.view(dtype).reshape(shape))
+    return tensors
+
+
+def _placed(tensors: list[torch.Tensor], specs: list[tuple[torch.dtype, list[int], str, int]], single: object,
+            device: torch.device) -> Any:
+    # A tensor from the wrong device stays on the CPU, so the comparer reports the mismatch.
+    moved = [t.to(device) if dev == device.type else t for t, (_, _, dev, _) in zip(tensors, specs, strict=True)]
+    return moved[0] if single is True and len(moved) == 1 else moved
+
+
+def _import_memfd(desc: JsonObject, fds: tuple[int, ...], expected_bytes: int, device: torch.device) -> Any:
+    index = desc.get("fd")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(fds):
+        raise OutputRejected("malformed output descriptor")
+    specs = _file_specs(desc)
+    total = sum(nbytes for *_, nbytes in specs)
+    if total > _SIZE_SLACK * expected_bytes + _SIZE_ALLOWANCE:
+        raise OutputRejected(f"output of {total} bytes; expected about {expected_bytes}")
+    fd = fds[index]
+    try:
+        seals = fcntl.fcntl(fd, _F_GET_SEALS)
+        info = os.fstat(fd)
+    except OSError:
+        raise OutputRejected("the audited output is not a sealed memfd") from None
+    if seals & _REQUIRED_SEALS != _REQUIRED_SEALS or not stat.S_ISREG(info.st_mode):
+        raise OutputRejected("the audited output is not a sealed memfd")
+    if info.st_size != total:
+        raise OutputRejected("output size does not match its description")
+    with open(os.dup(fd), "rb", buffering=0) as fh:
+        fh.seek(0)
+        tensors = _read_tensors(fh, specs)
+    return _placed(tensors, specs, desc.get("single"), device)
+
+
 def _import_file(desc: JsonObject, directory: Path, expected_bytes: int, device: torch.device) -> Any:
     name = desc.get("name")
     if not isinstance(name, str) or "/" in name or name.startswith("."):
@@ -136,7 +189,6 @@ def _import_file(desc: JsonObject, directory: Path, expected_bytes: int, device:
     real = Path(os.path.realpath(path))
     if real.parent != Path(os.path.realpath(directory)):
         raise OutputRejected("output file missing or outside the candidate's directory")
-    tensors = []
     # No following a link swapped in since the check, no blocking on a FIFO: a regular file only.
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -148,18 +200,8 @@ def _import_file(desc: JsonObject, directory: Path, expected_bytes: int, device:
             raise OutputRejected("output file missing or outside the candidate's directory")
         if info.st_size != total:
             raise OutputRejected("output file size does not match its description")
-        for dtype, shape, _, nbytes in specs:
-            raw = torch.empty(nbytes, dtype=torch.uint8)
-            view, filled = raw.numpy().data, 0
-            while filled < nbytes:
-                got = fh.readinto(view[filled:])
-                if not got:
-                    raise OutputRejected("output file shorter than its description")
-                filled += got
-            tensors.append(raw.view(dtype).reshape(shape))
-    # A tensor from the wrong device stays on the CPU, so the comparer reports the mismatch.
-    moved = [t.to(device) if dev == device.type else t for t, (_, _, dev, _) in zip(tensors, specs, strict=True)]
-    return moved[0] if desc.get("single") is True and len(moved) == 1 else moved
+        tensors = _read_tensors(fh, specs)
+    return _placed(tensors, specs, desc.get("single"), device)
 
 
 class _IpcHandle(ctypes.Structure):
@@ -239,8 +281,10 @@ def _import_ipc(desc: JsonObject, expected_bytes: int, device: torch.device) -> 
     return copies[0] if desc.get("single") and len(copies) == 1 else copies
 
 
-def import_output(desc: JsonValue, directory: Path, *, expected_bytes: int, device: torch.device) -> Any:
-    """Load and validate what `export_output` sent; returns a tensor or a list of tensors."""
+def import_output(desc: JsonValue, directory: Path, *, expected_bytes: int, device: torch.device,
+                  fds: tuple[int, ...] = ()) -> Any:
+    """Load and validate what `export_output` (or the metered loop's audit, from ``fds``) sent;
+    returns a tensor or a list of tensors."""
     if not isinstance(desc, dict):
         raise OutputRejected("malformed output descriptor")
     kind = desc.get("kind")
@@ -248,6 +292,8 @@ def import_output(desc: JsonValue, directory: Path, *, expected_bytes: int, devi
         raise OutputRejected(f"forward returned {desc.get('type')}, expected tensor output(s)")
     if kind == "file":
         return _import_file(desc, directory, expected_bytes, device)
+    if kind == "memfd":
+        return _import_memfd(desc, fds, expected_bytes, device)
     if kind == "cuda_ipc" and device.type == "cuda":
         return _import_ipc(desc, expected_bytes, device)
     raise OutputRejected("malformed output descriptor")

@@ -2,7 +2,7 @@
 
 Every type here is a frozen dataclass with ``to_dict()`` / ``from_dict()``; they become JSON only
 at the edges (the private pipe, the database column, the API, the CLI's ``--json``). The JSON
-shape is the contract of DESIGN §3, the same everywhere.
+shape is the same everywhere (docs/architecture.md, "The verdict").
 """
 
 from __future__ import annotations
@@ -11,25 +11,35 @@ import hashlib
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
 from harness.builds import CompileResult
+from harness.causes import KernelError
+from harness.integrity import Flag
+from harness.options import Depth
 from harness.provenance import Provenance
 from harness.wire import JsonObject, Reader
 
 __all__ = [
+    "HOST_LOADED_WARNING",
+    "LANE_STAGES",
+    "AttemptKind",
     "Baselines",
+    "ClockBound",
     "CompileResult",
     "ErrorKind",
+    "KernelError",
     "ProfileRow",
     "Provenance",
     "Stage",
+    "StageSeconds",
     "Status",
     "Timing",
     "Trial",
     "Verdict",
+    "attempt_kind",
     "source_sha256",
 ]
 
@@ -64,6 +74,10 @@ class ErrorKind(StrEnum):
     #: reference stage: no candidate can be judged against it. Never retried, never fed back as
     #: the candidate's fault; the message names the problem's file and line, or the limit.
     PROBLEM = "problem"
+    #: The evaluation was cut short because its job is stopping (a cancel, a budget, the wall
+    #: clock): it judged nothing. Neither the candidate's fault nor a failure of ours: never
+    #: retried, never charged, never fed back, never served again for the same source.
+    CANCELLED = "cancelled"
 
 
 def source_sha256(source: str) -> str:
@@ -110,15 +124,46 @@ class Trial:
                    message=r.text("message", ""))
 
 
+#: How a CPU timing's warning starts when the host was loaded while it ran (`harness.meter.noise`):
+#: other work on the cores only ever slows calls down, so its figures may be inflated.
+HOST_LOADED_WARNING = "noisy: the host was loaded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClockBound:
+    """How the trusted clock bounded a candidate's samples (`harness.meter.clock`): per call, the
+    loop's own cost on this host, what the candidate's calls took beyond it (``excess_ms``, median)
+    and what was allowed; and how many of its calls were audited."""
+
+    overhead_ms: float
+    excess_ms: float
+    allowed_ms: float
+    calls: int
+    audits: int
+
+    def to_dict(self) -> JsonObject:
+        return {"overhead_ms": self.overhead_ms, "excess_ms": self.excess_ms, "allowed_ms": self.allowed_ms,
+                "calls": self.calls, "audits": self.audits}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ClockBound:
+        r = Reader(data, "the trusted clock's bound")
+        return cls(overhead_ms=r.number("overhead_ms"), excess_ms=r.number("excess_ms"),
+                   allowed_ms=r.number("allowed_ms"), calls=r.integer("calls"), audits=r.integer("audits"))
+
+
 @dataclass(frozen=True)
 class Timing:
     """Raw samples of one timed callable; statistics are derived, never stored twice."""
 
     samples_ms: tuple[float, ...]
-    #: Where the samples come from: "cuda_events" or "perf_counter".
+    #: Where the samples come from: "cuda_events" or "monotonic" (CLOCK_MONOTONIC around the call,
+    #: in the metered loop); "perf_counter" in verdicts of harness versions before the loop.
     clock: str = "perf_counter"
     #: Noise and fidelity warnings travel with the result.
     warnings: tuple[str, ...] = ()
+    #: The trusted clock's bound on a candidate's samples (None for baselines: ours).
+    bound: ClockBound | None = None
 
     @property
     def n(self) -> int:
@@ -140,6 +185,16 @@ class Timing:
         return q3 - q1
 
     @property
+    def host_loaded(self) -> bool:
+        """Taken while the host was loaded (its figures may be inflated)."""
+        return any(w.startswith(HOST_LOADED_WARNING) for w in self.warnings)
+
+    @property
+    def spread_noisy(self) -> bool:
+        """Its own samples are noisy (a wide spread or standard error), whatever the host's load."""
+        return any(w.startswith("noisy") and not w.startswith(HOST_LOADED_WARNING) for w in self.warnings)
+
+    @property
     def rel_stderr(self) -> float:
         """Standard error of the mean over the mean (0 when fewer than two samples)."""
         if self.n < 2 or self.mean_ms <= 0:
@@ -155,13 +210,15 @@ class Timing:
             "clock": self.clock,
             "warnings": list(self.warnings),
             "samples_ms": list(self.samples_ms),
+            "trusted_clock": self.bound.to_dict() if self.bound is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Timing:
         r = Reader(data, "a timing")
         return cls(samples_ms=tuple(r.numbers("samples_ms")), clock=r.text("clock", "perf_counter"),
-                   warnings=tuple(r.texts("warnings", optional=True)))
+                   warnings=tuple(r.texts("warnings", optional=True)),
+                   bound=ClockBound.from_dict(r.data["trusted_clock"]) if r.has("trusted_clock") else None)
 
     @classmethod
     def from_samples(cls, samples_ms: Sequence[float], *, clock: str, warnings: Sequence[str] = ()) -> Timing:
@@ -177,10 +234,18 @@ class Baselines:
     #: Why a baseline is missing (torch.compile failed, or was switched off), if it is.
     notes: tuple[str, ...] = ()
 
+    @property
+    def eager_ms(self) -> float | None:
+        return self.eager.median_ms if self.eager else None
+
+    @property
+    def compile_ms(self) -> float | None:
+        return self.compiled.median_ms if self.compiled else None
+
     def to_dict(self) -> JsonObject:
         return {
-            "eager_ms": self.eager.median_ms if self.eager else None,
-            "compile_ms": self.compiled.median_ms if self.compiled else None,
+            "eager_ms": self.eager_ms,
+            "compile_ms": self.compile_ms,
             "eager": self.eager.to_dict() if self.eager else None,
             "compile": self.compiled.to_dict() if self.compiled else None,
             "notes": list(self.notes),
@@ -194,6 +259,51 @@ class Baselines:
             compiled=Timing.from_dict(r.data["compile"]) if r.has("compile") else None,
             notes=tuple(r.texts("notes", optional=True)),
         )
+
+
+#: The stages that occupy the device (on cuda, the GPU) and run one evaluation at a time: the lane
+#: whose seconds bound verdicts per GPU-hour. The header build and the compile run beside it (on
+#: cuda the worker compiles before it takes the device; on cpu one lock covers the whole
+#: evaluation, compile included, so the lane's share is the same stages there).
+LANE_STAGES = ("reference_start", "baselines", "load", "correctness", "timing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSeconds:
+    """Where an evaluation's time went, by stage (the referee's steps as a live view shows them):
+    seconds each took, None where it did not run (a cached compile runs no stage; a job's later
+    attempts reuse its reference and baselines)."""
+
+    header_build: float | None = None
+    reference_start: float | None = None
+    #: The eager and torch.compile baselines, and the timing loop's calibration.
+    baselines: float | None = None
+    compile: float | None = None
+    load: float | None = None
+    correctness: float | None = None
+    timing: float | None = None
+
+    def items(self) -> list[tuple[str, float]]:
+        """``(stage, seconds)`` of the stages that ran, in order."""
+        return [(f.name, value) for f in fields(self) if (value := getattr(self, f.name)) is not None]
+
+    @property
+    def lane(self) -> float:
+        """Seconds this evaluation held the device lane: its `LANE_STAGES` that ran."""
+        return sum(value for name, value in self.items() if name in LANE_STAGES)
+
+    def plus(self, other: StageSeconds) -> StageSeconds:
+        """Two evaluations' seconds stage by stage (a compile run ahead of its evaluation)."""
+        mine, theirs = dict(self.items()), dict(other.items())
+        return StageSeconds(**{name: mine.get(name, 0.0) + theirs.get(name, 0.0) for name in {*mine, *theirs}})
+
+    def to_dict(self) -> JsonObject:
+        return {name: round(value, 3) for name, value in self.items()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> StageSeconds:
+        r = Reader(data, "the stage seconds")
+        return cls(**{f.name: r.optional_number(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,16 +348,27 @@ class Verdict:
     sol_ms: float | None = None
     flops: float | None = None
     min_bytes: float | None = None
-    flags: tuple[str, ...] = ()
+    flags: tuple[Flag, ...] = ()
     #: Advice for the author (static patterns); never decides the status.
     hints: tuple[str, ...] = ()
     log: str = ""
     #: Empty (``{}`` in JSON) when the evaluation stopped before the referee knew its device.
     provenance: Provenance = field(default_factory=Provenance)
     #: How far the evaluation was asked to go: compile, correctness, benchmark or profile.
-    depth: str = "benchmark"
+    depth: Depth = Depth.BENCHMARK
     #: Per-kernel rows from the torch profiler (depth "profile").
     profile: tuple[ProfileRow, ...] = ()
+    #: Extension functions that raised at run time while forward went on (`harness.causes`).
+    kernel_errors: tuple[KernelError, ...] = ()
+    #: How the candidate was taken that is no failure (its weights loaded by registration order).
+    notes: tuple[str, ...] = ()
+    #: Seconds each stage of this evaluation took.
+    stage_seconds: StageSeconds = field(default_factory=StageSeconds)
+
+    def __post_init__(self) -> None:
+        # The enums at the door, whatever a caller passed (their values are the JSON's strings).
+        object.__setattr__(self, "depth", Depth(self.depth))
+        object.__setattr__(self, "flags", tuple(Flag(f) for f in self.flags))
 
     # -- derived figures -------------------------------------------------------------------
     @property
@@ -259,11 +380,17 @@ class Verdict:
         return bool(self.trials) and all(t.passed for t in self.trials)
 
     @property
+    def baselines_ms(self) -> tuple[float | None, float | None]:
+        """Eager PyTorch's and ``torch.compile``'s medians (None where not timed)."""
+        b = self.baselines
+        return (b.eager_ms, b.compile_ms) if b is not None else (None, None)
+
+    @property
     def is_verified(self) -> bool:
         """Whether this can be a job's best: a timed ``pass`` of a full benchmark (compile- or
         correctness-only passes, profiles and ``suspicious`` verdicts never are). The one rule the
         agent, the worker and the store use."""
-        return self.status is Status.PASS and self.depth == "benchmark" and self.timing is not None
+        return self.status is Status.PASS and self.depth is Depth.BENCHMARK and self.timing is not None
 
     def _speedup(self, baseline: Timing | None) -> float | None:
         if baseline is None or self.timing is None or self.timing.median_ms <= 0:
@@ -313,6 +440,9 @@ class Verdict:
             "provenance": self.provenance.to_dict(),
             "depth": self.depth,
             "profile": [row.to_dict() for row in self.profile],
+            "kernel_errors": [e.to_dict() for e in self.kernel_errors],
+            "notes": list(self.notes),
+            "stage_seconds": self.stage_seconds.to_dict(),
         }
 
     @classmethod
@@ -332,10 +462,49 @@ class Verdict:
             sol_ms=r.optional_number("sol_ms"),
             flops=r.optional_number("flops"),
             min_bytes=r.optional_number("min_bytes"),
-            flags=tuple(r.texts("flags", optional=True)),
+            flags=tuple(Flag(f) for f in r.texts("flags", optional=True)),
             hints=tuple(r.texts("hints", optional=True)),
             log=r.text("log", ""),
             provenance=Provenance.from_dict(provenance.data),
-            depth=r.text("depth", "benchmark"),
+            depth=Depth(r.text("depth", Depth.BENCHMARK)),
             profile=tuple(r.items_of("profile", ProfileRow.from_dict, optional=True)),
+            kernel_errors=tuple(r.items_of("kernel_errors", KernelError.from_dict, optional=True)),
+            notes=tuple(r.texts("notes", optional=True)),
+            stage_seconds=StageSeconds.from_dict(r.nested("stage_seconds", optional=True).data),
         )
+
+
+class AttemptKind(StrEnum):
+    """What an evaluation came to, in the terms of where the lane's time goes (`attempt_kind`)."""
+
+    #: The candidate did not build (or its build timed out): no lane time.
+    COMPILE_ERROR = "compile_error"
+    #: Built, then failed correctness or integrity, crashed or raised.
+    WRONG = "wrong"
+    #: Passed all it was asked (a compile- or correctness-only check too) but not shown faster than
+    #: eager: slower, untimed, or ``suspicious`` (quarantined until a re-time passes).
+    CORRECT = "correct"
+    #: A verified (timed ``pass``) kernel faster than eager PyTorch.
+    FAST = "fast"
+    #: No judgment of the candidate: our infrastructure, the problem's own code, or a time limit.
+    ERROR = "error"
+
+
+#: How the referee words a candidate stage killed at its time limit (`harness.candidaterun`).
+_TIMED_OUT = " timed out"
+
+
+def attempt_kind(verdict: Verdict) -> AttemptKind:
+    """The one classification of a verdict for metrics, reports and the dashboard."""
+    if verdict.error_kind in (ErrorKind.INFRA, ErrorKind.PROBLEM):
+        return AttemptKind.ERROR
+    if verdict.status is Status.ERROR and verdict.stage is Stage.COMPILE:
+        return AttemptKind.COMPILE_ERROR
+    if verdict.status is Status.ERROR and verdict.message.endswith(_TIMED_OUT):
+        return AttemptKind.ERROR
+    if verdict.status in (Status.FAIL, Status.ERROR):
+        return AttemptKind.WRONG
+    speedup = verdict.speedup_vs_eager
+    if verdict.is_verified and speedup is not None and speedup > 1.0:
+        return AttemptKind.FAST
+    return AttemptKind.CORRECT

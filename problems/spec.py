@@ -30,8 +30,9 @@ Everything here is stdlib only: the harness (torch + stdlib) and the API (no tor
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -213,6 +214,18 @@ def _number(name: str, value: object) -> float | None:
     return float(value)
 
 
+def missing_names_message(missing: Sequence[str], defined: Collection[str]) -> str:
+    """Which of `REQUIRED_NAMES` a problem lacks, what it should define instead, and where the
+    format is documented (with a defined name that looks like a missing one, if any)."""
+    close = {name: difflib.get_close_matches(name, [d for d in defined if d not in REQUIRED_NAMES], n=1,
+                                             cutoff=0.6) for name in missing}
+    hints = [f"{found[0]!r} is defined: rename it {name}?" for name, found in close.items() if found]
+    lacks = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+    return (f"the problem lacks {lacks} at module level: a problem file defines class Model(nn.Module), "
+            f"get_inputs() and get_init_inputs(), as KernelBench's do (the format: docs/problems.md)"
+            + (f"; {' '.join(hints)}" if hints else ""))
+
+
 def parse_problem(source: str, *, problem_id: str, level: int | None = None) -> Problem:
     """Parse and validate problem source statically.
 
@@ -238,7 +251,7 @@ def parse_problem(source: str, *, problem_id: str, level: int | None = None) -> 
     names = _defined_names(tree)
     missing = [n for n in REQUIRED_NAMES if n not in names]
     if missing:
-        raise ProblemFormatError(f"a problem must define {', '.join(missing)} at module level")
+        raise ProblemFormatError(missing_names_message(missing, names))
     decl = _literal_assignments(tree)
     try:
         mode = Mode(_choice(Mode, decl.get("MODE", "train")))

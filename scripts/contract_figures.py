@@ -20,7 +20,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGES = ("agent", "api", "cli", "config", "display", "harness", "problems", "store", "worker")
+PACKAGES = ("agent", "api", "cli", "config", "display", "harness", "problems", "store", "vocabulary", "worker")
 EXCLUDED_FROM_DUPLICATES = ("examples/", "problems/bundled/")
 DICT_STR_ANY = re.compile(r"dict\[str,\s*Any\]")
 

@@ -1,4 +1,4 @@
-"""The service's persistence: SQLAlchemy models, sessions and data access (DESIGN §5).
+"""The service's persistence: SQLAlchemy models, sessions and data access (docs/architecture.md).
 
 The one place that knows the schema. Everything public is re-exported here; import from
 ``store``, not from its modules. Data-access functions are keyword-only, take a `Session`,
@@ -7,7 +7,7 @@ Exceptions: `StoreError` and its subclasses (`store.errors`).
 
 Owns: the schema, sessions, job states and their transitions (`store.states`), claims and leases
 (`store.leases`), attempts (`store.attempts`: the best-attempt rule is `Verdict.is_verified`),
-events, API keys.
+events, API keys, model runs (`store.modelruns`: a model's region jobs grouped).
 May import: SQLAlchemy and `harness`'s value modules (`Verdict`, `Target`, `source_sha256`, and
 `harness.wire` for the JSON columns); never the agent, the worker or the API.
 In and out: plain values and `Verdict`s come in (serialised at the column: ``Verdict.to_dict()``);
@@ -28,20 +28,24 @@ from store.apikeys import (
     lock_key_usage,
     lock_keys_usage,
     revoke_api_key,
+    set_api_key_admin,
     verify_api_key,
 )
 from store.attempts import (
     VerdictFigures,
+    fastest_verified_attempt,
     find_attempt_by_source,
     get_attempt,
     list_attempts,
     record_attempt,
+    set_best_attempt,
     source_sha256,
     verdict_figures,
 )
 from store.db import make_engine, make_session_factory, session_scope
 from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
-from store.events import EventType, JobHead, append_event, events_after, job_heads
+from store.events import JobHead, append_event, events_after, job_heads
+from store.insights import LeaderboardRow, UsagePoint, leaderboard_rows, usage_points
 from store.jobs import (
     CancelOutcome,
     JobProblem,
@@ -67,6 +71,20 @@ from store.leases import (
     reap_expired_leases,
     redispatch_stale_jobs,
 )
+from store.modelruns import (
+    SPLIT_BUDGETS,
+    NewModelRegion,
+    RegionJob,
+    cancel_model_run,
+    claim_model_apply,
+    create_model_run,
+    finish_model_run,
+    get_model_run,
+    list_model_runs,
+    model_run_of_job,
+    region_jobs,
+    split_budgets,
+)
 from store.models import (
     ApiKey,
     Attempt,
@@ -75,6 +93,8 @@ from store.models import (
     Job,
     JobEvent,
     Message,
+    ModelRegion,
+    ModelRun,
     StoredProblem,
     Trajectory,
     utcnow,
@@ -93,8 +113,9 @@ from store.payloads import (
     parse_payload,
 )
 from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
-from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, Target, TrajectoryState, transition
+from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, ModelRunState, Target, TrajectoryState, transition
 from store.stats import StoreCounts, read_store_counts
+from store.timings import AttemptTiming, JobTimings, job_timings
 from store.trajectories import (
     append_message,
     create_trajectory,
@@ -110,15 +131,16 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "EVENT_PAYLOADS",
     "MAX_PAGE_SIZE",
+    "SPLIT_BUDGETS",
     "ApiKey",
     "Attempt",
     "AttemptPayload",
+    "AttemptTiming",
     "Base",
     "Baseline",
     "CancelOutcome",
     "CancelRequestedPayload",
     "EventPayload",
-    "EventType",
     "IllegalTransition",
     "IssuedKey",
     "Job",
@@ -127,17 +149,24 @@ __all__ = [
     "JobKind",
     "JobProblem",
     "JobState",
+    "JobTimings",
     "JsonField",
     "KeyLimits",
     "KeyUsage",
+    "LeaderboardRow",
     "LeaseLost",
     "LeaseStatus",
     "Message",
     "MessagePayload",
+    "ModelRegion",
+    "ModelRun",
+    "ModelRunState",
     "NewJob",
+    "NewModelRegion",
     "NotFound",
     "ProgressPayload",
     "ReapedJob",
+    "RegionJob",
     "RowPage",
     "StatePayload",
     "StoreCounts",
@@ -147,44 +176,55 @@ __all__ = [
     "Trajectory",
     "TrajectoryPayload",
     "TrajectoryState",
+    "UsagePoint",
     "VerdictFigures",
     "add_job_usage",
     "append_event",
     "append_message",
     "cancel_job",
+    "cancel_model_run",
     "check_limit",
     "claim_job",
+    "claim_model_apply",
     "claim_next_job",
     "create_api_key",
     "create_job",
     "create_jobs",
+    "create_model_run",
     "create_trajectory",
     "delete_job",
     "discard_new_jobs",
     "events_after",
+    "fastest_verified_attempt",
     "find_attempt_by_source",
     "finish_job",
+    "finish_model_run",
     "get_attempt",
     "get_baseline",
     "get_job",
+    "get_model_run",
     "get_or_create_problem",
     "get_problem",
     "hash_api_key",
     "heartbeat",
     "job_heads",
+    "job_timings",
     "key_cost_left",
     "key_usage",
     "keyset_page",
+    "leaderboard_rows",
     "lease_status",
     "list_attempts",
     "list_job_problems",
     "list_jobs",
     "list_messages",
+    "list_model_runs",
     "list_trajectories",
     "lock_key_usage",
     "lock_keys_usage",
     "make_engine",
     "make_session_factory",
+    "model_run_of_job",
     "offset_page",
     "parse_payload",
     "put_baseline",
@@ -192,12 +232,17 @@ __all__ = [
     "reap_expired_leases",
     "record_attempt",
     "redispatch_stale_jobs",
+    "region_jobs",
     "revoke_api_key",
     "session_scope",
+    "set_api_key_admin",
+    "set_best_attempt",
     "set_trajectory_state",
     "source_sha256",
+    "split_budgets",
     "tool_call_names",
     "transition",
+    "usage_points",
     "utcnow",
     "verdict_figures",
     "verify_api_key",

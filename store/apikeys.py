@@ -41,6 +41,7 @@ __all__ = [
     "lock_key_usage",
     "lock_keys_usage",
     "revoke_api_key",
+    "set_api_key_admin",
     "verify_api_key",
 ]
 
@@ -143,6 +144,20 @@ def revoke_api_key(*, session: Session, api_key_id: int, now: datetime | None = 
     key = session.get(ApiKey, api_key_id)
     if key is None:
         raise NotFound("api key", api_key_id)
+    return key
+
+
+def set_api_key_admin(*, session: Session, api_key_id: int, is_admin: bool) -> ApiKey:
+    """Make a key an admin (it sees and manages every key's jobs) or a plain key (its own).
+
+    Raises:
+        NotFound: no key with that id.
+    """
+    key = session.get(ApiKey, api_key_id)
+    if key is None:
+        raise NotFound("api key", api_key_id)
+    key.is_admin = is_admin
+    session.flush()
     return key
 
 

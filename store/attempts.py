@@ -9,6 +9,7 @@ the earlier attempt.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import TypedDict
 
@@ -18,17 +19,20 @@ from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 from harness.verdict import ErrorKind, Status, Verdict, source_sha256
 from store._sql import bump_counter, finite_or_none, write_row
 from store.errors import NotFound
-from store.events import EventType, append_event
+from store.events import append_event
 from store.models import Attempt, Job, Trajectory, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
 from store.payloads import AttemptPayload
+from vocabulary import EventType
 
 __all__ = [
     "VerdictFigures",
+    "fastest_verified_attempt",
     "find_attempt_by_source",
     "get_attempt",
     "list_attempts",
     "record_attempt",
+    "set_best_attempt",
     "source_sha256",
     "verdict_figures",
 ]
@@ -136,14 +140,36 @@ def record_attempt(
         best = _promote(session, Job, job_id, attempt)
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)
+    baselines = verdict.baselines
     payload = AttemptPayload(
         n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool, status=attempt.status.value,
         stage=figures["stage"], correct=figures["correct"], median_ms=figures["median_ms"],
         speedup_vs_eager=figures["speedup_vs_eager"], speedup_vs_compile=figures["speedup_vs_compile"],
         pct_of_sol=figures["pct_of_sol"], best=best,
+        error_kind=figures["error_kind"].value if figures["error_kind"] is not None else None,
+        eager_ms=finite_or_none(baselines.eager.median_ms if baselines and baselines.eager else None),
+        compile_ms=finite_or_none(baselines.compiled.median_ms if baselines and baselines.compiled else None),
     )
     append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload.to_dict(), now=now)
     return attempt
+
+
+def fastest_verified_attempt(*, session: Session, job_id: int, exclude: Collection[str] = ()) -> Attempt | None:
+    """The job's fastest timed pass whose source is not in ``exclude`` (SHA-256 digests): what the
+    worker re-judges in a fresh process before it calls one the job's best."""
+    stmt = (select(Attempt)
+            .where(Attempt.job_id == job_id, Attempt.status == Status.PASS, Attempt.median_ms.is_not(None))
+            .order_by(Attempt.median_ms, Attempt.seq))
+    if exclude:
+        stmt = stmt.where(Attempt.sha256.not_in(list(exclude)))
+    return session.scalars(stmt.limit(1)).first()
+
+
+def set_best_attempt(*, session: Session, job_id: int, attempt_id: int | None) -> None:
+    """Make ``attempt_id`` the job's best (None: the job has none), whatever its time: the worker's
+    re-judged kernel, which may time a little slower than the attempt it re-judged."""
+    write_row(session, Job, job_id, update(Job).where(Job.id == job_id).values(best_attempt_id=attempt_id)
+              .returning(Job.id))
 
 
 def find_attempt_by_source(
@@ -157,14 +183,15 @@ def find_attempt_by_source(
     """The newest attempt of this job with this source digest (see `source_sha256`), if any.
 
     ``tool`` narrows it to one tool (a ``compile`` verdict does not answer ``benchmark``).
-    Verdicts that failed for our reasons (``error_kind == "infra"``) are skipped by default:
-    those are to be retried, not served again.
+    Verdicts that judged nothing (``error_kind`` ``infra``: ours; ``cancelled``: cut short by the
+    job's stop) are skipped by default: those are to be retried, not served again.
     """
     stmt = select(Attempt).where(Attempt.job_id == job_id, Attempt.sha256 == sha256)
     if tool is not None:
         stmt = stmt.where(Attempt.tool == tool)
     if not include_infra_errors:
-        stmt = stmt.where(or_(Attempt.error_kind.is_(None), Attempt.error_kind != ErrorKind.INFRA))
+        stmt = stmt.where(or_(Attempt.error_kind.is_(None),
+                              Attempt.error_kind.not_in((ErrorKind.INFRA, ErrorKind.CANCELLED))))
     return session.scalars(stmt.order_by(Attempt.seq.desc()).limit(1)).first()
 
 

@@ -10,7 +10,7 @@ would skip the slower one for good.
 
 The store appends events itself for what it changes (every job state move, a cancel request,
 every recorded attempt), in the same transaction as the change; other modules add their own
-types (progress, messages) with `append_event`.
+types (progress, messages) with `append_event`; every type is a `vocabulary.EventType`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -28,27 +27,19 @@ from store._sql import bump_counter
 from store.models import Job, JobEvent, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, check_limit
 from store.states import JobState
+from vocabulary import EventType
 
-__all__ = ["EventType", "JobHead", "append_event", "events_after", "job_heads"]
+__all__ = ["JobHead", "append_event", "events_after", "job_heads"]
 
 #: Ids per ``IN (…)`` list in `job_heads` (SQLite allows 32766 bound parameters; stay far below).
 _HEADS_CHUNK = 500
-
-
-class EventType(StrEnum):
-    """The events the store itself appends; their payloads are `store.payloads`' `StatePayload`,
-    `CancelRequestedPayload` and `AttemptPayload`."""
-
-    STATE = "state"
-    CANCEL_REQUESTED = "cancel_requested"
-    ATTEMPT = "attempt"
 
 
 def append_event(
     *,
     session: Session,
     job_id: int,
-    type: str,  # the column's name; an EventType or any short string
+    type: EventType,  # the column's name
     payload: JsonObject,
     now: datetime | None = None,
 ) -> JobEvent:
@@ -61,7 +52,7 @@ def append_event(
     event = JobEvent(
         job_id=job_id,
         id=event_id,
-        type=str(getattr(type, "value", type)),
+        type=type.value,
         payload=payload,
         created_at=now or utcnow(),
     )

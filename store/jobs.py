@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.wire import JsonObject
 from store._sql import write_row
 from store.errors import IllegalTransition, NotFound, StoreError
-from store.events import EventType, append_event
+from store.events import append_event
 from store.leases import (
     _state_event,
 )
@@ -27,6 +27,7 @@ from store.models import Job, JobEvent, StoredProblem, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
 from store.payloads import CancelRequestedPayload, StatePayload
 from store.states import JobKind, JobState, Target, transition
+from vocabulary import EventType
 
 __all__ = [
     "CancelOutcome",

@@ -19,10 +19,11 @@ from sqlalchemy.orm.util import identity_key
 
 from store._sql import dialect_name, write_row
 from store.errors import IllegalTransition, LeaseLost, NotFound
-from store.events import EventType, append_event
+from store.events import append_event
 from store.models import Job, UTCDateTime, utcnow
 from store.payloads import StatePayload
 from store.states import JobState, Target, transition
+from vocabulary import EventType
 
 __all__ = [
     "LeaseStatus",

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import Enum
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import ForeignKey, MetaData, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from harness.verdict import ErrorKind, Status
+from harness.verdict import ErrorKind, Status, Verdict
 from harness.wire import JsonObject
-from store.states import JobKind, JobState, Target, TrajectoryState
+from store.states import JobKind, JobState, ModelRunState, Target, TrajectoryState
 
 __all__ = [
     "DEFAULT_COST_CAP_USD",
@@ -44,6 +45,8 @@ __all__ = [
     "Job",
     "JobEvent",
     "Message",
+    "ModelRegion",
+    "ModelRun",
     "StoredProblem",
     "Trajectory",
     "UTCDateTime",
@@ -325,6 +328,10 @@ class Attempt(Base):
     def n(self) -> int:
         return self.seq
 
+    def read_verdict(self) -> Verdict:
+        """The stored verdict, typed: the one way to read it (`Verdict.from_dict`)."""
+        return Verdict.from_dict(self.verdict)
+
 
 class Baseline(Base):
     """Eager and ``torch.compile`` timings of a problem on a device, cached across jobs."""
@@ -355,3 +362,51 @@ class JobEvent(Base):
     type: Mapped[str] = mapped_column(String(32))
     payload: Mapped[JsonObject] = mapped_column(_JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelRun(Base):
+    """A user's model optimised region by region: one agent job per selected region, then the
+    whole patched model verified and timed (``report``: `harness.modelreport.ApplyReport`)."""
+
+    __tablename__ = "model_runs"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    #: The API key that created the run; ``None`` for runs created locally by the CLI.
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), index=True)
+    #: The model file's name (``mlp_stack.py``).
+    name: Mapped[str] = mapped_column(String(128))
+    model_source: Mapped[str] = mapped_column(Text)
+    model_sha256: Mapped[str] = mapped_column(String(64))
+    target: Mapped[Target] = mapped_column(_enum(Target, "target"))
+    llm_profile: Mapped[str | None] = mapped_column(String(64))
+    llm_model: Mapped[str | None] = mapped_column(String(128))
+    #: The budgets asked for the whole run, before they were split by share.
+    budgets: Mapped[JsonObject] = mapped_column(_JSON, default=dict)
+    #: `harness.regionplan.ModelProfile.to_dict()`: the regions (with their sources) and shares.
+    profile: Mapped[JsonObject] = mapped_column(_JSON)
+    state: Mapped[ModelRunState] = mapped_column(_enum(ModelRunState, "model_run_state"),
+                                                 default=ModelRunState.RUNNING)
+    #: `harness.modelreport.ApplyReport.to_dict()` once the whole model was verified.
+    report: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    finished_at: Mapped[datetime | None]
+
+
+class ModelRegion(Base):
+    """One selected region of a model run and the job that optimises it."""
+
+    __tablename__ = "model_regions"
+    __table_args__ = (sa.UniqueConstraint("model_run_id", "name"), {"sqlite_autoincrement": True})
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_run_id: Mapped[int] = mapped_column(ForeignKey("model_runs.id", ondelete="CASCADE"), index=True)
+    #: The region's name in the profile (``r2_linear_gelu``).
+    name: Mapped[str] = mapped_column(String(128))
+    #: Its share of the model's time when profiled; its budgets were split by it.
+    share: Mapped[float]
+    #: 0-based, largest share first.
+    position: Mapped[int]
+    #: ``None`` once the job was deleted.
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"), index=True)

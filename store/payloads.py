@@ -87,6 +87,13 @@ class AttemptPayload(_Payload):
     speedup_vs_compile: float | None
     pct_of_sol: float | None
     best: bool
+    #: ``candidate``, ``infra``, ``problem`` or ``cancelled`` (cut short by the job's stop) for an
+    #: error; ``None`` otherwise.
+    error_kind: str | None = None
+    #: The baselines the speedups are ratios of: eager PyTorch's and torch.compile's median
+    #: milliseconds (``None`` when not timed).
+    eager_ms: float | None = None
+    compile_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from enum import StrEnum
 from harness.options import Target
 from store.errors import IllegalTransition
 
-__all__ = ["ALLOWED_TRANSITIONS", "JobKind", "JobState", "Target", "TrajectoryState", "transition"]
+__all__ = ["ALLOWED_TRANSITIONS", "JobKind", "JobState", "ModelRunState", "Target", "TrajectoryState", "transition"]
 
 
 class JobState(StrEnum):
@@ -86,3 +86,21 @@ class TrajectoryState(StrEnum):
     EXHAUSTED = "exhausted"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class ModelRunState(StrEnum):
+    """A model run: its region jobs run, then the whole patched model is verified and timed.
+
+    ``running → applying → succeeded | failed``, and ``running → cancelled``; ``failed`` also
+    straight from ``running`` when no region job produced a kernel.
+    """
+
+    RUNNING = "running"
+    APPLYING = "applying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ModelRunState.SUCCEEDED, ModelRunState.FAILED, ModelRunState.CANCELLED)

@@ -20,10 +20,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache directory shared by the whole session (KERNELLOOP_TEST_CACHE keeps it across runs)."""
+    """A cache directory shared by the whole session, pytest-xdist's workers included (the cache
+    locks what it builds, so a build one worker started serves the others); KERNELLOOP_TEST_CACHE
+    keeps it across runs."""
     kept = os.environ.get("KERNELLOOP_TEST_CACHE")
     if kept:
         path = Path(kept)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return tmp_path_factory.mktemp("harness-cache")
+    elif "PYTEST_XDIST_WORKER" in os.environ:
+        path = tmp_path_factory.getbasetemp().parent / "harness-cache"  # the run's, above each worker's
+    else:
+        return tmp_path_factory.mktemp("harness-cache")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

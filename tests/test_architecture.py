@@ -1,8 +1,10 @@
-"""The packages' import graph (DESIGN §1), read from the sources with `ast` (nothing is imported).
+"""The packages' import graph (docs/architecture.md, "Layout and dependency direction"), read from
+the sources with `ast` (nothing is imported).
 
 The direction, as the code has it (pinned here; the package docstrings say the same)::
 
-    problems   display            stdlib only (problems: parsed, never run; display: formats)
+    vocabulary problems display    stdlib only (vocabulary: the service's shared value types;
+                                   problems: parsed, never run; display: formats)
        ↑
     harness                        the referee; torch only inside its stage processes
        ↑         ↑        ↑
@@ -34,19 +36,20 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("problems", "display", "harness", "config", "store", "agent", "worker", "api", "cli")
+PACKAGES = ("vocabulary", "problems", "display", "harness", "config", "store", "agent", "worker", "api", "cli")
 
 #: Which packages each package may import.
 MAY_IMPORT: dict[str, frozenset[str]] = {
+    "vocabulary": frozenset(),
     "problems": frozenset(),
     "display": frozenset(),
     "harness": frozenset({"problems"}),
     # `harness.options.default_cache_dir`: the one default both the harness and the service use.
     "config": frozenset({"harness"}),
-    "store": frozenset({"harness"}),
+    "store": frozenset({"harness", "vocabulary"}),
     "agent": frozenset({"harness", "problems", "config"}),
-    "worker": frozenset({"agent", "harness", "store", "problems", "config"}),
-    "api": frozenset({"store", "config", "problems", "harness", "display", "agent"}),
+    "worker": frozenset({"agent", "harness", "store", "problems", "config", "vocabulary"}),
+    "api": frozenset({"store", "config", "problems", "harness", "display", "agent", "vocabulary"}),
     "cli": frozenset(set(PACKAGES) - {"cli"}),
 }
 #: Packages that may take only the harness's value modules.
@@ -203,7 +206,7 @@ def test_service_packages_take_only_the_harness_value_modules() -> None:
 def test_value_modules_of_the_harness_exist() -> None:
     # The rule above would pass vacuously if the classification broke.
     assert not _runs("harness.verdict") and not _runs("harness.wire") and not _runs("harness.options")
-    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.timing")
+    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.meter.stage")
 
 
 def test_the_api_takes_of_the_agent_only_its_replay_scripts() -> None:
@@ -279,7 +282,8 @@ FOLDERS_BEYOND_PACKAGES = {
     "benchmarks": "smoke runs of benchmarks/",
 }
 #: Subfolders named after a subject of their package rather than a subpackage of it.
-SUBJECT_FOLDERS = {"harness/integrity": "the adversarial suite"}
+SUBJECT_FOLDERS = {"harness/integrity": "the adversarial suite",
+                   "harness/corpus": "honest kernels in the styles models write, and the test that runs them"}
 #: What a GPU host imports of tests/support: the standard library only (and each other).
 GPU_HOST_SUPPORT = frozenset({"paths", "gpu", "network", "processes", "waiting", "cli"})
 #: ``from tests.x import y`` / ``import tests.x`` in a script a test runs (``python -c``).

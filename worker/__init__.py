@@ -1,4 +1,4 @@
-"""The worker: runs jobs with the harness (and the agent) and stores what happens (DESIGN §5).
+"""The worker: runs jobs with the harness (and the agent) and stores what happens (docs/architecture.md).
 
 ::
 
@@ -20,7 +20,7 @@ Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedde
 ``python -m worker.embedded``).
 
 Owns: running a claimed job (`runner.run_claimed_job`), leases' heartbeats, the device lock, the
-worker's events (`recorder.WorkerEvent`).
+worker's events (`recorder.StoreRecorder`, typed by `vocabulary.EventType`).
 May import: `agent` (its types and `run_job`, directly), `harness`, `store`, `problems`, `config`,
 Celery (only in the modules above); never `api`.
 In and out: a job id comes in (a Celery task or the embedded loop's claim); the job's columns are
@@ -31,7 +31,7 @@ at the columns).
 
 from worker.evaluator import RefereeEvaluator
 from worker.lease import LeaseKeeper, StopSignal, new_worker_id
-from worker.recorder import StoreRecorder, WorkerEvent
+from worker.recorder import StoreRecorder
 from worker.runner import RunOutcome, harness_options_for, run_claimed_job
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "RunOutcome",
     "StopSignal",
     "StoreRecorder",
-    "WorkerEvent",
     "harness_options_for",
     "new_worker_id",
     "run_claimed_job",

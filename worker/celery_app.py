@@ -1,7 +1,7 @@
 """`make_celery`: builds the Celery app of the distributed mode, and nothing else.
 
 No task bodies here (`worker.tasks` registers them on the app it is given) and nothing that
-imports the harness or torch: the Celery process never initialises CUDA (DESIGN §5).
+imports the harness or torch: the Celery process never initialises CUDA (docs/architecture.md, "Processes").
 """
 
 from __future__ import annotations

@@ -19,17 +19,18 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings, load_settings
 from config.logs import LOG_FORMAT
-from harness import HarnessOptions, cancel_all
+from harness import HarnessOptions, Referee, cancel_all
 from store import Target, claim_next_job, make_engine, make_session_factory, session_scope
 from worker.lease import check_lease_settings, new_worker_id
 from worker.reaper import Reaper
-from worker.runner import AgentRunner, RunOutcome, harness_options_for, run_claimed_job
+from worker.runner import AgentRunner, RefereeFactory, RunOutcome, harness_options_for, run_claimed_job
 from worker.warmup import start_header_warmup
 
 __all__ = ["STOP_DEADLINE_S", "EmbeddedWorker", "run_embedded_worker", "stop_now"]
@@ -48,6 +49,8 @@ class EmbeddedWorker:
         worker_id: its unique id (default: a new one for this process).
         harness_options: overrides the harness options built from the settings (tests).
         run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
+        referee_factory: builds the referees (default `harness.Referee`; the load run's double
+            judges nothing).
         reap: also run the lease reaper in this process.
     """
 
@@ -60,6 +63,7 @@ class EmbeddedWorker:
         worker_id: str | None = None,
         harness_options: HarnessOptions | None = None,
         run_agent: AgentRunner | None = None,
+        referee_factory: RefereeFactory = Referee,
         reap: bool = True,
     ) -> None:
         check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
@@ -69,6 +73,7 @@ class EmbeddedWorker:
         self.worker_id = worker_id or new_worker_id(f"embedded-{self.target.value}")
         self._harness_options = harness_options
         self._run_agent = run_agent
+        self._referee_factory = referee_factory
         self._reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,
                               interval_s=settings.reaper_interval_s) if reap else None
         self._stop = threading.Event()
@@ -84,7 +89,7 @@ class EmbeddedWorker:
         log.info("job %s claimed by %s", job_id, self.worker_id)
         outcome = run_claimed_job(job_id, settings=self.settings, session_factory=self._factory,
                                   worker_id=self.worker_id, harness_options=self._harness_options,
-                                  run_agent=self._run_agent)
+                                  run_agent=self._run_agent, referee_factory=self._referee_factory)
         log.info("job %s: %s", job_id, outcome.value)
         return job_id, outcome
 
@@ -137,7 +142,9 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     threading.Thread(target=stop_now, args=(128 + signum,), name="stop", daemon=True).start()
 
 
-def run_embedded_worker(argv: list[str] | None = None) -> int:
+def run_embedded_worker(argv: list[str] | None = None, *, on_ready: Callable[[], None] | None = None) -> int:
+    """Run one embedded worker until SIGTERM or Ctrl-C; ``on_ready`` is told once it has started
+    (settings read, database reachable), before the first job is claimed."""
     parser = argparse.ArgumentParser(prog="python -m worker.embedded", description=__doc__.split("\n")[0])
     parser.add_argument("--target", choices=[t.value for t in Target], default=None,
                         help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
@@ -153,6 +160,10 @@ def run_embedded_worker(argv: list[str] | None = None) -> int:
              os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     if settings.warm_headers:
         start_header_warmup(harness_options_for(settings), worker.target.value)
+    if on_ready is not None:
+        with engine.connect():  # the database answers: what a worker needs before it is "up"
+            pass
+        on_ready()
     try:
         worker.serve(max_jobs=args.max_jobs)
     except KeyboardInterrupt:

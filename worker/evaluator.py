@@ -10,8 +10,10 @@
 - **One timing run per device.** ``benchmark`` and ``profile`` evaluations hold the device's lock
   (`worker.devicelock`). On ``cuda`` the candidate is compiled first, outside the lock (no GPU is
   used by a compile), so one job's compile overlaps another's timing; the timed evaluation then
-  finds the build in the cache. On ``cpu`` the whole evaluation holds the lock: a compile on the
-  same cores would disturb the other's timing.
+  finds the build in the cache (the verdict's ``stage_seconds`` are both evaluations', the
+  compile's included). On ``cpu`` the whole evaluation holds the lock: a compile on the same
+  cores would disturb the other's timing. Every verdict's stages, kind and lane seconds go to the
+  worker's metrics (`worker.metrics.observe_verdict`).
 - **The problem's failures are final.** A verdict with ``error_kind == "problem"`` (the user's
   reference raised, hung or hit a limit) is never retried: every later evaluation would fail the
   same way. It is remembered (`problem_failure`) and reported through ``on_problem_failure``.
@@ -148,6 +150,8 @@ class RefereeEvaluator:
             if verdict.error_kind is ErrorKind.PROBLEM:
                 self._problem(verdict)
                 return verdict
+            if verdict.error_kind is ErrorKind.CANCELLED:  # cut short by the job's stop: not charged
+                return verdict
             if not self._retry.retryable(verdict):
                 self._count(charged=time.monotonic() - started)
                 return verdict
@@ -190,6 +194,7 @@ class RefereeEvaluator:
         """The worker's metrics of one evaluation (`worker.metrics`)."""
         target = self.referee.target.value
         metrics.EVALUATION_SECONDS.labels(target, depth.value, verdict.status.value).observe(seconds)
+        metrics.observe_verdict(target, verdict)
         if verdict.error_kind is ErrorKind.INFRA:
             metrics.INFRA_FAILURES.labels(target).inc()
         elif self.referee.target is Target.CUDA:
@@ -212,24 +217,30 @@ class RefereeEvaluator:
         try:
             if depth is Depth.COMPILE:
                 return self._built(self.referee.evaluate(source, depth))
+            compiled: Verdict | None = None
             if self.referee.target is Target.CUDA:
                 # Compile here, with no GPU and no lock; the evaluation below reuses the build.
                 compiled = self._built(self.referee.evaluate(source, Depth.COMPILE))
                 if compiled.status is not Status.PASS:
                     return compiled.with_changes(depth=depth.value)
             if depth in _TIMED:
-                return self._built(self._on_referee_thread(self._timed, source, depth))
-            return self._built(self._on_referee_thread(self.referee.evaluate, source, depth))
+                verdict = self._built(self._on_referee_thread(self._timed, source, depth))
+            else:
+                verdict = self._built(self._on_referee_thread(self.referee.evaluate, source, depth))
+            if compiled is None or not compiled.stage_seconds.items():
+                return verdict
+            # The attempt's stages are both evaluations' (the compile's seconds are in the first).
+            return verdict.with_changes(stage_seconds=compiled.stage_seconds.plus(verdict.stage_seconds))
         except ReferenceFailed as exc:
             # Starting the reference failed outside an evaluation: the problem's code (final) or ours.
             message = str(exc) if exc.kind is ErrorKind.PROBLEM else f"the evaluation could not run: {exc}"
             return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=exc.kind, message=message,
-                           depth=depth.value, log=exc.details)
+                           depth=depth, log=exc.details)
         except OSError as exc:
             # The referee reports its own failures as verdicts; this escaped it (the disk is full):
             # ours, not the candidate's.
             return Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.INFRA,
-                           message=f"the evaluation could not run: {exc}", depth=depth.value)
+                           message=f"the evaluation could not run: {exc}", depth=depth)
 
     def _timed(self, source: str, depth: Depth) -> Verdict:
         with device_lock(self._cache_dir, self._device_key) as waited:

@@ -11,7 +11,14 @@ the recorder update them. How they reach Prometheus depends on the topology (doc
   ``KERNELLOOP_WORKER_METRICS_PORT`` (`serve_worker_metrics`), one scrape target per worker.
   No push gateway: a worker is a long-lived process, which is what pull scraping is for.
 
-Labels stay few and bounded (target, depth, status, outcome): never a job id.
+Labels stay few and bounded (target, depth, status, outcome, stage, kind): never a job id.
+
+Time to verdict: every evaluation's stages (`harness.verdict.StageSeconds`) go into
+``kernelloop_worker_stage_seconds`` by target and stage, and each verdict counts once in
+``kernelloop_worker_verdicts_total`` by target and attempt kind (`harness.verdict.attempt_kind`),
+its lane seconds (`StageSeconds.lane`: the stages that hold the device) in
+``kernelloop_worker_lane_seconds_total``: verdicts per GPU-hour is the ratio of their rates
+(docs/deploy.md, "Metrics", has the PromQL).
 """
 
 from __future__ import annotations
@@ -22,16 +29,22 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from harness.verdict import Verdict, attempt_kind
+
 __all__ = [
     "COMPILE_SECONDS",
     "EVALUATION_SECONDS",
     "GPU_SECONDS",
     "INFRA_FAILURES",
     "JOBS",
+    "LANE_SECONDS",
     "LLM_COST",
     "LLM_TOKENS",
     "QUEUE_WAIT_SECONDS",
+    "STAGE_SECONDS",
+    "VERDICTS",
     "job_running",
+    "observe_verdict",
     "serve_worker_metrics",
 ]
 
@@ -43,6 +56,10 @@ QUEUE_WAIT_BUCKETS_S = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7
 COMPILE_BUCKETS_S = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600)
 #: An evaluation: a cached compile and a check (seconds) to a cold build and a long timing run.
 EVALUATION_BUCKETS_S = (1, 2.5, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200)
+#: One stage of an evaluation: tens of milliseconds (a load) to minutes (a cold compile); fine
+#: around the seconds that decide the lane's throughput, so p50 and p95 land between close bounds.
+STAGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180,
+                   300, 600)
 
 QUEUE_WAIT_SECONDS = Histogram(
     "kernelloop_worker_queue_wait_seconds", "Time from a job's creation to its claim by a worker.",
@@ -61,12 +78,30 @@ EVALUATION_SECONDS = Histogram(
     "verdict status; infra failures count under status error.", ("target", "depth", "status"),
     buckets=EVALUATION_BUCKETS_S,
 )
+STAGE_SECONDS = Histogram(
+    "kernelloop_worker_stage_seconds", "Seconds of each referee stage that ran in an evaluation (a cached one runs "
+    "none).", ("target", "stage"), buckets=STAGE_BUCKETS_S,
+)
+VERDICTS = Counter("kernelloop_worker_verdicts", "Verdicts of evaluations, by attempt kind (compile_error, wrong, "
+                   "correct, fast, error).", ("target", "kind"))
+LANE_SECONDS = Counter("kernelloop_worker_lane_seconds", "Seconds the verdicts held the device lane (reference start, "
+                       "baselines, load, correctness, timing; compiles run beside it), by attempt kind.",
+                       ("target", "kind"))
 GPU_SECONDS = Counter("kernelloop_worker_gpu_seconds", "Seconds of GPU evaluations charged to jobs (cuda only).")
 INFRA_FAILURES = Counter("kernelloop_worker_infra_failures", "Evaluations that failed for our reasons (retried).",
                          ("target",))
 LLM_TOKENS = Counter("kernelloop_worker_llm_tokens", "LLM tokens used by the agents, input and output.",
                      ("direction",))
 LLM_COST = Counter("kernelloop_worker_llm_cost_usd", "LLM cost of the agents' messages, in US dollars.")
+
+
+def observe_verdict(target: str, verdict: Verdict) -> None:
+    """Count one evaluation's verdict: its stages' seconds, its kind and its lane seconds."""
+    for stage, seconds in verdict.stage_seconds.items():
+        STAGE_SECONDS.labels(target, stage).observe(seconds)
+    kind = attempt_kind(verdict).value
+    VERDICTS.labels(target, kind).inc()
+    LANE_SECONDS.labels(target, kind).inc(verdict.stage_seconds.lane)
 
 
 @contextmanager

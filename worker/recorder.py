@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from enum import StrEnum
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,31 +36,37 @@ from store import (
     append_event,
     append_message,
     create_trajectory,
+    fastest_verified_attempt,
     find_attempt_by_source,
     heartbeat,
     record_attempt,
     session_scope,
+    set_best_attempt,
     set_trajectory_state,
     tool_call_names,
     utcnow,
 )
 from store.payloads import MessagePayload, ProgressPayload, TrajectoryPayload
+from vocabulary import EventType
 from worker import metrics
 from worker.lease import LeaseKeeper
 
-__all__ = ["MESSAGE_PREVIEW_CHARS", "StoreRecorder", "WorkerEvent", "trajectory_state_for"]
+__all__ = ["MESSAGE_PREVIEW_CHARS", "StoreRecorder", "VerifiedAttempt", "trajectory_state_for"]
 
 #: Characters of a message's content carried in its live event.
 MESSAGE_PREVIEW_CHARS = 240
 
 
-class WorkerEvent(StrEnum):
-    """Job event types the worker appends (see the module docstring for payloads)."""
+@dataclass(frozen=True)
+class VerifiedAttempt:
+    """A stored timed pass, as the worker re-judges it."""
 
-    TRAJECTORY = "trajectory"
-    MESSAGE = "message"
-    PROGRESS = "progress"
-    STAGE = "stage"
+    attempt_id: int
+    n: int
+    trajectory_id: int | None
+    tool: str
+    source: str
+    sha256: str
 
 
 def trajectory_state_for(reason: str) -> TrajectoryState:
@@ -117,7 +123,7 @@ class StoreRecorder:
             set_trajectory_state(session=session, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING)
             payload = TrajectoryPayload(index=index, trajectory_id=trajectory.id, state=TrajectoryState.RUNNING.value,
                                         temperature=temperature, strategy=strategy)
-            self._event(session, WorkerEvent.TRAJECTORY, payload.to_dict())
+            self._event(session, EventType.TRAJECTORY, payload.to_dict())
             self._trajectory_ids[index] = trajectory.id
 
     def message(
@@ -152,7 +158,7 @@ class StoreRecorder:
                 tokens_out=tokens_out, tokens_reasoning=stored.tokens_reasoning, tokens_cached=stored.tokens_cached,
                 latency_ms=latency_ms, cost_usd=cost_usd, preview=(content or "")[:MESSAGE_PREVIEW_CHARS],
             )
-            self._event(session, WorkerEvent.MESSAGE, payload.to_dict())
+            self._event(session, EventType.MESSAGE, payload.to_dict())
         metrics.LLM_TOKENS.labels("in").inc(max(0, tokens_in))
         metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
         metrics.LLM_COST.inc(max(0.0, cost_usd))
@@ -170,7 +176,7 @@ class StoreRecorder:
         read back from its JSON column."""
         with session_scope(self._factory) as session:
             found = find_attempt_by_source(session=session, job_id=self.job_id, sha256=source_sha256, tool=tool)
-            return Verdict.from_dict(found.verdict) if found is not None else None
+            return found.read_verdict() if found is not None else None
 
     def attempt(
         self,
@@ -192,6 +198,27 @@ class StoreRecorder:
             record_attempt(session=session, job_id=self.job_id, trajectory_id=trajectory_id, tool=tool,
                            source=source, parent_id=parent_id, verdict=verdict)
 
+    def fastest_verified(self, *, exclude: Sequence[str] = ()) -> VerifiedAttempt | None:
+        """The job's fastest timed pass whose source is not in ``exclude`` (digests), if any."""
+        with self._guarded() as session:
+            found = fastest_verified_attempt(session=session, job_id=self.job_id, exclude=exclude)
+            if found is None:
+                return None
+            return VerifiedAttempt(attempt_id=found.id, n=found.seq, trajectory_id=found.trajectory_id,
+                                   tool=found.tool, source=found.source, sha256=found.sha256)
+
+    def rejudged(self, *, of: VerifiedAttempt, tool: str, verdict: Verdict) -> int:
+        """Store the re-judging of ``of`` (its source again, in a fresh process); its attempt id."""
+        with self._guarded() as session:
+            attempt = record_attempt(session=session, job_id=self.job_id, trajectory_id=of.trajectory_id, tool=tool,
+                                     source=of.source, parent_id=of.attempt_id, verdict=verdict)
+            return attempt.id
+
+    def set_best(self, attempt_id: int | None) -> None:
+        """The job's best is ``attempt_id`` (a re-judged kernel), or none."""
+        with self._guarded() as session:
+            set_best_attempt(session=session, job_id=self.job_id, attempt_id=attempt_id)
+
     def trajectory_finished(self, *, index: int, reason: str) -> None:
         """Record how trajectory ``index`` ended (``reason``: an ``agent.StopReason`` value)."""
         state = trajectory_state_for(reason)
@@ -200,7 +227,7 @@ class StoreRecorder:
             error = None if state is TrajectoryState.SUBMITTED else reason
             set_trajectory_state(session=session, trajectory_id=trajectory_id, state=state, error=error)
             ended = TrajectoryPayload(index=index, trajectory_id=trajectory_id, state=state.value, reason=reason)
-            self._event(session, WorkerEvent.TRAJECTORY, ended.to_dict())
+            self._event(session, EventType.TRAJECTORY, ended.to_dict())
 
     def cancelled(self) -> bool:
         """Whether the agent should stop at this safe point (cancel requested, or the job lost)."""
@@ -210,13 +237,13 @@ class StoreRecorder:
     def progress(self, phase: str, **details: JsonValue) -> None:
         """Append a ``progress`` event (the runner's milestones)."""
         with self._guarded() as session:
-            self._event(session, WorkerEvent.PROGRESS, ProgressPayload(phase=phase, details=details).to_dict())
+            self._event(session, EventType.PROGRESS, ProgressPayload(phase=phase, details=details).to_dict())
 
     def stage(self, event: StageEvent) -> None:
         """Append a ``stage`` event (a `harness.Referee`'s ``on_stage`` listener)."""
         with self._guarded() as session:
             # "at": when it happened, so a view that catches up later still shows the right elapsed time.
-            self._event(session, WorkerEvent.STAGE, {**event.to_dict(), "at": utcnow().isoformat()})
+            self._event(session, EventType.STAGE, {**event.to_dict(), "at": utcnow().isoformat()})
 
     # -- internals -------------------------------------------------------------------------
     @contextmanager
@@ -242,5 +269,5 @@ class StoreRecorder:
         self._trajectory_ids[index] = found
         return found
 
-    def _event(self, session: Session, type: WorkerEvent, payload: JsonObject) -> None:
+    def _event(self, session: Session, type: EventType, payload: JsonObject) -> None:
         append_event(session=session, job_id=self.job_id, type=type, payload=payload)

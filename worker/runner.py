@@ -11,10 +11,11 @@ alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
 - an **agent** job: `agent.run_job` (or the ``run_agent`` seam) with a
   `worker.evaluator.RefereeEvaluator` and a `worker.recorder.StoreRecorder`; then the
   candidates the agent reports quarantined (``suspicious``) are re-timed in a fresh process with
-  fresh seeds and hardened timing (`retime_options`), so a real large speedup can become the
-  job's best and a patched clock cannot. The job succeeds only with a verified kernel (a best
-  attempt); otherwise it fails with the agent's account of why (no attempt, refused, context,
-  budget, the LLM endpoint's message).
+  fresh seeds (`retime_options`), so a real large speedup can become the job's best, and the
+  fastest verified kernel is re-judged the same way whatever its speedup (fastest first, until
+  one passes again): only a re-judged kernel is the job's best. The job succeeds only with one;
+  otherwise it fails with the agent's account of why (no attempt, refused, context, budget, the
+  LLM endpoint's message) or with the re-judging's.
 
 Cancel and lease loss are noticed by the heartbeat thread and acted on at safe points: between
 evaluations (the recorder's ``cancelled()``), and before the job is finished. A lost job is left
@@ -56,13 +57,16 @@ from worker import metrics
 from worker.devicelock import current_device_key
 from worker.evaluator import RefereeEvaluator, RefereeLike
 from worker.lease import LeaseKeeper
+from worker.modelruns import finish_model_run_if_done
 from worker.recorder import StoreRecorder
 
 __all__ = [
     "EVALUATION_TOOL",
+    "MAX_REJUDGED",
     "MAX_RETIMES",
     "RETIME_TOOL",
     "AgentRunner",
+    "RefereeFactory",
     "RunOutcome",
     "agent_budgets",
     "harness_options_for",
@@ -79,6 +83,8 @@ EVALUATION_TOOL = "evaluate"
 RETIME_TOOL = "retime"
 #: Quarantined candidates re-timed per job (each costs a fresh reference and a timing run).
 MAX_RETIMES = 3
+#: Verified kernels re-judged per job, fastest first, until one passes again.
+MAX_REJUDGED = 3
 
 
 class RunOutcome(StrEnum):
@@ -170,6 +176,9 @@ def _llm_profile(job: _JobData, settings: Settings) -> LLMProfile:
     if profile is None:
         known = ", ".join(sorted(settings.llm_profiles)) or "none"
         raise _JobRefused(f"unknown LLM profile {name!r} (this service has: {known})")
+    missing_key = profile.missing_key_message(name, "in this worker's environment")
+    if missing_key is not None:
+        raise _JobRefused(missing_key)
     return profile.model_copy(update={"model": job.llm_model}) if job.llm_model else profile
 
 
@@ -239,6 +248,8 @@ def run_claimed_job(
             outcome, error = RunOutcome.FAILED, f"the worker failed: {type(exc).__name__}: {exc}"
     final = _finish(session_factory, job, worker_id, keeper, outcome, error, charged_s)
     metrics.JOBS.labels(job.target.value, job.kind.value, final.value).inc()
+    if final is not RunOutcome.LOST:
+        finish_model_run_if_done(session_factory, job_id, options)  # a model run's last region job
     return final
 
 
@@ -335,17 +346,60 @@ def _run_agent(
     quarantined = result.quarantined[:MAX_RETIMES]
     if quarantined and not recorder.cancelled():
         _retime(quarantined, problem, job, options, recorder, referee_factory)
-    # Succeeded means a verified kernel: the store's best attempt (a timed pass, or a re-timed one).
+    rejudging = "" if recorder.cancelled() else _rejudge_best(problem, job, options, recorder, referee_factory)
+    # Succeeded means a verified kernel that passed again in a fresh process: the store's best.
     if _has_best(recorder):
         return RunOutcome.SUCCEEDED, ""
     if recorder.cancelled():
         return RunOutcome.CANCELLED, "cancelled by its owner"
-    return RunOutcome.FAILED, result.error or f"no verified kernel (the agent stopped: {result.reason.value})"
+    return RunOutcome.FAILED, rejudging or result.error or (
+        f"no verified kernel (the agent stopped: {result.reason.value})")
 
 
 def _has_best(recorder: StoreRecorder) -> bool:
     with session_scope(recorder.session_factory) as session:
         return get_job(session=session, job_id=recorder.job_id).best_attempt_id is not None
+
+
+def _retime_referee(problem: Problem, job: _JobData, options: HarnessOptions, recorder: StoreRecorder,
+                    referee_factory: RefereeFactory) -> RefereeEvaluator:
+    """A fresh Referee (fresh reference and candidate processes, fresh secret seeds) for a re-time."""
+    referee = referee_factory(problem, job.target, retime_options(options))
+    referee.on_stage = recorder.stage
+    return RefereeEvaluator(referee, cache_dir=options.cache_dir, device_key=current_device_key(job.target.value))
+
+
+def _rejudge_best(problem: Problem, job: _JobData, options: HarnessOptions, recorder: StoreRecorder,
+                  referee_factory: RefereeFactory) -> str:
+    """Re-judge the job's fastest verified kernels in a fresh process with fresh seeds, fastest
+    first, until one passes again: that re-judging's attempt becomes the job's best (its figures
+    are the ones reported). Returns why no kernel is the job's best, or ``""``."""
+    tried: list[str] = []
+    for _ in range(MAX_REJUDGED):
+        if recorder.cancelled():
+            return ""
+        candidate = recorder.fastest_verified(exclude=tried)
+        if candidate is None:
+            break
+        if candidate.tool == RETIME_TOOL:  # a quarantined kernel that passed its re-time: re-judged already
+            recorder.set_best(candidate.attempt_id)
+            return ""
+        recorder.progress("rejudge", n=candidate.n)
+        evaluator = _retime_referee(problem, job, options, recorder, referee_factory)
+        try:
+            verdict = evaluator.evaluate(candidate.source, Depth.BENCHMARK)
+        finally:
+            evaluator.close()
+        attempt_id = recorder.rejudged(of=candidate, tool=RETIME_TOOL, verdict=verdict)
+        if verdict.is_verified:
+            recorder.set_best(attempt_id)
+            return ""
+        tried.append(candidate.sha256)
+    recorder.set_best(None)
+    if not tried:
+        return ""
+    return (f"no verified kernel passed again when re-judged in a fresh process with fresh seeds "
+            f"({len(tried)} tried; see the re-time attempts)")
 
 
 def _retime(
@@ -357,15 +411,11 @@ def _retime(
     referee_factory: RefereeFactory,
 ) -> None:
     """Re-time quarantined candidates; each becomes a ``retime`` attempt (a pass may become the best)."""
-    hardened = retime_options(options)
     for candidate in quarantined:
         if recorder.cancelled():
             return
         recorder.progress("retime", source_sha256=candidate.source_sha256)
-        referee = referee_factory(problem, job.target, hardened)
-        referee.on_stage = recorder.stage
-        evaluator = RefereeEvaluator(referee, cache_dir=options.cache_dir,
-                                     device_key=current_device_key(job.target.value))
+        evaluator = _retime_referee(problem, job, options, recorder, referee_factory)
         try:
             verdict = evaluator.evaluate(candidate.source, Depth.BENCHMARK)
         finally:

@@ -18,9 +18,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
-from harness import HarnessOptions
+from harness import HarnessOptions, Referee
 from store import JobState, NotFound, Target, claim_job, get_job, session_scope
-from worker.runner import AgentRunner, run_claimed_job
+from worker.runner import AgentRunner, RefereeFactory, run_claimed_job
 
 __all__ = [
     "RUN_JOB",
@@ -59,6 +59,8 @@ class WorkerContext:
         target: the target this worker runs (its queue is ``settings.queue_for(target)``).
         harness_options: overrides the harness options built from the settings (tests).
         run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
+        referee_factory: builds the referees (default `harness.Referee`; the load run's double
+            judges nothing).
     """
 
     settings: Settings
@@ -67,6 +69,7 @@ class WorkerContext:
     target: Target
     harness_options: HarnessOptions | None = None
     run_agent: AgentRunner | None = field(default=None)
+    referee_factory: RefereeFactory = field(default=Referee)
 
 
 def celery_dispatch(app: Celery, settings: Settings) -> Callable[[int, Target], None]:
@@ -98,7 +101,7 @@ def claim_and_run(context: WorkerContext, job_id: int, *, forward: Callable[[int
         return SKIPPED
     outcome = run_claimed_job(job_id, settings=context.settings, session_factory=context.session_factory,
                               worker_id=context.worker_id, harness_options=context.harness_options,
-                              run_agent=context.run_agent)
+                              run_agent=context.run_agent, referee_factory=context.referee_factory)
     return outcome.value
 
 

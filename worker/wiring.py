@@ -15,13 +15,13 @@ from typing import Any
 from celery import Celery, bootsteps
 
 from config import Settings
-from harness import HarnessOptions
+from harness import HarnessOptions, Referee
 from store import Target, make_engine, make_session_factory
 from worker.celery_app import make_celery
 from worker.lease import check_lease_settings, new_worker_id
 from worker.metrics import serve_worker_metrics
 from worker.reaper import Dispatch, Reaper
-from worker.runner import AgentRunner, harness_options_for
+from worker.runner import AgentRunner, RefereeFactory, harness_options_for
 from worker.tasks import WorkerContext, celery_dispatch, register_tasks
 from worker.warmup import start_header_warmup
 
@@ -82,6 +82,7 @@ def create_worker_app(
     target: Target | None = None,
     harness_options: HarnessOptions | None = None,
     run_agent: AgentRunner | None = None,
+    referee_factory: RefereeFactory = Referee,
 ) -> Celery:
     """The Celery app of one worker process, tasks registered and reaper attached.
 
@@ -91,6 +92,8 @@ def create_worker_app(
             queue it consumes (``settings.queue_for(target)``).
         harness_options: overrides the harness options built from the settings (tests).
         run_agent: runs an agent job (default `agent.run_job`; tests and the load run pass their own).
+        referee_factory: builds the referees (default `harness.Referee`; the load run's double
+            judges nothing).
     """
     check_lease_settings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
     target = Target(target or settings.worker_target)
@@ -99,7 +102,8 @@ def create_worker_app(
     queue = settings.queue_for(target.value)
     context = WorkerContext(settings=settings, session_factory=session_factory,
                             worker_id=new_worker_id(f"celery-{queue}"), target=target,
-                            harness_options=harness_options, run_agent=run_agent)
+                            harness_options=harness_options, run_agent=run_agent,
+                            referee_factory=referee_factory)
     register_tasks(app, context)
     dispatch: Dispatch = celery_dispatch(app, settings)
     reaper = Reaper(session_factory=session_factory, max_requeues=settings.max_requeues,

@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
-import os
 import queue
 import re
 import threading
 import time
+import types
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -326,11 +326,9 @@ class OpenAIProvider:
 
     def __init__(self, *, base_url: str | None, model: str, api_key: str, profile: LLMProfile,
                  sleep: Callable[[float], None] | None = None) -> None:
-        import httpx  # comes with openai
         import openai  # the service extra; the harness-only GPU box never imports this module
 
         self._openai = openai
-        self._httpx = httpx
         self.model = model
         self.profile = profile
         self.retry = RetryPolicy(max_retries=profile.max_retries)
@@ -339,10 +337,13 @@ class OpenAIProvider:
                                reasoning=profile.price_reasoning_per_mtok)
         self._sleep = sleep
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0,
-                                     # openai's annotations name httpx2's Timeout; it takes httpx's.
-                                     timeout=httpx.Timeout(profile.timeout_s, connect=CONNECT_TIMEOUT_S))  # type: ignore[arg-type]
+                                     # The client's own transport's class (httpx's, or its fork httpx2's).
+                                     timeout=openai.Timeout(profile.timeout_s, connect=CONNECT_TIMEOUT_S))
+        #: Where requests go, as errors name it (the client's default is OpenAI's).
+        self.endpoint = str(self._client.base_url).rstrip("/")
         self._lock = threading.Lock()
-        #: What this job learned of the endpoint: parameters it refuses, the output-limit name,
+        #: What this job learned of the endpoint: parameters it refuses (``stream`` too, for a
+        #: server that answers a streamed request with one JSON body), the output-limit name,
         #: whether it takes ``tools``.
         self._omitted: set[str] = set(profile.omit_params)
         self._max_tokens_param: str = profile.max_tokens_param
@@ -351,7 +352,7 @@ class OpenAIProvider:
     @classmethod
     def from_profile(cls, profile: LLMProfile, *, sleep: Callable[[float], None] | None = None) -> OpenAIProvider:
         """A provider for a server-side profile; the key is read from ``profile.api_key_env``."""
-        api_key = (os.environ.get(profile.api_key_env) if profile.api_key_env else None) or "none"
+        api_key = profile.api_key() or "none"
         return cls(base_url=profile.base_url, model=profile.model, api_key=api_key, profile=profile, sleep=sleep)
 
     # -- what the job learned ----------------------------------------------------------------
@@ -455,15 +456,18 @@ class OpenAIProvider:
                         text_mode = text_mode or change == "tools"
                         continue
                 if status != 429 and status < 500 and status not in _RETRY_STATUSES:
-                    raise ProviderError(f"the LLM endpoint refused the request: {text}", status=status,
-                                        usage=abandoned) from None
+                    raise ProviderError(f"the LLM endpoint {self.endpoint} refused the request: {text}",
+                                        status=status, usage=abandoned) from None
                 last_error, last_status, retry_after = text, status, _retry_after(exc)
             except openai.APIError as exc:  # an error event inside a stream, a connection error, a timeout
                 text = _error_text(exc)
                 if is_context_overflow(None, text):
                     raise ContextOverflow(text, usage=abandoned) from None
-                abandoned += self._estimate(request, reply)
-                last_error, last_status = f"{type(exc).__name__}: {text}", getattr(exc, "status_code", None)
+                if self._reached_server(exc, reply):
+                    abandoned += self._estimate(request, reply)
+                cause = exc.__cause__
+                why = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) else ""
+                last_error, last_status = f"{type(exc).__name__}: {text}{why}", getattr(exc, "status_code", None)
             except _IdleTimeout as exc:
                 abandoned += self._estimate(request, reply)
                 last_error, last_status = str(exc), None
@@ -474,8 +478,8 @@ class OpenAIProvider:
                                       abandoned=abandoned)
                 last_error, last_status = "the endpoint answered with no choices", None
             if attempt >= self.retry.max_retries:
-                raise ProviderError(f"the LLM endpoint failed after {attempt + 1} tries: {last_error}",
-                                    status=last_status, usage=abandoned)
+                raise ProviderError(f"the LLM endpoint {self.endpoint} failed after {attempt + 1} tries: "
+                                    f"{last_error}", status=last_status, usage=abandoned)
             self._pause(self.retry.delay(attempt, retry_after), stop)
             attempt += 1
 
@@ -484,11 +488,10 @@ class OpenAIProvider:
 
         Raises what the client raised, `_IdleTimeout`, or `Interrupted`.
         """
-        httpx = self._httpx
         streaming = bool(request.get("stream"))
         # The client's own read timeout backs ours up (it ends the helper thread of an abandoned call).
         read_s = self.profile.idle_timeout_s if streaming else self.profile.timeout_s
-        timeout = httpx.Timeout(read_s + 1.0, connect=CONNECT_TIMEOUT_S)
+        timeout = self._openai.Timeout(read_s + 1.0, connect=CONNECT_TIMEOUT_S)
         events: queue.Queue[tuple[str, Any]] = queue.Queue()
         abandon = threading.Event()
         # The body is assembled as JSON (parameters dropped and renamed as the endpoint asks), so
@@ -503,6 +506,10 @@ class OpenAIProvider:
                     events.put(("response", result))
                     return
                 streams.append(result)
+                completion = self._unstreamed(result)
+                if completion is not None:
+                    events.put(("response", completion))
+                    return
                 for chunk in result:
                     if abandon.is_set():
                         break
@@ -547,6 +554,31 @@ class OpenAIProvider:
                 _close_quietly(streams[0])
             raise
 
+    def _unstreamed(self, stream: Any) -> Any:
+        """The completion of a server that ignored ``"stream": true`` and answered one JSON body
+        (LocalAI before its streaming support did; `tests.support.doubles.LocalAIServer`), as attributes
+        like the client's own objects; ``None`` for a stream of events. The provider remembers it:
+        later requests of the job are not streamed, so a long reply is waited for with the
+        profile's ``timeout_s`` rather than cut by the idle timeout between chunks."""
+        response = getattr(stream, "response", None)
+        content_type = str(getattr(response, "headers", {}).get("content-type", ""))
+        if response is None or "event-stream" in content_type or "json" not in content_type:
+            return None
+        try:
+            completion = json.loads(response.read(), object_hook=lambda fields: types.SimpleNamespace(**fields))
+        except ValueError:
+            return None
+        with self._lock:
+            self._omitted.update(("stream", "stream_options"))
+        return completion if isinstance(completion, types.SimpleNamespace) else None
+
+    def _reached_server(self, exc: Any, reply: _Reply) -> bool:
+        """Whether a failed try's request got to the server (then the prompt it read is paid for):
+        not when the connection was never made (a closed port, an unknown host)."""
+        # By name: the client raises its own transport's classes (httpx's, or its fork httpx2's).
+        never_sent = {type(exc.__cause__).__name__} & {"ConnectError", "ConnectTimeout"}
+        return bool(reply.chunks) or not never_sent
+
     def _pause(self, seconds: float, stop: Callable[[], bool]) -> None:
         if self._sleep is not None:
             self._sleep(seconds)
@@ -569,6 +601,8 @@ class OpenAIProvider:
         raw = reply.usage
         tokens_in = getattr(raw, "prompt_tokens", None)
         tokens_out = getattr(raw, "completion_tokens", None)
+        if not tokens_in and not tokens_out and reply.output_chars:
+            tokens_in = tokens_out = None  # all zeros beside a reply: not counted (LocalAI's usage)
         estimated = tokens_in is None or tokens_out is None
         if tokens_in is None:
             tokens_in = _request_tokens(request)

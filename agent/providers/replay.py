@@ -27,6 +27,7 @@ from agent.providers.base import (
     parse_arguments,
 )
 from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
+from agent.providers.replay_models import MODEL_CANDIDATES, MODEL_SCRIPT_TURNS
 from harness.wire import JsonValue
 
 __all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "has_script", "no_script_message",
@@ -87,17 +88,17 @@ def _seed1_turns(target: str) -> tuple[ScriptedTurn, ...]:
         profile_note = ("cuDNN's convolution is most of the time; my kernel reads the 2.1 GB once and is close to "
                         "bandwidth. Writing my own convolution would not beat cuDNN at fp32 here.")
     else:
-        shapes = ("On the cpu target CPU_SIZES apply: x is [2, 8, 32, 32]. The 3x3 convolution without padding gives "
-                  "[2, 16, 30, 30]; MaxPool2d(4) has stride 4 and floors, so the output is [2, 16, 7, 7] (rows and "
-                  "columns 28-29 are dropped). The extra-shape trial (batch 3, 37 x 41) gives 35 x 39 and then "
+        shapes = ("On the cpu target CPU_SIZES apply: x is [8, 8, 64, 64]. The 3x3 convolution without padding gives "
+                  "[8, 16, 62, 62]; MaxPool2d(4) has stride 4 and floors, so the output is [8, 16, 15, 15] (rows and "
+                  "columns 60-61 are dropped). The extra-shape trial (batch 3, 37 x 41) gives 35 x 39 and then "
                   "8 x 9, so every size must come from the tensors.")
-        work = ("Work: the convolution is 2 * 2 * 16 * 30 * 30 * 8 * 9 = 4.1 MFLOP. Bytes: x 64 KiB, the conv "
-                "output 113 KiB, the output 6 KiB. Everything fits in cache; eager pays a dispatch and a pass over "
-                "the 113 KiB intermediate for each of tanh, *2, +bias and the pool.")
+        work = ("Work: the convolution is 2 * 8 * 16 * 62 * 62 * 8 * 9 = 70.9 MFLOP. Bytes: x 1 MiB, the conv "
+                "output 1.9 MiB, the output 113 KiB. Everything fits in the last-level cache; eager pays a dispatch "
+                "and a pass over the 1.9 MiB intermediate for each of tanh, *2, +bias and the pool.")
         device = ("The roofline says this is tiny either way; the wins are fewer passes and fewer dispatches. "
                   "oneDNN's convolution stays in torch (the policy is mixed).")
         fix = "main.cpp:20: `outt` is a typo for `out`."
-        slow_note = "960 row-by-row float64 convolutions (one per sample, channel and output row) dominate"
+        slow_note = "7,936 row-by-row float64 convolutions (one per sample, channel and output row) dominate"
         profile_note = ("oneDNN's convolution dominates; my fused pass is a small share. Beating oneDNN at this "
                         "size is not worth it.")
     return (
@@ -146,10 +147,10 @@ def _seed2_turns(target: str, mode: str) -> tuple[ScriptedTurn, ...]:
                 "writes it again for the scale.")
         fix = "cuda.cu(17): `totl` should be `total`."
     else:
-        shapes = ("On the cpu target x is [2, 8, 32, 32]; the 3x3 convolution gives [2, 16, 30, 30] (113 KiB); "
+        shapes = ("On the cpu target x is [16, 8, 64, 64]; the 3x3 convolution gives [16, 32, 62, 62] (7.5 MiB); "
                   "BatchNorm2d and the scale keep that shape.")
-        work = ("The convolution is 2 * 2 * 16 * 30 * 30 * 72 = 4.1 MFLOP; everything fits in cache, so the "
-                "cost is passes and dispatches: statistics, normalise, scale.")
+        work = ("The convolution is 2 * 16 * 32 * 62 * 62 * 72 = 283 MFLOP; the 7.5 MiB output fits in the "
+                "last-level cache, so the cost after it is passes and dispatches: statistics, normalise, scale.")
         fix = "main.cpp:24: `outt` is a typo for `out`."
     if mode == "train":
         mode_text = ("The contract says TRAIN mode: BatchNorm normalises with this batch's mean and biased "
@@ -194,31 +195,31 @@ def _seed2_turns(target: str, mode: str) -> tuple[ScriptedTurn, ...]:
 #: What each level-1 demo says of its problem before the device check: the work and the plan
 #: (per target, the example's own docstring adds how its kernel does it).
 _LEVEL1_RESTATED: dict[str, str] = {
-    "argmax": "torch.argmax over dim 1 of [128, 1024, 1024] (cpu: [2, 64, 48]); int64 indices, first index on "
+    "argmax": "torch.argmax over dim 1 of [128, 1024, 1024] (cpu: [32, 256, 192]); int64 indices, first index on "
               "ties. One read of 512 MB on CUDA, memory-bound, nothing to compute.",
-    "avg_pool2d": "AvgPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [2, 4, 32, 32]), defaults "
+    "avg_pool2d": "AvgPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [8, 32, 64, 64]), defaults "
                   "count_include_pad=True and ceil_mode=False: the divisor is always 9. Memory-bound.",
-    "bmm": "torch.bmm of [128, 256, 512] by [128, 512, 384] (cpu: [4, 32, 64] by [4, 64, 48]): 12.9 GFLOP in "
+    "bmm": "torch.bmm of [128, 256, 512] by [128, 512, 384] (cpu: [8, 128, 256] by [8, 256, 384]): 12.9 GFLOP in "
            "fp32 with TF32 off, compute-bound; the vendor GEMM is the bar.",
-    "conv2d": "Conv2d(32 -> 64, 3x3, padding 1) on [32, 32, 128, 128] (cpu: 4 -> 8 channels on [2, 4, 16, 16]), "
+    "conv2d": "Conv2d(32 -> 64, 3x3, padding 1) on [32, 32, 128, 128] (cpu: 16 -> 32 channels on [8, 16, 64, 64]), "
               "with bias: 2 * 32 * 64 * 128 * 128 * 288 = 19.3 GFLOP in fp32.",
     "depthwise_conv2d": "Depthwise Conv2d(128 channels, 5x5, groups=128, padding 2) on [16, 128, 128, 128] "
-                        "(cpu: [2, 8, 16, 16]): 25 MACs per output, memory-bound.",
-    "gelu_tanh": "GPT-2's tanh GELU written as five torch ops on [4096, 8192] (cpu: [16, 512]): eager makes five "
+                        "(cpu: [8, 16, 64, 64]): 25 MACs per output, memory-bound.",
+    "gelu_tanh": "GPT-2's tanh GELU written as five torch ops on [4096, 8192] (cpu: [512, 1024]): eager makes five "
                  "passes over 128 MB; one elementwise pass does it all.",
-    "layer_norm": "LayerNorm(1024, eps 1e-5) over the last dimension of [64, 1024, 1024] (cpu: [2, 16, 64]), "
+    "layer_norm": "LayerNorm(1024, eps 1e-5) over the last dimension of [64, 1024, 1024] (cpu: [48, 128, 1024]), "
                   "affine weights away from 1/0; biased variance. Two reads of each row, memory-bound.",
-    "matmul": "A @ B with [2048, 4096] by [4096, 2048] (cpu: [128, 256] by [256, 96]): 34 GFLOP in fp32 with TF32 "
+    "matmul": "A @ B with [2048, 4096] by [4096, 2048] (cpu: [512, 512] by [512, 384]): 34 GFLOP in fp32 with TF32 "
               "off, compute-bound; cuBLAS/oneDNN is the bar.",
-    "matmul_bf16": "A @ B in bfloat16, [4096, 4096] squared (cpu: [64, 128] by [128, 96]); fp32 accumulation, the "
+    "matmul_bf16": "A @ B in bfloat16, [4096, 4096] squared (cpu: [1024, 1024] by [1024, 512]); fp32 accumulation, the "
                    "output rounded to bf16 once; tolerance 1e-2.",
-    "max_pool2d": "MaxPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [2, 4, 32, 32]); padded "
+    "max_pool2d": "MaxPool2d(3, stride 2, padding 1) on [16, 64, 256, 256] (cpu: [8, 16, 64, 64]); padded "
                   "positions are -inf and never win. Memory-bound.",
-    "max_reduction": "torch.max(x, dim=2).values of [128, 1024, 1024] (cpu: [2, 48, 64]): a row reduction over "
+    "max_reduction": "torch.max(x, dim=2).values of [128, 1024, 1024] (cpu: [48, 256, 256]): a row reduction over "
                      "the contiguous dimension, one read of 512 MB.",
-    "softmax": "softmax over the last dimension of [16384, 4096] (cpu: [16, 512]); probabilities ~1/dim, so the "
+    "softmax": "softmax over the last dimension of [16384, 4096] (cpu: [1024, 4096]); probabilities ~1/dim, so the "
                "problem sets atol 1e-6. Stable form: subtract the row max.",
-    "sum_reduction": "torch.sum over dim 1 of [128, 1024, 1024] (cpu: [2, 64, 48]), the dimension dropped: a "
+    "sum_reduction": "torch.sum over dim 1 of [128, 1024, 1024] (cpu: [128, 256, 256]), the dimension dropped: a "
                      "strided reduction, one read of 512 MB.",
 }
 
@@ -250,6 +251,13 @@ def _level1_turns(demo: Level1Demo, target: str) -> tuple[ScriptedTurn, ...]:
     )
 
 
+def _model_region_turns(problem_id: str) -> tuple[ScriptedTurn, ...]:
+    """A region of an example model (`agent.providers.replay_models`): compile, check, time, submit."""
+    model, _, region = problem_id.partition("/")
+    return tuple(ScriptedTurn(text.format(model=f"{model}.py", region=region), (ScriptedCall(tool, "kernel"),))
+                 for text, tool in MODEL_SCRIPT_TURNS)
+
+
 #: (problem id, target) -> turns.
 SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
     ("level2/conv_tanh_scale_bias_maxpool", "cpu"): _seed1_turns("cpu"),
@@ -259,6 +267,7 @@ SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
     ("level2/conv_bn_scale_eval", "cpu"): _seed2_turns("cpu", "eval"),
     ("level2/conv_bn_scale_eval", "cuda"): _seed2_turns("cuda", "eval"),
     **{(demo.problem_id, target): _level1_turns(demo, target) for demo in LEVEL1_DEMOS for target in ("cpu", "cuda")},
+    **{key: _model_region_turns(key[0]) for key in MODEL_CANDIDATES},
 }
 
 
@@ -278,7 +287,8 @@ def replay_script(problem_id: str, target: str, *,
     key = (problem_id, target)
     if key not in SCRIPTS:
         raise NoReplayScript(problem_id, target)
-    sources = {name: build(examples_dir) for name, build in CANDIDATES[key].items()}
+    builders = CANDIDATES[key] if key in CANDIDATES else MODEL_CANDIDATES[key]
+    sources = {name: build(examples_dir) for name, build in builders.items()}
     return SCRIPTS[key], sources
 
 

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from api.dashboard.charts import JobCharts
 from api.dashboard.highlight import highlight
 from api.dashboard.problem_facts import ProblemFacts
 from api.dashboard.views import (
@@ -28,12 +29,17 @@ from api.dashboard.views import (
 )
 from api.schemas import AttemptPublic, BestSummary, JobPublic
 from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd, problem_label
+from display.timings import TimeToVerdict
+from display.timings import fmt_seconds as fmt_stage_seconds
+from harness.verdict import LANE_STAGES
 from harness.wire import JsonObject
 from store import JobProblem, JobState, Target
 
 __all__ = [
     "BudgetBar",
+    "Chrome",
     "JobFilters",
+    "LocalKeyHint",
     "WorkFigures",
     "attempt_page",
     "job_page",
@@ -41,6 +47,7 @@ __all__ = [
     "login_page",
     "message_page",
     "problem_page",
+    "render",
 ]
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -86,6 +93,11 @@ def fmt_time(value: datetime | str | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def fmt_minute(value: datetime | str | None) -> str:
+    """A date and time to the minute, UTC (a table column: the zone is in its heading)."""
+    return fmt_time(value)[:16]
+
+
 def fmt_clock(value: datetime) -> str:
     """The time of day (UTC) of an event within a job."""
     value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -106,12 +118,15 @@ def _environment() -> Environment:
     )
     env.filters.update(
         ms=fmt_ms, speedup=fmt_speedup, pct=fmt_pct, count=fmt_count, usd=fmt_usd, seconds=fmt_seconds,
-        err=fmt_err, time=fmt_time, clock=fmt_clock, highlight=highlight,
+        err=fmt_err, time=fmt_time, minute=fmt_minute, clock=fmt_clock, highlight=highlight,
+        stage_s=fmt_stage_seconds,
     )
+    env.globals["lane_stages"] = LANE_STAGES
     return env
 
 
-def _render(template: str, /, **context: Any) -> str:
+def render(template: str, /, **context: Any) -> str:
+    """A template with this context (every page's ``chrome``: `Chrome`)."""
     return _environment().get_template(template).render(**context)
 
 
@@ -123,13 +138,29 @@ class Chrome:
     csrf: str = ""
 
 
-def login_page(*, login_csrf: str, next_path: str, error: str | None = None) -> str:
-    return _render("login.html", title="Sign in", chrome=Chrome(), login_csrf=login_csrf, next_path=next_path,
-                   error=error)
+@dataclass(frozen=True)
+class LocalKeyHint:
+    """Where the local key of `kernelloop up` is, for the sign-in page shown on its machine."""
+
+    path: str
+    #: The key is the service's owner (an admin: the data directory holds the database).
+    sees_every_job: bool
+
+
+def login_page(*, login_csrf: str, next_path: str, error: str | None = None,
+               local_key: LocalKeyHint | None = None) -> str:
+    return render("login.html", title="Sign in", chrome=Chrome(), login_csrf=login_csrf, next_path=next_path,
+                   error=error, local_key=local_key)
+
+
+def model_page(*, run: Any, bars: Any, outcomes: Any, owner: str, csrf: str) -> str:
+    """A model run (`api.dashboard.modelpage` computes its bars and outcomes)."""
+    return render("model.html", title=f"Model run {run.id}", chrome=Chrome(owner, csrf), run=run,
+                   report=run.report, bars=bars, outcomes=outcomes)
 
 
 def message_page(*, heading: str, text: str, owner: str | None = None, csrf: str = "") -> str:
-    return _render("message.html", title=heading, chrome=Chrome(owner, csrf), heading=heading, text=text)
+    return render("message.html", title=heading, chrome=Chrome(owner, csrf), heading=heading, text=text)
 
 
 # -- jobs ------------------------------------------------------------------------------------------
@@ -172,7 +203,7 @@ def jobs_page(
     problem_choices = [(p.bundled_id or p.sha256, problem_label(p.bundled_id, p.sha256)) for p in problems]
     if filters.problem and filters.problem not in {value for value, _ in problem_choices}:
         problem_choices.append((filters.problem, filters.problem))
-    return _render(
+    return render(
         "jobs.html", title="Jobs", chrome=Chrome(owner, csrf), jobs=jobs, filters=filters,
         states=[s.value for s in JobState], targets=[t.value for t in Target], problem_choices=problem_choices,
         next_query=filters.query(offset=next_offset) if next_offset is not None else None, total=total,
@@ -240,11 +271,14 @@ def job_page(
     last_event_id: int,
     compile_line: float | None,
     elapsed_s: float | None,
+    charts: JobCharts,
+    timings: TimeToVerdict,
+    baselines: tuple[float | None, float | None],
     owner: str,
     csrf: str,
     now: datetime,
 ) -> str:
-    """The live job page: attempts, chart, messages timeline, what runs now, the best kernel."""
+    """The live job page: attempts, charts, messages timeline, what runs now, the best kernel."""
     best = job.best
     data: JsonObject = {
         "job_id": job.id,
@@ -257,17 +291,18 @@ def job_page(
         "recent_events": [e.to_json() for e in recent_events],
         "server_now": now.isoformat(),
     }
-    return _render(
+    return render(
         "job.html", title=f"Job {job.id}", chrome=Chrome(owner, csrf), job=job, attempts=attempts,
         trajectories={t.id: t for t in trajectories}, timeline=timeline, live=job.state in _LIVE_STATES,
         budgets=_budgets(job, elapsed_s), best=best, best_label=best_label(best), best_source=best_source,
-        problem_name=problem_name(job), data=data, scripts=("dashboard.js",),
+        problem_name=problem_name(job), data=data, charts=charts, timings=timings, baselines=baselines,
+        scripts=("dashboard.js",),
     )
 
 
 def attempt_page(*, job: JobPublic, attempt: AttemptView, owner: str, csrf: str) -> str:
     """One attempt: figures, compiler errors, trials, timing samples, provenance, source and diffs."""
-    return _render(
+    return render(
         "attempt.html", title=f"Job {job.id} · attempt {attempt.n}", chrome=Chrome(owner, csrf), job=job,
         attempt=attempt, verdict=attempt.verdict, problem_name=problem_name(job),
     )
@@ -321,7 +356,7 @@ def problem_page(
         for n in names
     ]
     tolerance = "per dtype" if atol is None and rtol is None else f"atol {atol} · rtol {rtol}"
-    return _render(
+    return render(
         "problem.html", title=name, chrome=Chrome(owner, csrf), name=name, description=description, source=source,
         mode=mode, policy=policy, tolerance=tolerance, sha=sha256[:16] + "…", facts=facts, shape=_shape,
         work=list(work), sizes=sizes, job_ids=job_ids[:8],

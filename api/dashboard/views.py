@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from api.dashboard.highlight import DiffLine, count_changes, diff_lines
+from api.dashboard.profiles import ProfileLine, profile_lines
 from display import finite
 from harness.verdict import Status, Verdict
 from harness.wire import JsonObject
@@ -332,6 +333,7 @@ class AttemptView:
     plot: SamplePlot | None = None
     previous_n: int | None = None
     next_n: int | None = None
+    profile: tuple[ProfileLine, ...] = ()
 
     @property
     def compile_errors(self) -> str:
@@ -356,7 +358,7 @@ def attempt_view(
     attempts_count: int,
 ) -> AttemptView:
     """The attempt page's content; ``parent`` and ``best`` give its diffs (none against itself)."""
-    verdict = Verdict.from_dict(dict(attempt.verdict or {}))
+    verdict = attempt.read_verdict()
     index_of = {t.id: t.index for t in trajectories}
     diffs = tuple(
         d for d in (
@@ -372,5 +374,5 @@ def attempt_view(
         provenance=_provenance_rows(verdict.provenance.to_dict()), parent_n=parent.seq if parent is not None else None,
         best_n=best.seq if best is not None else None, diffs=diffs, plot=sample_plot(verdict),
         previous_n=attempt.seq - 1 if attempt.seq > 1 else None,
-        next_n=attempt.seq + 1 if attempt.seq < attempts_count else None,
+        next_n=attempt.seq + 1 if attempt.seq < attempts_count else None, profile=profile_lines(verdict),
     )

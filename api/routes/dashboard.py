@@ -9,13 +9,14 @@ are HTML for people, not an API.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
@@ -24,6 +25,8 @@ from starlette.exceptions import HTTPException
 
 from api import services
 from api.dashboard import pages, views
+from api.dashboard.browser import BrowserDep, html_page, not_found_page
+from api.dashboard.charts import baselines_ms, job_charts
 from api.dashboard.highlight import highlight, stylesheet
 from api.dashboard.problem_facts import read_facts
 from api.dashboard.session import (
@@ -34,8 +37,9 @@ from api.dashboard.session import (
     read_session,
     set_session_cookie,
 )
-from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep, browser_key
+from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep
 from api.schemas import AttemptPublic, JobPublic
+from api.timings import job_time_to_verdict
 from harness.wire import Reader
 from store import (
     MAX_PAGE_SIZE,
@@ -48,12 +52,14 @@ from store import (
     Target,
     events_after,
     get_attempt,
+    job_timings,
     list_attempts,
     list_job_problems,
     list_jobs,
     list_messages,
     list_trajectories,
     session_scope,
+    usage_points,
     verify_api_key,
 )
 
@@ -76,59 +82,11 @@ RECENT_EVENTS = 60
 JOBS_PER_PAGE = 50
 #: Jobs scanned for a problem page's measurements (the newest first).
 PROBLEM_JOBS_SCANNED = 200
-#: Security headers of every page: no framing (clickjacking), scripts and styles from here only.
-_PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",
-    "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-store",
-}
-
-
-def _html(body: str, status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(body, status_code=status_code, headers=_PAGE_HEADERS)
-
-
 def _safe_next(value: str | None) -> str:
     """A local path to go back to after signing in; anything else (another site) becomes /dashboard."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or "\n" in value:
         return "/dashboard"
     return value
-
-
-class _Browser:
-    """The signed-in key of a page request and its CSRF token."""
-
-    def __init__(self, key: ApiKey, csrf: str) -> None:
-        self.key = key
-        self.csrf = csrf
-
-    @property
-    def owner(self) -> str:
-        return f"{self.key.owner} · {self.key.key_prefix}…" + (" (admin)" if self.key.is_admin else "")
-
-
-def _require_browser(request: Request, factory: SessionFactoryDep) -> _Browser:
-    """The page's key, or a redirect to /login that comes back here."""
-    session = read_session(request)
-    key = browser_key(request, factory) if session is not None else None
-    if key is None or session is None:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise HTTPException(303, "sign in first", headers={"Location": f"/login?next={quote(target)}"})
-    return _Browser(key, codec_for(request).csrf_token(session))
-
-
-BrowserDep = Annotated[_Browser, Depends(_require_browser)]
-
-
-def _not_found(browser: _Browser, what: str) -> HTMLResponse:
-    page = pages.message_page(
-        heading="Not found", text=f"{what} does not exist, or belongs to another key.", owner=browser.owner,
-        csrf=browser.csrf,
-    )
-    return _html(page, 404)
 
 
 # -- sign in and out -------------------------------------------------------------------------------
@@ -140,11 +98,25 @@ def root() -> RedirectResponse:
     return RedirectResponse("/dashboard", status_code=307)
 
 
+def _local_key(request: Request) -> pages.LocalKeyHint | None:
+    """Where `kernelloop up`'s local key is, for a browser on the service's own machine (a page
+    seen from elsewhere names no path of the host)."""
+    try:
+        loopback = request.client is not None and ipaddress.ip_address(request.client.host).is_loopback
+    except ValueError:
+        loopback = False
+    settings = request.app.state.settings
+    path = settings.local_key_path
+    if not loopback or not path.is_file():
+        return None
+    return pages.LocalKeyHint(path=str(path), sees_every_job=settings.database_is_local)
+
+
 @router.get("/login")
 def login_form(request: Request, next: Annotated[str | None, Query(max_length=2048)] = None) -> HTMLResponse:
     """The sign-in form (a double-submit cookie guards it against cross-site posts)."""
     token = secrets.token_urlsafe(16)
-    response = _html(pages.login_page(login_csrf=token, next_path=_safe_next(next)))
+    response = html_page(pages.login_page(login_csrf=token, next_path=_safe_next(next), local_key=_local_key(request)))
     response.set_cookie(
         LOGIN_CSRF_COOKIE, token, max_age=3600, path="/login", httponly=True, samesite="strict",
         secure=request.url.scheme == "https",
@@ -174,7 +146,8 @@ async def login(request: Request, factory: SessionFactoryDep) -> Response:
     token = secrets.token_urlsafe(16)
 
     def again(error: str, status_code: int) -> HTMLResponse:
-        response = _html(pages.login_page(login_csrf=token, next_path=next_path, error=error), status_code)
+        response = html_page(pages.login_page(login_csrf=token, next_path=next_path, error=error,
+                                          local_key=_local_key(request)), status_code)
         response.set_cookie(
             LOGIN_CSRF_COOKIE, token, max_age=3600, path="/login", httponly=True, samesite="strict",
             secure=request.url.scheme == "https",
@@ -199,7 +172,7 @@ async def logout(request: Request) -> Response:
     form = await _form(request)
     session = read_session(request)
     if session is not None and not codec_for(request).check_csrf(session, form.get(CSRF_FIELD)):
-        return _html(pages.message_page(heading="Not signed out", text="The form expired; reload the page."), 403)
+        return html_page(pages.message_page(heading="Not signed out", text="The form expired; reload the page."), 403)
     response = RedirectResponse("/login", status_code=303)
     clear_session_cookie(response, request)
     return response
@@ -228,7 +201,7 @@ def jobs_list(
     except ValueError as exc:
         page = pages.message_page(heading="Unknown filter", text=f"{exc}; pick one from the list.",
                                   owner=browser.owner, csrf=browser.csrf)
-        return _html(page, 400)
+        return html_page(page, 400)
     listed = list_jobs(session=session, owner_id=owner, state=filters.state, target=filters.target,
                        problem=filters.problem, limit=JOBS_PER_PAGE, offset=offset)
     body = pages.jobs_page(
@@ -237,10 +210,10 @@ def jobs_list(
         problems=list_job_problems(session=session, owner_id=owner), next_offset=listed.next_cursor,
         total=listed.total,
     )
-    return _html(body)
+    return html_page(body)
 
 
-def _all_attempts(session: Session, job_id: int) -> list[Attempt]:
+def all_attempts(session: Session, job_id: int) -> list[Attempt]:
     found: list[Attempt] = []
     after = 0
     while len(found) < MAX_PAGE_ATTEMPTS:
@@ -255,10 +228,9 @@ def _all_attempts(session: Session, job_id: int) -> list[Attempt]:
 def _compile_line(attempts: list[Attempt]) -> float | None:
     """eager_ms / compile_ms: where torch.compile sits on a chart of speedups over eager."""
     for attempt in reversed(attempts):
-        baselines = Reader(attempt.verdict or {}, "the verdict").nested("baselines", optional=True).data
-        eager, compiled = baselines.get("eager_ms"), baselines.get("compile_ms")
-        if isinstance(eager, (int, float)) and isinstance(compiled, (int, float)) and compiled > 0:
-            return float(eager) / float(compiled)
+        eager, compiled = attempt.read_verdict().baselines_ms
+        if eager is not None and compiled is not None and compiled > 0:
+            return eager / compiled
     return None
 
 
@@ -288,11 +260,11 @@ def job_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLRes
     try:
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
     except NotFound:
-        return _not_found(browser, f"Job {job_id}")
+        return not_found_page(browser, f"Job {job_id}")
     # The event id first, then the rest: anything missing from the page has a later event.
     last_event_id = job.last_event_id
     public = JobPublic.from_job(job)
-    attempts = _all_attempts(session, job_id)
+    attempts = all_attempts(session, job_id)
     trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
     recent = events_after(session=session, job_id=job_id, after_id=max(0, last_event_id - RECENT_EVENTS),
                           limit=RECENT_EVENTS)
@@ -306,11 +278,29 @@ def job_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLRes
         last_event_id=last_event_id,
         compile_line=_compile_line(attempts),
         elapsed_s=_elapsed_s(job),
+        charts=job_charts(job, attempts, usage_points(session=session, job_id=job_id), now=datetime.now(UTC)),
+        timings=job_time_to_verdict(job_timings(session=session, job_id=job_id)),
+        baselines=baselines_ms(attempts),
         owner=browser.owner,
         csrf=browser.csrf,
         now=datetime.now(UTC),
     )
-    return _html(body)
+    return html_page(body)
+
+
+@router.get("/dashboard/models/{run_id}")
+def model_run_view(run_id: Annotated[int, PathParam(ge=1, le=MAX_ID)], browser: BrowserDep,
+                   session: SessionDep) -> HTMLResponse:
+    """One model run: the time breakdown before and after, each region's job, the whole-model verdict."""
+    from api import modelruns
+    from api.dashboard import modelpage
+
+    try:
+        run = modelruns.get_owned_model_run(session=session, key=browser.key, run_id=run_id)
+    except NotFound:
+        return not_found_page(browser, f"Model run {run_id}")
+    return html_page(pages.model_page(run=run, bars=modelpage.breakdown(run), outcomes=modelpage.outcomes(run),
+                                      owner=browser.owner, csrf=browser.csrf))
 
 
 @router.get("/dashboard/jobs/{job_id}/attempts/{n}")
@@ -322,13 +312,13 @@ def attempt_view(
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
         attempt = get_attempt(session=session, job_id=job_id, n=n)
     except NotFound:
-        return _not_found(browser, f"Attempt {n} of job {job_id}")
+        return not_found_page(browser, f"Attempt {n} of job {job_id}")
     parent = session.get(Attempt, attempt.parent_id) if attempt.parent_id is not None else None
     trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
     view = views.attempt_view(attempt, parent=parent, best=job.best_attempt, trajectories=trajectories,
                               attempts_count=job.attempts_count)
     body = pages.attempt_page(job=JobPublic.from_job(job), attempt=view, owner=browser.owner, csrf=browser.csrf)
-    return _html(body)
+    return html_page(body)
 
 
 @router.get("/dashboard/jobs/{job_id}/best.html")
@@ -337,11 +327,11 @@ def best_fragment(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HT
     try:
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
     except NotFound:
-        return _not_found(browser, f"Job {job_id}")
+        return not_found_page(browser, f"Job {job_id}")
     best = job.best_attempt
     if best is None:
-        return _html('<span class="muted">No verified kernel yet.</span>')
-    response = _html(highlight(best.source))
+        return html_page('<span class="muted">No verified kernel yet.</span>')
+    response = html_page(highlight(best.source))
     response.headers["X-Attempt-N"] = str(best.seq)
     return response
 
@@ -356,19 +346,17 @@ def _work_figures(session: Session, key: ApiKey, sha256: str) -> tuple[list[page
         candidates = [job.best_attempt] if job.best_attempt is not None else []
         candidates += list_attempts(session=session, job_id=job.id, limit=20).items
         for attempt in candidates:
-            verdict = Reader(attempt.verdict or {}, f"attempt {attempt.id}'s verdict")
-            flops, min_bytes = verdict.optional_number("flops"), verdict.optional_number("min_bytes")
-            if flops is None and min_bytes is None:
+            verdict = attempt.read_verdict()
+            if verdict.flops is None and verdict.min_bytes is None:
                 continue
-            provenance = verdict.nested("provenance", optional=True).data
-            ident = (str(provenance.get("target") or job.target.value), str(provenance.get("device") or "?"))
+            provenance = verdict.provenance
+            ident = (provenance.target or job.target.value, provenance.device or "?")
             if ident in figures:
                 break
-            baselines = verdict.nested("baselines", optional=True)
+            eager_ms, compile_ms = verdict.baselines_ms
             figures[ident] = pages.WorkFigures(
-                target=ident[0], device=ident[1], flops=flops, min_bytes=min_bytes,
-                sol_ms=verdict.optional_number("sol_ms"), eager_ms=baselines.optional_number("eager_ms"),
-                compile_ms=baselines.optional_number("compile_ms"), job_id=job.id,
+                target=ident[0], device=ident[1], flops=verdict.flops, min_bytes=verdict.min_bytes,
+                sol_ms=verdict.sol_ms, eager_ms=eager_ms, compile_ms=compile_ms, job_id=job.id,
             )
             break
     return list(figures.values()), [j.id for j in jobs]
@@ -381,14 +369,14 @@ def problem_view(
     """A bundled problem: source, input shapes, sizes, and the FLOPs and bytes measured so far."""
     problem = services.find_bundled_problem(problem_id)
     if problem is None:
-        return _not_found(browser, f"Problem {problem_id!r}")
+        return not_found_page(browser, f"Problem {problem_id!r}")
     work, job_ids = _work_figures(session, browser.key, problem.sha256)
     body = pages.problem_page(
         name=problem.id, description=problem.description, source=problem.source, mode=problem.mode.value,
         policy=problem.policy.value, atol=problem.atol, rtol=problem.rtol, sha256=problem.sha256,
         facts=read_facts(problem.source), work=work, job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
     )
-    return _html(body)
+    return html_page(body)
 
 
 @router.get("/dashboard/jobs/{job_id}/problem")
@@ -397,7 +385,7 @@ def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) ->
     try:
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
     except NotFound:
-        return _not_found(browser, f"Job {job_id}")
+        return not_found_page(browser, f"Job {job_id}")
     stored = job.problem
     declarations = Reader(stored.declarations or {}, f"problem {stored.id}'s declarations")
     work, job_ids = _work_figures(session, browser.key, stored.sha256)
@@ -409,7 +397,7 @@ def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) ->
         rtol=declarations.optional_number("rtol"), sha256=stored.sha256, facts=read_facts(stored.source), work=work,
         job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
     )
-    return _html(body)
+    return html_page(body)
 
 
 @router.get("/dashboard/static/{name}")

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from cli.client.bench_timings import jobs_time_to_verdict, timings_markdown
 from cli.client.benchrun import (
     NOT_SUBMITTED,
     BenchInterrupted,
@@ -321,14 +322,17 @@ def bench(
             err.print(f"the report so far is in {state.path}; `kernelloop bench --resume {state.path}` continues",
                       highlight=False, soft_wrap=True)
             raise api_failure(exc) from None
+        timings, timing_notes = jobs_time_to_verdict(client, [r.job_id for r in state.runs if r.job_id is not None])
     results = [BenchResult.from_run(r) for r in state.runs]
     summary = summarize(results)
-    state.save(summary=summary.to_dict(), results=[asdict(r) for r in results], interrupted=interrupted)
+    state.save(summary=summary.to_dict(), results=[asdict(r) for r in results], interrupted=interrupted,
+               time_to_verdict=timings.to_dict() if timings is not None else None)
     report = json.loads(state.path.read_text())
     where = report["provenance"].get("device") or report["provenance"].get("target") or "no verdict yet"
     title = f"kernelloop bench: {suite.name} ({report['provenance'].get('target') or 'no job ran'}, {where})"
     markdown = bench_markdown(results, summary, title=title)
-    (out_dir / "bench.md").write_text(markdown + provenance_markdown(report["provenance"]))
+    (out_dir / "bench.md").write_text(markdown + timings_markdown(timings, timing_notes) + "\n"
+                                      + provenance_markdown(report["provenance"]))
     if as_json:
         print_json(report)
     else:
@@ -347,6 +351,10 @@ def bench(
             f"{fmt_speedup(summary.geomean_speedup_vs_compile)} vs torch.compile",
             highlight=False,
         )
+        if timings is not None and timings.verdicts_per_lane_hour is not None:
+            out.print(f"{timings.verdicts_per_lane_hour:,.0f} verdicts per lane-hour ({timings.attempts} attempts, "
+                      f"{timings.lane_s:.1f} s of lane time); time to verdict per stage in {out_dir / 'bench.md'}",
+                      highlight=False)
     err.print(f"wrote {out_dir / 'bench.md'} and {state.path}")
     if not finished:
         running = [r for r in state.runs if r.job_id is not None and not r.ended]

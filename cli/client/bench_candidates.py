@@ -2,8 +2,9 @@
 
 No service and no agent: each problem of the suite is paired with ``DIR/<problem file name>`` (a
 candidate written by hand, KernelBench-style) and evaluated by the harness in this process's
-sandboxed stages, a ``suspicious`` verdict re-timed hardened before it counts (`harness.retime`, as
-``eval`` and the worker do). The figures are KernelBench's: fast_p (the fraction of all problems
+sandboxed stages, and every verified or ``suspicious`` verdict re-judged in a fresh process with
+fresh seeds before it counts (`harness.retime`, as the worker does for a job's best). The figures
+are KernelBench's: fast_p (the fraction of all problems
 whose candidate is correct and more than p times faster than eager PyTorch; fast_0 is the fraction
 correct) and geometric-mean speedups over eager and over torch.compile, with the device and the
 versions they were measured with.
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cli.client.bench import BenchResult, BenchSummary, SuiteEntry, summarize
+from cli.client.bench_timings import timings_markdown, verdicts_time_to_verdict
 from harness.options import HarnessOptions, Target
 from harness.retime import evaluate_with_retime
 from harness.verdict import Status, Verdict
@@ -30,13 +32,21 @@ __all__ = ["CandidateRun", "environment", "kernelbench_table", "run_candidates"]
 
 
 class CandidateRun:
-    """One problem's candidate and verdict (``None`` when no candidate file was found)."""
+    """One problem's candidate and verdict (``None`` when no candidate file was found); ``first``:
+    the verdict before its re-judging, when there was one."""
 
-    def __init__(self, entry: SuiteEntry, candidate: Path, verdict: Verdict | None, retimed: bool) -> None:
+    def __init__(self, entry: SuiteEntry, candidate: Path, verdict: Verdict | None, retimed: bool,
+                 first: Verdict | None = None) -> None:
         self.entry = entry
         self.candidate = candidate
         self.verdict = verdict
         self.retimed = retimed
+        self.first = first
+
+    @property
+    def evaluations(self) -> tuple[Verdict, ...]:
+        """Every verdict the candidate took: its first, then its re-judging's."""
+        return tuple(v for v in (self.first, self.verdict) if v is not None)
 
     @property
     def result(self) -> BenchResult:
@@ -67,9 +77,9 @@ def run_candidates(entries: Sequence[SuiteEntry], candidates_dir: Path, target: 
             run = CandidateRun(entry, candidate, None, False)
         else:
             retimed: list[Verdict] = []
-            verdict, _ = evaluate_with_retime(_problem(entry), candidate.read_text(), target, options,
-                                              on_retime=retimed.append)
-            run = CandidateRun(entry, candidate, verdict, bool(retimed))
+            verdict, first = evaluate_with_retime(_problem(entry), candidate.read_text(), target, options,
+                                                  on_retime=retimed.append, always=True)
+            run = CandidateRun(entry, candidate, verdict, bool(retimed), first)
         runs.append(run)
         if on_result is not None:
             on_result(run)
@@ -135,12 +145,14 @@ def write_report(runs: Sequence[CandidateRun], target: Target, out_dir: Path, *,
         v = r.verdict
         if v is not None and v.status is not Status.PASS:
             notes.append(f"- {r.entry.name}: {v.status.value} at {v.stage.value}: {v.message[:300]}")
-        if r.retimed:
-            notes.append(f"- {r.entry.name}: quarantined (suspicious) and re-timed hardened; the re-time counts")
+        if r.retimed and v is not None and v.status is not Status.PASS:
+            notes.append(f"- {r.entry.name}: re-judged in a fresh process with fresh seeds, and did not pass again")
         if v is not None and v.timing is not None and v.timing.warnings:
             notes.append(f"- {r.entry.name}: timing: {'; '.join(v.timing.warnings)}")
     markdown = kernelbench_table(results, summary, env, title=f"kernelloop bench: {suite.name} with "
                                  f"{candidates_dir.name}/ ({target.value})", notes=["", *notes] if notes else ())
+    timings = verdicts_time_to_verdict(v for r in runs for v in r.evaluations)
+    markdown += "\n" + timings_markdown(timings)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.md").write_text(markdown)
     (out_dir / "bench.json").write_text(json.dumps({
@@ -152,5 +164,6 @@ def write_report(runs: Sequence[CandidateRun], target: Target, out_dir: Path, *,
             "timing": r.verdict.timing.to_dict() if r.verdict.timing else None,
             "baselines": r.verdict.baselines.to_dict() if r.verdict.baselines else None,
             "retimed": r.retimed} for r in runs],
+        "time_to_verdict": timings.to_dict(),
     }, indent=1) + "\n")
     return summary, markdown

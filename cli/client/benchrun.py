@@ -44,7 +44,7 @@ REFUSED = "refused"
 QUOTA_RETRY_POLLS = 5
 #: Polls in a row that may fail to reach the API (it restarts) before the bench stops (resumable).
 MAX_UNREACHABLE_POLLS = 30
-#: Provenance fields of a verdict worth a report (DESIGN §3, "Provenance").
+#: Provenance fields of a verdict worth a report (docs/architecture.md, "The verdict").
 PROVENANCE_FIELDS = ("device", "driver", "torch", "cuda", "cudnn", "python", "harness")
 
 
@@ -79,7 +79,8 @@ class ProblemRun:
     #: The job as the API last sent it.
     job: JsonObject | None = None
     refused: str | None = None
-    #: The provenance of the verdict the job's figures come from (its best, else its last attempt).
+    #: The provenance of the verdict the job's figures come from (its best, else its last attempt;
+    #: ``{}``: the job has no attempt); None until read.
     provenance: JsonObject | None = None
 
     @property
@@ -138,15 +139,18 @@ class BenchState:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} is not a kernelloop bench report: {exc}") from None
         header = {k: v for k, v in data.items() if k not in ("problems", "summary", "created_at", "updated_at",
-                                                             "finished", "interrupted", "provenance")}
+                                                             "finished", "interrupted", "provenance",
+                                                             "time_to_verdict")}
         return cls(path=path, header=header, runs=runs, created_at=str(data.get("created_at") or ""))
 
     def run(self, name: str) -> ProblemRun | None:
         return next((r for r in self.runs if r.name == name), None)
 
     def report(self, *, summary: Mapping[str, JsonValue] | None = None,
-               results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False) -> JsonObject:
-        """The report's JSON: the header, the provenance, the summary, one entry per problem."""
+               results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False,
+               time_to_verdict: Mapping[str, JsonValue] | None = None) -> JsonObject:
+        """The report's JSON: the header, the provenance, the summary, one entry per problem (and
+        the time to verdict over the jobs' attempts, `cli.client.bench_timings`, once known)."""
         by_name = {str(r["problem"]): r for r in results}
         provenance = bench_provenance(self.runs, client=self.header.get("client"))
         return {
@@ -160,14 +164,17 @@ class BenchState:
             "provenance": provenance,
             "summary": dict(summary) if summary is not None else None,
             "problems": [{**by_name.get(r.name, {}), **r.to_dict()} for r in self.runs],
+            **({"time_to_verdict": dict(time_to_verdict)} if time_to_verdict is not None else {}),
         }
 
     def save(self, *, summary: Mapping[str, JsonValue] | None = None,
-             results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False) -> None:
+             results: Sequence[Mapping[str, JsonValue]] = (), interrupted: bool = False,
+             time_to_verdict: Mapping[str, JsonValue] | None = None) -> None:
         """Rewrite the report (`report`'s arguments) atomically (a crash mid-write leaves the previous one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         scratch = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        report = self.report(summary=summary, results=results, interrupted=interrupted)
+        report = self.report(summary=summary, results=results, interrupted=interrupted,
+                             time_to_verdict=time_to_verdict)
         scratch.write_text(json.dumps(report, indent=2, default=str) + "\n")
         os.replace(scratch, self.path)
 
@@ -192,8 +199,8 @@ def bench_provenance(runs: Sequence[ProblemRun], *, client: JsonValue = None) ->
     return facts
 
 
-def _verdict_provenance(client: ApiClient, job: JsonObject) -> JsonObject | None:
-    """The provenance of the job's best verdict, else of its last attempt's (none: no attempt)."""
+def _verdict_provenance(client: ApiClient, job: JsonObject) -> JsonObject:
+    """The provenance of the job's best verdict, else of its last attempt's (``{}``: no attempt)."""
     job_id = Reader(job, "a bench job").integer("id")
     attempts = json_count(job.get("attempts_count"))
     try:
@@ -202,10 +209,10 @@ def _verdict_provenance(client: ApiClient, job: JsonObject) -> JsonObject | None
         elif attempts > 0:
             attempt = client.attempt(job_id, attempts)
         else:
-            return None
+            return {}
     except ApiRequestError as exc:
         if exc.status == 404:
-            return None
+            return {}
         raise
     provenance = json_object(json_object(attempt.get("verdict")).get("provenance"))
     return {k: provenance.get(k) for k in ("target", *PROVENANCE_FIELDS)}
@@ -281,7 +288,9 @@ def run_suite(
             waiting.pop(0)
             state.save()
             on_change(f"job {run.job_id} {job['state']}: {item.name}")
-        live = [r for r in state.runs if r.job_id is not None and not r.ended]
+        # Followed until ended with its provenance read: a report saved between those two reads
+        # (an interrupt) has a run that ended without it, read on resuming.
+        live = [r for r in state.runs if r.job_id is not None and (not r.ended or r.provenance is None)]
         for run in live:
             assert run.job_id is not None
             try:

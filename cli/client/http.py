@@ -281,6 +281,13 @@ class ApiClient:
     def get_job(self, job_id: int) -> JsonObject:
         return self._get_object(f"/jobs/{job_id}", f"job {job_id}")
 
+    def submit_model_run(self, body: JsonObject) -> JsonObject:
+        """``POST /models``: the model run as created, with its region jobs."""
+        return _object(self._request("POST", "/models", json=dict(body)), "the model run")
+
+    def get_model_run(self, run_id: int) -> JsonObject:
+        return self._get_object(f"/models/{run_id}", f"model run {run_id}")
+
     def attempts(self, job_id: int) -> list[JsonObject]:
         found: list[JsonObject] = []
         after: int | None = 0
@@ -299,6 +306,10 @@ class ApiClient:
 
     def job_problem(self, job_id: int) -> JsonObject:
         return self._get_object(f"/jobs/{job_id}/problem", f"job {job_id}'s problem")
+
+    def job_timings(self, job_id: int) -> JsonObject:
+        """``GET /jobs/{id}/timings``: each attempt's seconds per stage and kind, and the job's queue wait."""
+        return self._get_object(f"/jobs/{job_id}/timings", f"job {job_id}'s timings")
 
     def list_jobs(
         self, *, state: str | None = None, target: str | None = None, problem: str | None = None,

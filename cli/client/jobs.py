@@ -12,13 +12,15 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
+from cli.client.columns import Cell, Column, cell_text, show_rows
 from cli.client.http import ApiClient, ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import (
     CliExit,
     JsonOpt,
     err,
+    job_llm_label,
     job_problem_label,
     json_count,
     json_items,
@@ -29,6 +31,7 @@ from cli.client.output import (
 from display import finite, fmt_speedup, fmt_usd
 from harness import Target
 from harness.wire import JsonObject, JsonValue, Reader
+from vocabulary import EventType
 
 #: States a job never leaves.
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -46,22 +49,32 @@ def _when(value: JsonValue) -> str:
     return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def jobs_table(items: Sequence[Mapping[str, JsonValue]], *, title: str) -> Table:
-    table = Table(title=title)
-    for name, justify in (("id", "right"), ("state", "left"), ("problem", "left"), ("target", "left"),
-                          ("LLM", "left"), ("attempts", "right"), ("best vs eager", "right"),
-                          ("cost", "right"), ("created", "left")):
-        table.add_column(name, justify=justify, no_wrap=name in ("id", "state", "created"),  # type: ignore[arg-type]
-                         overflow="fold")
+#: The columns of ``kernelloop jobs``: ids and problems never cut; on a narrow terminal the creation
+#: time, the cost, the LLM, the target and the attempts make room first. Off a terminal a last
+#: column says why a job failed or was cancelled, whole; on one, lines under the table do.
+JOB_COLUMNS = (
+    Column("id", "right", key=True), Column("state", key=True), Column("problem", key=True),
+    Column("target", key=True, drop=4), Column("LLM", key=True, drop=5), Column("attempts", "right", key=True, drop=3),
+    Column("best vs eager", "right", key=True), Column("cost", "right", key=True, drop=6),
+    Column("created", key=True, drop=7),
+)
+WHY_COLUMN = Column("why")
+
+
+def job_rows(items: Sequence[Mapping[str, JsonValue]]) -> list[list[Cell]]:
+    """One row per job, as `JOB_COLUMNS` name them."""
+    rows: list[list[Cell]] = []
     for job in items:
         best = json_object(job.get("best"))
         state = str(job.get("state"))
-        table.add_row(
-            str(job["id"]), f"[{_STATE_STYLE.get(state, 'white')}]{state}[/]", escape(job_problem_label(job)),
-            str(job.get("target")), escape(str(job.get("llm_profile") or "—")), str(job.get("attempts_count", 0)),
+        why = str(job.get("error") or "") if state in ("failed", "cancelled") else ""
+        rows.append([
+            str(job["id"]), Text(state, _STATE_STYLE.get(state, "white")), job_problem_label(job),
+            str(job.get("target")), job_llm_label(job), str(job.get("attempts_count", 0)),
             fmt_speedup(best.get("speedup_vs_eager")), fmt_usd(job.get("cost_usd")), _when(job.get("created_at")),
-        )
-    return table
+            why,
+        ])
+    return rows
 
 
 def jobs(
@@ -100,7 +113,15 @@ def jobs(
         err.print("no jobs" + (f" match ({filters})" if filters else " yet: `kernelloop submit PROBLEM` queues one"))
         return
     shown = f"{len(found)} of {total}" if total is not None and total > len(found) else str(len(found))
-    out.print(jobs_table(found, title=f"{shown} jobs" + (f" ({filters})" if filters else "")))
+    title = f"{shown} jobs" + (f" ({filters})" if filters else "")
+    rows = job_rows(found)
+    if not out.is_terminal:
+        show_rows(out, (*JOB_COLUMNS, WHY_COLUMN), rows, title=title)
+        return
+    show_rows(out, JOB_COLUMNS, [row[:-1] for row in rows], title=title)
+    for row in rows:  # why, whole, wrapped at words by the terminal's width
+        if cell_text(row[-1]) != "—":
+            out.print(f"job {row[0]} {cell_text(row[1])}: {escape(cell_text(row[-1]))}", highlight=False)
 
 
 def cancel(
@@ -234,22 +255,22 @@ def _words(text: str, limit: int) -> str:
 def describe_event(event_type: str, data: JsonValue) -> str:
     """One event in words (the SSE payloads of `api.streaming`)."""
     d = data if isinstance(data, dict) else {"value": data}
-    if event_type == "state":
+    if event_type == EventType.STATE:
         why = d.get("error") or d.get("reason")
         return f"job is {d.get('state')}" + (f": {why}" if why else "")
-    if event_type == "attempt":
+    if event_type == EventType.ATTEMPT:
         figures = [f"{k.replace('_', ' ')} {fmt_speedup(d[k])}" for k in ("speedup_vs_eager", "speedup_vs_compile")
                    if d.get(k) is not None]
         return (f"attempt {d.get('n')}: {d.get('tool')} → {d.get('status')} at {d.get('stage')}"
                 + (f" ({', '.join(figures)})" if figures else "") + (" — best so far" if d.get("best") else ""))
-    if event_type == "message":
+    if event_type == EventType.MESSAGE:
         tools = ", ".join(str(t) for t in json_items(d.get("tool_calls") or d.get("tools")))
         preview = _words(str(d.get("preview") or ""), 80)
         return (f"{d.get('role')} message" + (f" calling {tools}" if tools else "")
                 + (f": {preview}" if preview else ""))
-    if event_type == "cancel_requested":
+    if event_type == EventType.CANCEL_REQUESTED:
         return "cancel requested"
-    if event_type == "trajectory":
+    if event_type == EventType.TRAJECTORY:
         return f"trajectory {d.get('index', d.get('trajectory_id'))} {d.get('state') or d.get('phase') or ''}".rstrip()
     words = ", ".join(f"{k} {v}" for k, v in d.items() if not isinstance(v, (dict, list)))
     return f"{event_type}" + (f": {words}" if words else "")
@@ -263,7 +284,7 @@ def follow_json(client: ApiClient, job_id: int) -> str:
         try:
             for event in client.events(job_id, after=after):
                 failures = 0
-                if event.type == "end":
+                if event.type == EventType.END:
                     job = client.get_job(job_id)
                     print_json({"id": None, "type": "job", "data": job})
                     return str(job["state"])
@@ -288,7 +309,7 @@ def logs(
     with open_client(api, key) as client:
         try:
             for event in client.events(job, idle_s=None if follow else LOGS_IDLE_S):
-                if event.type == "end":
+                if event.type == EventType.END:
                     break
                 count += 1
                 if as_json:

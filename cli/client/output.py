@@ -17,11 +17,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from display import finite, problem_label
+from display import finite, llm_label, problem_label
 from harness.wire import JsonValue
 
 err = Console(stderr=True)
 out = Console()
+# A pipe or a file gets lines as they are, never wrapped at 80 columns inside a field.
+err.soft_wrap, out.soft_wrap = not err.is_terminal, not out.is_terminal
 
 
 class CliExit(IntEnum):
@@ -63,9 +65,17 @@ def json_count(value: JsonValue) -> int:
     return int(finite(value) or 0)
 
 
+_STATUS_COLOURS = {"pass": "green", "fail": "red", "error": "red", "suspicious": "yellow", "cancelled": "dim"}
+
+
 def status_text(status: str) -> Text:
-    colour = {"pass": "green", "fail": "red", "error": "red", "suspicious": "yellow"}.get(status, "white")
-    return Text(status, style=colour)
+    return Text(status, style=_STATUS_COLOURS.get(status, "white"))
+
+
+def job_llm_label(job: Mapping[str, JsonValue]) -> str:
+    """`display.llm_label` of a job as the API sends it."""
+    profile, model = job.get("llm_profile"), job.get("llm_model")
+    return llm_label(profile if isinstance(profile, str) else None, model if isinstance(model, str) else None)
 
 
 def job_problem_label(job: Mapping[str, JsonValue]) -> str:

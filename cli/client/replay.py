@@ -26,17 +26,11 @@ from rich.table import Table
 from cli.client.export import export_standalone
 from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import CliExit, err, out, status_text
+from cli.common import verdict_exit_code
 from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions, Status, Target, Verdict, evaluate
 from harness.wire import JsonObject, Reader, WireError
 from problems import ProblemFormatError, parse_problem
-
-VERDICT_EXIT_CODES = {
-    Status.PASS: CliExit.OK,
-    Status.FAIL: CliExit.FAILED,
-    Status.SUSPICIOUS: CliExit.FAILED,
-    Status.ERROR: CliExit.USAGE,
-}
 
 
 def local_arch_list() -> str | None:
@@ -222,7 +216,7 @@ def replay(
     _replay_warnings(stored, local, job_target=job_target, run_target=run_target, console=console)
     if as_json:
         sys.stdout.write(json.dumps(local.to_dict()) + "\n")
-    raise typer.Exit(VERDICT_EXIT_CODES[local.status])
+    raise typer.Exit(verdict_exit_code(local))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import typer
 
 from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.jobs import follow_json
-from cli.client.output import JOB_EXIT_CODES, CliExit, err, job_problem_label, out, print_json
+from cli.client.output import JOB_EXIT_CODES, CliExit, err, job_llm_label, job_problem_label, out, print_json
 from cli.client.watch import follow_job
+from cli.common import LLM_HELP, split_llm
 from harness import Target
 from harness.wire import JsonObject, Reader
 from problems import bundled_ids
@@ -35,7 +36,8 @@ def submit(
     key: KeyOpt = None,
     target: Annotated[Target | None, typer.Option(
         "--target", "-t", help="cuda or cpu (default: the service's; `kernelloop up` uses its workers')")] = None,
-    llm: Annotated[str | None, typer.Option("--llm", help="a server-side LLM profile (default: the server's)")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", help=f"{LLM_HELP} on the server (default: the server's)")]
+    = None,
     trajectories: Annotated[int | None, typer.Option(min=1, help="independent chats; the best wins")] = None,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="token budget of the job")] = None,
     max_cost: Annotated[float | None, typer.Option(min=0, help="cost budget of the job, USD")] = None,
@@ -56,7 +58,10 @@ def submit(
     if target is not None:
         body["target"] = target.value
     if llm is not None:
-        body["llm_profile"] = llm
+        profile, model = split_llm(llm)
+        body["llm_profile"] = profile
+        if model is not None:
+            body["llm_model"] = model
     if trajectories is not None:
         body["trajectories"] = trajectories
     with open_client(api, key) as client:
@@ -68,7 +73,7 @@ def submit(
                 out.print(str(job["id"]), highlight=False)
             err.print(
                 f"job {job['id']} {job['state']}: {job_problem_label(job)} on {job['target']} "
-                f"(LLM {job.get('llm_profile')}); dashboard: {client.config.api_url}/dashboard/jobs/{job['id']}",
+                f"(LLM {job_llm_label(job)}); dashboard: {client.config.api_url}/dashboard/jobs/{job['id']}",
                 highlight=False,
             )
             if not follow:

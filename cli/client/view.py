@@ -21,11 +21,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from cli.client.columns import Cell, Column, rich_table, show_rows
+from cli.client.ending import baseline_ms, verdict_sentence
 from cli.client.output import job_problem_label, json_count, json_items, json_object, status_text
 from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd
 from harness.wire import JsonObject, JsonValue
 
-__all__ = ["STAGE_LABELS", "JobView", "cut_at_word", "verdict_sentence"]
+__all__ = ["STAGE_LABELS", "JobView", "attempt_status", "baseline_ms", "cut_at_word", "verdict_sentence"]
 
 #: What each referee stage is, in words (the dashboard says the same).
 STAGE_LABELS = {
@@ -63,6 +65,12 @@ def cut_at_word(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:-") + "…"
 
 
+def attempt_status(a: Mapping[str, JsonValue]) -> str:
+    """An attempt's status as shown: ``cancelled`` for an evaluation its job's stop cut short
+    (stored as an error of kind ``cancelled``: not the candidate's failure)."""
+    return "cancelled" if a.get("error_kind") == "cancelled" else str(a.get("status", ""))
+
+
 def _seconds(value: object) -> str:
     v = finite(value)
     if v is None:
@@ -80,30 +88,6 @@ def _parse_time(value: object) -> float | None:
     return moment.replace(tzinfo=moment.tzinfo or UTC).timestamp()
 
 
-def verdict_sentence(best: Mapping[str, JsonValue] | None) -> tuple[str, str]:
-    """(style, sentence): whether the best kernel beats eager PyTorch and torch.compile, plainly."""
-    if not best:
-        return "yellow", "No verified kernel: no attempt was both correct and timed."
-    eager, compiled = finite(best.get("speedup_vs_eager")), finite(best.get("speedup_vs_compile"))
-    if eager is None:
-        return "yellow", "It is correct; eager PyTorch was not timed, so there is no speedup to state."
-    eager_text = (f"{eager:.2f}× faster than eager PyTorch" if eager >= 1
-                  else f"slower than eager PyTorch ({eager:.2f}×)")
-    if compiled is None:
-        compile_text, beats_compile = "torch.compile was not timed", None
-    elif compiled >= 1:
-        compile_text, beats_compile = f"{compiled:.2f}× faster than torch.compile", True
-    else:
-        compile_text, beats_compile = f"slower than torch.compile ({compiled:.2f}×)", False
-    style = "green" if eager >= 1 and beats_compile is not False else "yellow"
-    verdict = "It beats eager PyTorch" if eager >= 1 else "It does not beat eager PyTorch"
-    if beats_compile is True:
-        verdict += " and torch.compile" if eager >= 1 else ", but it beats torch.compile"
-    elif beats_compile is False:
-        verdict += " but not torch.compile" if eager >= 1 else " nor torch.compile"
-    return style, f"{verdict}: {eager_text}; {compile_text}."
-
-
 @dataclass
 class _Step:
     stage: str
@@ -116,13 +100,12 @@ class JobView:
     """A job as its events describe it.
 
     Args:
-        job: the job as the API returns it (``JobPublic``); refreshed by the caller now and then.
-        budget_defaults: the server's budgets, shown where the job names none.
+        job: the job as the API returns it (``JobPublic``, with the budgets it runs under);
+            refreshed by the caller now and then.
         clock: wall-clock seconds (a test seam).
     """
 
     job: JsonObject
-    budget_defaults: JsonObject = field(default_factory=dict)
     clock: Callable[[], float] = time.time
     #: Each attempt's ``attempt`` events merged, by its number.
     attempts: dict[int, JsonObject] = field(default_factory=dict)
@@ -133,6 +116,11 @@ class JobView:
     turns: dict[int, int] = field(default_factory=dict)
     calls: dict[int, int] = field(default_factory=dict)
     trajectories: dict[int, str] = field(default_factory=dict)
+    #: Trajectory ids (the store's) to their 0-based index in the job, as the dashboard numbers them.
+    trajectory_index: dict[int, int] = field(default_factory=dict)
+    #: The baselines the speedups are ratios of (milliseconds), as the latest attempt gave them.
+    eager_ms: float | None = None
+    compile_ms: float | None = None
     last_words: str = ""
     note: str = ""
 
@@ -151,12 +139,34 @@ class JobView:
         self.attempts[n] = {**self.attempts.get(n, {}), **a}
         self.running = None
         self.note = "the agent is reading the verdict"
+        baselines = self._baselines(a)
         best = "  [bold green]best[/]" if a.get("best") else ""
+        # Which trajectory, when the job has several: t0, t1 … as the dashboard names them.
+        several = json_count(self.job.get("trajectories")) > 1 or len(self.trajectory_index) > 1
+        trajectory = f"t{self.trajectory_label(a)}  " if several and a.get("trajectory_id") is not None else ""
         return (
-            f"attempt {n:>3}  {a.get('tool', ''):<10} {a.get('status', ''):<10} "
+            f"attempt {n:>3}  {trajectory}{a.get('tool', ''):<10} {attempt_status(a):<10} "
             f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_speedup(a.get('speedup_vs_eager')):>8} vs eager  "
             f"{fmt_speedup(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
+            + (f"\n  baselines: eager PyTorch {fmt_ms(self.eager_ms)} ms, torch.compile {fmt_ms(self.compile_ms)} ms"
+               if baselines else "")
         )
+
+    def _baselines(self, a: JsonObject) -> bool:
+        """Take the attempt's baselines in; whether they are new (first seen, or re-timed)."""
+        eager, compiled = baseline_ms(a, "eager"), baseline_ms(a, "compile")
+        if eager is None or (eager, compiled) == (self.eager_ms, self.compile_ms):
+            return False
+        self.eager_ms, self.compile_ms = eager, compiled
+        return True
+
+    def trajectory_label(self, a: Mapping[str, JsonValue]) -> str:
+        """The attempt's trajectory as the dashboard numbers it (0-based), ``—`` for none."""
+        trajectory_id = a.get("trajectory_id")
+        if not isinstance(trajectory_id, int):
+            return "—"
+        index = self.trajectory_index.get(trajectory_id)
+        return "?" if index is None else str(index)
 
     def _on_state(self, data: JsonObject) -> str | None:
         self.job["state"] = data.get("state", self.job.get("state"))
@@ -194,6 +204,8 @@ class JobView:
         index = json_count(data.get("index"))
         state = str(data.get("state") or "")
         self.trajectories[index] = state
+        if isinstance(data.get("trajectory_id"), int):
+            self.trajectory_index[json_count(data.get("trajectory_id"))] = index
         reason = data.get("reason")
         strategy = f", strategy {data['strategy']}" if data.get("strategy") else ""
         if state == "running":
@@ -216,8 +228,7 @@ class JobView:
 
     # -- rendering ---------------------------------------------------------------------------
     def _budget(self, name: str) -> JsonValue:
-        value = json_object(self.job.get("budgets")).get(name)
-        return value if value is not None else self.budget_defaults.get(name)
+        return json_object(self.job.get("budgets")).get(name)
 
     def budget_line(self) -> str:
         job = self.job
@@ -242,30 +253,39 @@ class JobView:
             parts.append(f"GPU {finite(job.get('gpu_seconds')) or 0:.1f} s")
         return " · ".join(parts)
 
-    def table(self) -> Table:
+    def title(self) -> str:
         job = self.job
-        best = json_object(job.get("best"))
-        table = Table(
-            title=f"job {job['id']} · {job_problem_label(job)} · {job.get('target')} · {job.get('state')}",
-            caption=self.budget_line(),
-        )
-        for name, justify in (
-            ("#", "right"), ("traj", "right"), ("tool", "left"), ("status", "left"), ("stage", "left"),
-            ("median ms", "right"), ("vs eager", "right"), ("vs compile", "right"), ("% SOL", "right"),
-        ):
-            table.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for n in sorted(self.attempts):
-            a = self.attempts[n]
-            mark = " ★" if best.get("n") == n else ""
-            table.add_row(
-                f"{n}{mark}",
-                "—" if a.get("trajectory_id") is None else str(a["trajectory_id"]),
-                str(a.get("tool", "")),
-                status_text(str(a.get("status", ""))), str(a.get("stage", "")), fmt_ms(a.get("median_ms")),
-                fmt_speedup(a.get("speedup_vs_eager")), fmt_speedup(a.get("speedup_vs_compile")),
-                fmt_pct(a.get("pct_of_sol")),
-            )
-        return table
+        return f"job {job['id']} · {job_problem_label(job)} · {job.get('target')} · {job.get('state')}"
+
+    def columns(self) -> list[Column]:
+        # The ratios' bases beside them: eager PyTorch's and torch.compile's milliseconds.
+        eager = f"vs eager\n{fmt_ms(self.eager_ms)} ms" if self.eager_ms is not None else "vs eager"
+        compiled = f"vs compile\n{fmt_ms(self.compile_ms)} ms" if self.eager_ms is not None else "vs compile"
+        # Never cut: what identifies an attempt and its figures. On a narrow terminal % SOL, then the
+        # stage, then the trajectory make room (which is shown only when there are several).
+        several = len(self.trajectory_index) > 1
+        return [Column("#", "right", key=True), *([Column("traj", "right", key=True, drop=1)] if several else []),
+                Column("tool", key=True), Column("status", key=True), Column("stage", key=True, drop=2),
+                Column("median\nms", "right", key=True), Column(eager, "right", key=True),
+                Column(compiled, "right", key=True), Column("% SOL", "right", key=True, drop=3)]
+
+    def rows(self) -> list[list[Cell]]:
+        best_n = json_object(self.job.get("best")).get("n")
+        several = len(self.trajectory_index) > 1
+        return [[f"{n}★" if best_n == n else str(n), *([self.trajectory_label(a)] if several else []),
+                 str(a.get("tool", "")),
+                 status_text(attempt_status(a)), str(a.get("stage", "")), fmt_ms(a.get("median_ms")),
+                 fmt_speedup(a.get("speedup_vs_eager")), fmt_speedup(a.get("speedup_vs_compile")),
+                 fmt_pct(a.get("pct_of_sol"))]
+                for n, a in sorted(self.attempts.items())]
+
+    def table(self, width: int | None = None) -> Table:
+        """The attempts as a terminal's table (``width`` wide at most), the budgets under it."""
+        return rich_table(self.columns(), self.rows(), title=self.title(), caption=self.budget_line(), width=width)
+
+    def show(self, console: Console) -> None:
+        """The attempts once, the budgets under them: a table on a terminal, plain columns elsewhere."""
+        show_rows(console, self.columns(), self.rows(), title=self.title(), caption=self.budget_line())
 
     def now_lines(self, width: int = 120) -> list[Text]:
         """What the worker is doing now, and the slow steps done so far (a cold cache's); the agent's
@@ -283,7 +303,7 @@ class JobView:
         return lines
 
     def render(self, width: int = 120) -> RenderableType:
-        return Group(self.table(), *self.now_lines(width))
+        return Group(self.table(width), *self.now_lines(width))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         # A `rich.live.Live` redraws it (elapsed times move on), cut to the terminal's width.
@@ -298,8 +318,10 @@ class JobView:
             lines.append(f"[red]error:[/] {escape(str(job['error']))}")
         if best:
             lines.append(f"best: attempt {best.get('n')}, {fmt_ms(best.get('median_ms'))} ms, "
-                         f"{fmt_speedup(best.get('speedup_vs_eager'))} vs eager, "
-                         f"{fmt_speedup(best.get('speedup_vs_compile'))} vs torch.compile")
+                         f"{fmt_speedup(best.get('speedup_vs_eager'))} vs eager "
+                         f"({fmt_ms(baseline_ms(best, 'eager'))} ms), "
+                         f"{fmt_speedup(best.get('speedup_vs_compile'))} vs torch.compile "
+                         f"({fmt_ms(baseline_ms(best, 'compile'))} ms)")
         style, sentence = verdict_sentence(best)
         lines.append(f"[{style}]{escape(sentence)}[/]")
         if best and replay_hint:

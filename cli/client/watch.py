@@ -12,6 +12,7 @@ from rich.live import Live
 from cli.client.http import ApiClient, ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import JOB_EXIT_CODES, CliExit, err, out
 from cli.client.view import JobView
+from vocabulary import EventType
 
 #: Reconnections in a row without receiving anything before ``watch`` gives up.
 MAX_RECONNECTS = 5
@@ -43,7 +44,7 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
             try:
                 for event in client.events(job_id, after=after):
                     failures = 0
-                    if event.type == "end":
+                    if event.type == EventType.END:
                         data = event.data if isinstance(event.data, dict) else {}
                         if data.get("deleted"):
                             raise ApiRequestError(f"job {job_id} was deleted while watched", status=404,
@@ -54,7 +55,7 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
                         after = event.id
                     line = view.apply(event.type, event.data)
                     now = time.monotonic()
-                    if event.type == "state" or now - last_refresh > 1.0:
+                    if event.type == EventType.STATE or now - last_refresh > 1.0:
                         view.job = client.get_job(job_id)
                         last_refresh = now
                     if live_view is not None:
@@ -77,7 +78,7 @@ def follow_job(client: ApiClient, job_id: int, *, console: Console, live: bool |
         if live_view is not None:
             live_view.stop()
     if live_view is None:
-        console.print(view.render())
+        view.show(console)
     for line in view.summary(replay_hint=f"kernelloop replay {job_id}",
                              dashboard_url=f"{client.config.api_url}/dashboard/jobs/{job_id}"):
         console.print(line, highlight=False)

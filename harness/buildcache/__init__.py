@@ -17,11 +17,15 @@ binding's compile. Torch's own ``use_pch`` writes its ``.gch`` beside torch's he
 it whenever a candidate passes the default, so the cache keeps its own: per key of (compiler,
 torch, the exact C++ flags torch passes for the ``.cpp`` files, ``-DTORCH_EXTENSION_NAME`` aside,
 which no torch header mentions) ``<builds>/pch/<key>/torch/extension.h.gch``, found first through
-an ``-I`` placed before torch's ``-isystem`` directories. g++ uses it only where the file's first
-line of code is ``#include <torch/extension.h>`` (as in every prompted binding) and it was built
+an ``-I`` placed before torch's ``-isystem`` directories, with a copy of the header beside it
+(g++ reads any later ``#include <torch/extension.h>`` from the directory where it found the PCH:
+load_inline's implicit include followed by the source's own failed without it). g++ uses it only
+where the file's first line of code is ``#include <torch/extension.h>`` (as in every prompted
+binding, and in every file load_inline writes with its implicit headers) and it was built
 with the same settings; anywhere else it parses the header as before, so a PCH changes compile
 times, never a result. A new PCH is probed once (``-H`` must report it used) before it is used,
-and is published like a build (the compile stage builds it in its staging directory). The PCH key
+and is published like a build (the compile stage builds it in its staging directory); the
+probe includes the header twice, as load_inline's files do. The PCH key
 uses the flags normalised (`normalise_header_flags`): options that cannot change what the header
 means (empty strings, ``-v``, warnings, debug info, a repeated ``-std``) are dropped; each ``-O``
 level keeps a header of its own (g++ 12 accepts an ``-O2`` header at ``-O1``, the g++ 13 of the

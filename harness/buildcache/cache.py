@@ -27,7 +27,8 @@ from harness.buildcache.layout import (
 )
 from harness.buildcache.ninja import _NinjaHooks
 from harness.buildcache.records import BuildAnswer, BuildRecord
-from harness.builds import KernelInfo
+from harness.builds import BuildPhase, KernelInfo
+from harness.protocol.build import Delegation
 from harness.wire import JsonObject, Reader, WireError, as_json
 
 #: Builds one extension into a directory, filling in its record; returns the module (a builder: None).
@@ -46,14 +47,19 @@ class BuildCache(_NinjaHooks):
         staging: where the compile stage builds what the read-only cache lacks.
         pch: use (and build) precompiled torch headers; ``"use"``: only those already published;
             None: on unless ``<root>/pch/disabled``.
-        delegate: (``build`` mode) sends a `builder_refusal`-free ``load_inline`` request (plain
-            data) to the trusted side and returns its `BuildAnswer`; the build it published is
-            then loaded from ``root``.
+        delegate: sends a build to the trusted side and returns its `BuildAnswer`. ``build`` mode
+            (the compile stage): each `builder_refusal`-free ``load_inline`` request (plain data);
+            the build it published is then loaded from ``root``. ``load`` mode (the candidate
+            stage): each build missing from ``root`` (a lazy build, refused ones included, to be
+            told why); the trusted side copies what it built into ``root``.
+        on_module: called with each extension module before it is handed to the candidate (the
+            candidate stage wraps its functions: `harness.roles.candidate.NoopSwitch`).
     """
 
     def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,
                  staging: Path | None = None, pch: bool | str | None = None,
-                 delegate: Callable[[JsonObject], BuildAnswer] | None = None) -> None:
+                 delegate: Callable[[Delegation], BuildAnswer] | None = None,
+                 on_module: Callable[[ModuleType], None] | None = None) -> None:
         if mode not in ("build", "load", "builder"):
             raise ValueError(f"mode must be 'build', 'load' or 'builder', not {mode!r}")
         self.root = root
@@ -68,12 +74,21 @@ class BuildCache(_NinjaHooks):
         self.pch_build = pch != "use"
         self.arch_list = arch_list
         self.max_jobs = max_jobs
-        self.delegate = delegate if mode == "build" else None
+        self.delegate = delegate if mode in ("build", "load") else None
+        self.on_module = on_module
+        #: (``load`` mode) Where the candidate is, for a lazy build: importing its module, in
+        #: ``ModelNew.__init__``, in a forward; None: no build may start (timing, profiling).
+        self.phase: BuildPhase | None = None
         #: One record per extension requested: name, key, cached, seconds, kernels.
         self.records: list[BuildRecord] = []
         self.logs: list[str] = []
+        #: Every build that failed, as raised (a candidate may catch it: `BuildError.failure`).
+        self.errors: list[BuildError] = []
         #: Modules handed to the candidate, for the no-op substitution test.
         self.modules: list[ModuleType] = []
+        #: The module of each build already handed out: the same call again (a helper without a
+        #: cache, a build in every forward) gets the same module, wrapped once.
+        self._handed: dict[tuple[str, str], ModuleType] = {}
 
     # -- keys ----------------------------------------------------------------------------
     def key(self, name: str, parts: Mapping[str, object]) -> str:
@@ -185,11 +200,15 @@ class BuildCache(_NinjaHooks):
     def _get(self, name: str, parts: Mapping[str, object], build: _Build, *, request: JsonObject | None = None,
              refusal: str | None = None) -> ModuleType:
         if not name.isidentifier():
-            raise ValueError(f"extension name {name!r} must be a Python identifier")
+            raise ValueError(f"extension {name!r} must be a Python identifier")
         key = self.key(name, parts)
+        handed = self._handed.get((name, key))
+        if handed is not None:
+            return handed
         # What the builder builds lives in its own key space; the rest (and the candidate stage's
         # copies, laid out flat) in the cache's top level.
-        trusted = (request is not None and self.delegate is not None) or self.mode == "builder" or (
+        trusted = (request is not None and self.delegate is not None and self.mode == "build") or (
+            self.mode == "builder") or (
             self.mode == "load" and (self.root / TRUSTED_DIR / f"{name}-{key}" / _MARKER).is_file())
         directory = (self.root / TRUSTED_DIR if trusted else self.root) / f"{name}-{key}"
         marker = directory / _MARKER
@@ -198,12 +217,9 @@ class BuildCache(_NinjaHooks):
             # Where the build is (or will be): the referee copies it from there for the candidate.
             record.via = "builder" if trusted else "stage"
         self.records.append(record)
+        if self.mode == "load" and not marker.exists():
+            return self._lazy(name, key, request, refusal or "arguments that are not plain data", record)
         if self.mode == "load" or (marker.exists() and self.mode == "build"):
-            if not marker.exists():
-                raise RuntimeError(
-                    f"extension {name!r} was not built at compile time: its sources or flags "
-                    "must not depend on anything that changes between the compile and the run"
-                )
             return self._get_built(name, directory, record)
         if self.mode == "builder" and marker.exists():
             return None  # type: ignore[return-value]  # published meanwhile: nothing to build
@@ -236,7 +252,7 @@ class BuildCache(_NinjaHooks):
             self.logs.append(log)
             record.seconds = round(time.perf_counter() - started, 3)
             if failure or (module is None and self.mode != "builder"):
-                raise BuildError(name, log)
+                raise self._failed(name, key, log)
             self._note_refused_pch(record, log)
             if self.mode == "builder":
                 self._keep_objects(directory, record, log)
@@ -249,14 +265,19 @@ class BuildCache(_NinjaHooks):
         if self.mode == "builder":
             return None  # type: ignore[return-value]
         assert module is not None
-        self.modules.append(module)
-        return module
+        return self._hand_out(name, key, module)
+
+    def _failed(self, name: str, key: str, log: str, lazy: BuildPhase | None = None) -> BuildError:
+        """The error to raise for a failed build, recorded (the candidate may catch it)."""
+        error = BuildError(name, log, lazy=lazy, key=key)
+        self.errors.append(error)
+        return error
 
     def _delegated(self, name: str, key: str, request: JsonObject, record: BuildRecord) -> ModuleType:
         """Have the trusted side build ``request``, then load what it published."""
         assert self.delegate is not None
         record.via = "builder"
-        answer = self.delegate(request)
+        answer = self.delegate(Delegation(request=request, name=name))
         built = answer.record
         record.seconds = float((built.seconds if built is not None else 0.0) or answer.seconds or 0.0)
         if built is not None:
@@ -265,11 +286,36 @@ class BuildCache(_NinjaHooks):
             record.kernels = built.kernels if built.kernels is not None else record.kernels
         if not answer.ok:
             self.logs.append(answer.log)
-            raise BuildError(name, answer.log)
+            raise self._failed(name, key, answer.log)
         directory = self.root / TRUSTED_DIR / f"{name}-{key}"
         if answer.key != key or not (directory / _MARKER).is_file():
             raise RuntimeError(f"the trusted build of extension {name!r} was not published")
         record.cached = built.cached if built is not None else False
+        return self._get_built(name, directory, record)
+
+    def _lazy(self, name: str, key: str, request: JsonObject | None, refusal: str,
+              record: BuildRecord) -> ModuleType:
+        """(``load`` mode) A build the compile stage did not make: the trusted side builds it (or
+        says why it will not) and copies it into ``root``, where it is loaded from."""
+        if self.delegate is None or self.phase is None:
+            raise RuntimeError(
+                f"extension {name!r} was not built at compile time, and is first built "
+                + ("while being timed or profiled: build it at import, in ModelNew.__init__ or in a forward the "
+                   "correctness trials run" if self.delegate is not None else
+                   "in a stage that cannot build: its sources or flags must not depend on anything that changes "
+                   "between the compile and the run"))
+        phase = self.phase
+        record.via, record.lazy = "builder", phase
+        answer = self.delegate(Delegation(request=request, name=name, phase=phase,
+                                          refusal=refusal if request is None else None))
+        record.seconds = float(answer.seconds or 0.0)
+        if not answer.ok:
+            self.logs.append(answer.log)
+            raise self._failed(name, key, answer.log, lazy=phase)
+        directory = self.root / f"{name}-{key}"
+        if answer.key != key or not (directory / _MARKER).is_file():
+            raise RuntimeError(f"the trusted build of extension {name!r} was not handed to this stage")
+        record.cached = answer.record.cached if answer.record is not None else False
         return self._get_built(name, directory, record)
 
     def _get_built(self, name: str, directory: Path, record: BuildRecord) -> ModuleType:
@@ -281,8 +327,14 @@ class BuildCache(_NinjaHooks):
                 record.kernels = ()
         if info.data.get("module_file") != f"{name}.so":  # a marker must not point outside its build
             raise RuntimeError(f"corrupt build of extension {name!r}: unexpected module file")
-        module = self._import(name, directory / f"{name}.so")
+        return self._hand_out(name, record.key, self._import(name, directory / f"{name}.so"))
+
+    def _hand_out(self, name: str, key: str, module: ModuleType) -> ModuleType:
+        """The module as the candidate gets it (after `on_module`), recorded."""
+        if self.on_module is not None:
+            self.on_module(module)
         self.modules.append(module)
+        self._handed[(name, key)] = module
         return module
 
     @staticmethod

@@ -13,16 +13,26 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.buildcache.layout import _CONTEXT_LINES, _MAX_ERRORS
-from harness.builds import KernelInfo
+from harness.builds import BuildFailure, BuildPhase, KernelInfo
 
 
 class BuildError(RuntimeError):
-    """An extension failed to build; ``log`` holds the compiler output."""
+    """An extension failed to build; ``log`` holds the compiler output, ``lazy`` where a candidate
+    stage built it (None: in the compile stage)."""
 
-    def __init__(self, name: str, log: str) -> None:
+    def __init__(self, name: str, log: str, *, lazy: BuildPhase | None = None, key: str | None = None) -> None:
         self.name = name
         self.log = log
-        super().__init__(f"error building extension {name!r}")
+        self.lazy = lazy
+        #: The build's key, where the cache knew it.
+        self.key = key
+        first = next((line.strip() for line in trim_compiler_errors(log).splitlines() if line.strip()), "")
+        # The first error in the exception's own text: a candidate that prints what it caught shows it.
+        super().__init__(f"error building extension {name!r}" + (f": {first}" if first else ""))
+
+    def failure(self) -> BuildFailure:
+        """What the verdict records of it, should the candidate catch it."""
+        return BuildFailure(name=self.name, errors=trim_compiler_errors(self.log), lazy=self.lazy)
 
 
 _ERROR_LINE = re.compile(

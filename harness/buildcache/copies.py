@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,8 +16,10 @@ from harness.buildcache.layout import (
     _OBJECTS_DIR,
     _PCH_DIR,
     _PCH_FILE,
+    _PCH_HEADER,
     _PCH_MARKER,
     _PCH_MAX,
+    _PCH_RECIPE,
     TRUSTED_DIR,
 )
 
@@ -34,7 +37,8 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
     extension's library or marker. A precompiled header (``pch/<key>``) likewise, if it holds
     exactly its marker and ``torch/extension.h.gch`` and the cache has room for another, unless
     ``pch`` is False (a stage that ran candidate code could have planted one: see the compile
-    role's ``pch_warmup`` for PCHs built by trusted code only). Objects (``objects/<key>``, exactly
+    role's ``pch_warmup`` for PCHs built by trusted code only); publishing PCHs first removes those
+    of an older recipe (`prune_stale_pch`), which no build uses any more. Objects (``objects/<key>``, exactly
     its object and marker) only with ``objects`` True: from a builder, which runs no candidate code.
     Returns the names published.
     """
@@ -62,9 +66,10 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
                 continue
             paths = list(entry.rglob("*"))
             if any(p.is_symlink() for p in paths) or sorted(p.relative_to(entry).as_posix() for p in paths) != \
-                    sorted([_PCH_MARKER, _PCH_FILE[0], "/".join(_PCH_FILE)]):
+                    sorted([_PCH_MARKER, _PCH_FILE[0], "/".join(_PCH_FILE), "/".join(_PCH_HEADER)]):
                 continue
-            if sum(1 for p in pch_root.iterdir() if p.is_dir() and _PCH_KEY.match(p.name)) >= _PCH_MAX:
+            prune_stale_pch(pch_root)
+            if len(current_pch_entries(pch_root)) >= _PCH_MAX:
                 break
             if _move_new(entry, pch_root / entry.name):
                 published.append(f"{_PCH_DIR}/{entry.name}")
@@ -82,6 +87,38 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
             if _move_new(entry, objects_root / entry.name):
                 published.append(f"{_OBJECTS_DIR}/{entry.name}")
     return published
+
+
+def _pch_recipe(entry: Path) -> str | None:
+    """The recipe a published PCH was built with (its marker's), or None if unreadable."""
+    try:
+        recipe = json.loads((entry / _PCH_MARKER).read_text()).get("recipe")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recipe if isinstance(recipe, str) else None
+
+
+def current_pch_entries(pch_root: Path) -> list[Path]:
+    """The PCH directories under ``pch_root`` built with the current recipe (what the cap counts)."""
+    if not pch_root.is_dir():
+        return []
+    return [p for p in sorted(pch_root.iterdir()) if p.is_dir() and not p.is_symlink() and _PCH_KEY.match(p.name)
+            and _pch_recipe(p) == _PCH_RECIPE]
+
+
+def prune_stale_pch(pch_root: Path) -> list[str]:
+    """Remove (trusted side) the PCHs of an older recipe: their keys are never asked for again,
+    and each holds ~0.8 GB. An entry without a readable marker is left alone (a concurrent publish
+    renames whole directories, so a published one always has its marker). Returns their names."""
+    removed = []
+    for entry in sorted(pch_root.iterdir()) if pch_root.is_dir() else ():
+        if entry.is_symlink() or not entry.is_dir() or not _PCH_KEY.match(entry.name):
+            continue
+        recipe = _pch_recipe(entry)
+        if recipe is not None and recipe != _PCH_RECIPE:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 def build_directory(root: Path, name: str, key: str, *, trusted: bool) -> Path:

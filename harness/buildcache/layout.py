@@ -14,10 +14,14 @@ _MAX_ERRORS = 6
 _PCH_DIR = "pch"
 _PCH_MARKER = "pch.json"
 _PCH_FILE = ("torch", "extension.h.gch")
+#: The header itself, copied beside its PCH: g++ takes the directory where it found
+#: ``torch/extension.h.gch`` for the header's own, so a second ``#include <torch/extension.h>``
+#: (load_inline's implicit one, then the source's) reads the header from there.
+_PCH_HEADER = ("torch", "extension.h")
 #: ``<builds>/pch/disabled`` turns precompiled headers off for that cache (benchmarks, debugging).
 _PCH_DISABLED = "disabled"
-#: Bumped when the way a PCH is built changes (2: normalised flags).
-_PCH_RECIPE = "2"
+#: Bumped when the way a PCH is built changes (2: normalised flags; 3: the header beside it).
+_PCH_RECIPE = "3"
 #: A PCH of torch/extension.h is ~0.8 GB: at most this many flag sets get one.
 _PCH_MAX = 8
 _PCH_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")

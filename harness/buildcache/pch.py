@@ -18,11 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.buildcache.compiler import _gcc_identity
+from harness.buildcache.copies import current_pch_entries
 from harness.buildcache.flags import _flags_text, normalise_header_flags
 from harness.buildcache.layout import (
     _FIRST_LINE_PCH,
     _PCH_DIR,
     _PCH_FILE,
+    _PCH_HEADER,
     _PCH_MARKER,
     _PCH_MAX,
     _PCH_NAME_FLAG,
@@ -36,8 +38,11 @@ from harness.builds import HeaderUse
 def build_pch(compiler: Sequence[str], flags: Sequence[str], post: Sequence[str], header: Path,
               directory: Path) -> tuple[str, str]:
     """Precompile ``header`` (``.../torch/extension.h``) with these flags into
-    ``directory/torch/extension.h.gch`` and check that g++ uses it for a file whose first line
-    includes it, compiled with the same flags. Returns ``("built", "")``, or ``("failed" |
+    ``directory/torch/extension.h.gch``, with a copy of the header beside it, and check that g++
+    uses it for a file whose first line includes it, compiled with the same flags, and compiles a
+    file that includes it twice (load_inline's implicit include, then the source's own: g++ reads
+    the second from the directory where it found the PCH, so without the copy it fails with
+    "extension.h: No such file or directory"). Returns ``("built", "")``, or ``("failed" |
     "invalid", why)``: g++ skips an unusable PCH without a word, so ``-H`` must name it first."""
     gch = directory.joinpath(*_PCH_FILE)
     gch.parent.mkdir(parents=True, exist_ok=True)
@@ -45,14 +50,19 @@ def build_pch(compiler: Sequence[str], flags: Sequence[str], post: Sequence[str]
                            capture_output=True, text=True, cwd=directory, check=False)
     if built.returncode != 0 or not gch.is_file():
         return "failed", (built.stderr or "")[-300:]
+    shutil.copyfile(header, directory.joinpath(*_PCH_HEADER))
     probe = subprocess.run([*compiler, f"-I{directory}", *flags, "-H", "-fsyntax-only", "-x", "c++", "-", *post],
-                           input="#include <torch/extension.h>\n", capture_output=True, text=True,
-                           cwd=directory, check=False)
+                           input=_PCH_PROBE, capture_output=True, text=True, cwd=directory, check=False)
     first = next((ln for ln in probe.stderr.splitlines() if ln.strip()), "")
     if probe.returncode != 0 or first.strip() != f"! {gch}":
         gch.unlink(missing_ok=True)
-        return "invalid", first[-300:]
+        return "invalid", (first if probe.returncode == 0 else probe.stderr)[-300:]
     return "built", ""
+
+
+#: What a new PCH must compile, and be used for: the file load_inline writes for a binding that
+#: includes torch itself (the implicit include first, then the source's).
+_PCH_PROBE = "#include <torch/extension.h>\n#include <torch/extension.h>\n"
 
 
 def _first_line_includes_torch(path: Path) -> bool:
@@ -80,7 +90,7 @@ class _PchSupport:
     def _known_headers(self) -> list[str]:
         """The binding flags of the published PCHs, as the feedback shows them."""
         known = []
-        for marker in sorted((self.root / _PCH_DIR).glob(f"*/{_PCH_MARKER}")):
+        for marker in (entry / _PCH_MARKER for entry in current_pch_entries(self.root / _PCH_DIR)):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 extra = json.loads(marker.read_text()).get("extra")
                 if isinstance(extra, list):
@@ -116,9 +126,7 @@ class _PchSupport:
                 + (f"; prepared: {'; '.join(known)}" if known else "; none prepared yet")))
             return None
         pch_root = (self.staging or self.root) / _PCH_DIR
-        existing = [p for p in (self.root / _PCH_DIR).glob("*") if p.is_dir() and not p.name.startswith(".")] \
-            if (self.root / _PCH_DIR).is_dir() else []
-        if len(existing) >= _PCH_MAX:
+        if len(current_pch_entries(self.root / _PCH_DIR)) >= _PCH_MAX:
             record.pch = replace(used, status="full", reason=f"the cache holds its maximum of {_PCH_MAX} headers")
             return None
         target = pch_root / key

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.builds import ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
+from harness.builds import BuildPhase, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
 from harness.wire import JsonObject, Reader
 
 __all__ = ["BuildAnswer", "BuildRecord", "UnitRecord"]
@@ -76,11 +76,14 @@ class BuildRecord:
     kernels: tuple[KernelInfo, ...] | None = None
     #: The binding's C++ flags as the candidate wrote them (the header's key); never sent.
     extra_cflags: tuple[str, ...] = ()
+    #: (A candidate stage's) where the candidate built it lazily; never sent.
+    lazy: BuildPhase | None = None
 
     def to_extension(self) -> ExtensionBuild:
         return ExtensionBuild(name=self.name, key=self.key, cached=self.cached, seconds=self.seconds, pch=self.pch,
                               via=self.via, builder_refusal=self.builder_refusal,
-                              units=tuple(u.to_unit() for u in self.objects) if self.objects is not None else None)
+                              units=tuple(u.to_unit() for u in self.objects) if self.objects is not None else None,
+                              lazy=self.lazy)
 
     def to_dict(self) -> JsonObject:
         record: JsonObject = {"name": self.name, "key": self.key, "cached": self.cached, "seconds": self.seconds}

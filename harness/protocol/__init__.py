@@ -10,19 +10,23 @@ carry out (the candidate's forward raised, the problem's code did) is answered b
 The conversations (``→`` request, ``←`` reply):
 
 - reference (`harness.roles.reference`): → `ReferenceStart` ← `ReferenceInfo` | `StartFailed`;
-  then → `BaselinesRequest` ← `Baselines`, → `LoopRequest` ← `LoopReply`, → `CompareRequest`
-  ← `CompareReply` (each or `OpFailed`), until → `Exit`.
+  then → `MeterRequest` ← `Metering`, the metered loop's frames, ← `MeterEnd`; → `CompareRequest`
+  (with the audited outputs' memfds) ← `CompareReply` (each or `OpFailed`), until → `Exit`.
 - candidate (`harness.roles.candidate`): ← `Ready`; → `CandidateLoad` ← `Loaded` | `StartFailed`;
   then → `TrialRequest` ← `TrialReply`, → `ProfileRequest` ← `ProfileReply`, → `TimeRequest`
-  ← `TimeReply` (each or `OpFailed`), until → `Exit`.
+  ← `Metering`, the metered loop's frames (`harness.meter.drive`), ← `MeterEnd` (each or
+  `OpFailed`), until → `Exit`. While it loads and runs its trials, before its reply:
+  ← `Delegation` (a lazy build, in ``__init__`` or a forward) → `BuildAnswer`, as often as it
+  builds.
 - compile (`harness.roles.compile`): ← `Ready`; → `CompileRequest`; ← `Delegation` (a build for
   the trusted builder) → `BuildAnswer`, as often as it builds; ← `CompileReply`. A builder:
   ← `Ready`; → `BuilderBuild` ← `BuildAnswer`, until the channel closes.
 - admission (`harness.roles.admission`): → `AdmitRequest` ← `AdmissionReply` | `StartFailed`,
   or → `MeasureRequest` ← `MeasureReply` | `StartFailed`.
+- model (`harness.roles.model`): → `ProfileModelRequest` ← `ProfileModelReply` | `StartFailed`.
 
-One module per conversation: `.reference`, `.candidate`, `.build`, `.admission`; this one holds
-what they share.
+One module per conversation: `.reference`, `.candidate`, `.build`, `.admission`, `.model`; `.meter`
+the metered loop's JSON edges; this one holds what they share.
 """
 
 from __future__ import annotations
@@ -61,14 +65,15 @@ class Op(StrEnum):
     TRIAL = "trial"
     PROFILE = "profile"
     TIME = "time"
-    BASELINES = "baselines"
-    LOOP = "loop"
+    METER = "meter"
     COMPARE = "compare"
     COMPILE = "compile"
     DELEGATE = "delegate"
     BUILD = "build"
     ADMIT = "admit"
     MEASURE = "measure"
+    PROFILE_MODEL = "profile_model"
+    DEVICE = "device"
     EXIT = "exit"
 
 

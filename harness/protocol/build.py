@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
-from harness.builds import ExtensionBuild, KernelInfo
+from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, KernelInfo
 from harness.protocol import Op, tagged
 from harness.wire import JsonObject, Reader
 
@@ -85,28 +85,40 @@ class CompileRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Delegation:
-    """A compile stage asks for one build: its ``load_inline`` call as plain data, which only the
-    builder reads (and checks); None when the stage sent something other than an object."""
+    """A compile or candidate stage asks for one build: its ``load_inline`` call as plain data,
+    which only the builder reads (and checks); None when the stage sent something other than an
+    object, or a build the builder refuses (``refusal`` says why: the candidate stage asks anyway,
+    to be told so). From a candidate stage, ``phase`` says where the candidate builds it (a lazy
+    build) and ``name`` which extension: labels for the verdict, never trusted for the build."""
 
     op: ClassVar[Op] = Op.DELEGATE
     request: JsonObject | None
+    name: str = ""
+    phase: BuildPhase | None = None
+    refusal: str | None = None
 
     def to_dict(self) -> JsonObject:
-        return tagged(self.op, {"request": self.request})
+        return tagged(self.op, {"request": self.request, "name": self.name,
+                                "phase": self.phase.value if self.phase is not None else None,
+                                "refusal": self.refusal})
 
     @classmethod
     def parse(cls, raw: JsonObject) -> Delegation | None:
-        """The delegation ``raw`` is, or None if it is another message (the compile's reply)."""
+        """The delegation ``raw`` is, or None if it is another message (the stage's reply)."""
         if raw.get("op") != Op.DELEGATE.value:
             return None
-        request = raw.get("request")
-        return cls(request=dict(request) if isinstance(request, dict) else None)
+        request, name, phase, refusal = (raw.get(k) for k in ("request", "name", "phase", "refusal"))
+        return cls(request=dict(request) if isinstance(request, dict) else None,
+                   name=name[:200] if isinstance(name, str) else "",
+                   phase=BuildPhase(phase) if phase in tuple(BuildPhase) else None,
+                   refusal=refusal[:500] if isinstance(refusal, str) else None)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompileReply:
     """What the compile stage found: ``ok``, or the trimmed ``errors`` and a ``message`` naming
-    what failed; the extensions it built or reused, and their kernels' ptxas figures."""
+    what failed; the extensions it built or reused, and their kernels' ptxas figures; the builds
+    that raised while the import went on (``swallowed``: the candidate caught the error)."""
 
     ok: bool
     seconds: float = 0.0
@@ -114,10 +126,12 @@ class CompileReply:
     message: str = ""
     extensions: tuple[ExtensionBuild, ...] = ()
     kernels: tuple[KernelInfo, ...] = ()
+    swallowed: tuple[BuildFailure, ...] = ()
 
     def to_dict(self) -> JsonObject:
         return {"ok": self.ok, "seconds": self.seconds, "errors": self.errors, "message": self.message,
-                "extensions": [e.to_dict() for e in self.extensions], "kernels": [k.to_dict() for k in self.kernels]}
+                "extensions": [e.to_dict() for e in self.extensions], "kernels": [k.to_dict() for k in self.kernels],
+                "swallowed": [f.to_dict() for f in self.swallowed]}
 
     @classmethod
     def from_dict(cls, data: object) -> CompileReply:
@@ -125,7 +139,8 @@ class CompileReply:
         return cls(ok=r.flag("ok"), seconds=r.number("seconds", 0.0), errors=r.text("errors", ""),
                    message=r.text("message", ""),
                    extensions=tuple(r.items_of("extensions", ExtensionBuild.from_dict, optional=True)),
-                   kernels=tuple(r.items_of("kernels", KernelInfo.from_dict, optional=True)))
+                   kernels=tuple(r.items_of("kernels", KernelInfo.from_dict, optional=True)),
+                   swallowed=tuple(r.items_of("swallowed", BuildFailure.from_dict, optional=True)))
 
 
 @dataclass(frozen=True, kw_only=True)

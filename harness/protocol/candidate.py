@@ -1,4 +1,4 @@
-"""The candidate stage's conversation: its load, the trials, the profile and the timing loop.
+"""The candidate stage's conversation: its load, the trials, the profile and the metered timing loop.
 
 The candidate stage (`harness.roles.candidate`) runs the candidate's code: every reply is read
 where it enters, through `harness.wire.Reader`, and a malformed one is the candidate's fault
@@ -12,16 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from harness.options import Target, TimingOptions
+from harness.causes import KernelError
+from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
-from harness.protocol.reference import CompareItem
 from harness.seeds import TrialSpec
-from harness.verdict import ProfileRow, Timing
-from harness.wire import JsonObject, JsonValue, Reader
+from harness.verdict import ProfileRow
+from harness.wire import JsonObject, JsonValue, Reader, WireError
 from problems.spec import Problem
 
-__all__ = ["CandidateLoad", "KeptOutput", "Loaded", "ProfileReply", "ProfileRequest", "TimeReply", "TimeRequest",
-           "TrialReply", "TrialRequest"]
+__all__ = ["CandidateLoad", "Loaded", "ProfileReply", "ProfileRequest", "TimeRequest", "TrialReply", "TrialRequest"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +34,8 @@ class CandidateLoad:
     target: Target
     candidate_path: Path
     builds_dir: Path
+    #: The metered loop's extension (a copy in the stage's run directory), loaded first.
+    meter_path: Path
     arch_list: str
     transport: str
     init_seed: int
@@ -45,6 +46,7 @@ class CandidateLoad:
         return tagged(self.op, {
             "workdir": str(self.workdir), "problem": self.problem.to_dict(), "target": self.target.value,
             "candidate_path": str(self.candidate_path), "builds_dir": str(self.builds_dir),
+            "meter_path": str(self.meter_path),
             "arch_list": self.arch_list, "transport": self.transport, "init_seed": self.init_seed,
             "weights_seed": self.weights_seed, "trials": [t.to_dict() for t in self.trials]})
 
@@ -53,25 +55,40 @@ class CandidateLoad:
         r = Reader(data, "the candidate's load request")
         return cls(workdir=Path(r.text("workdir")), problem=request_problem(r), target=Target(r.text("target")),
                    candidate_path=Path(r.text("candidate_path")), builds_dir=Path(r.text("builds_dir")),
+                   meter_path=Path(r.text("meter_path")),
                    arch_list=r.text("arch_list"), transport=r.text("transport", "file"),
                    init_seed=r.integer("init_seed"), weights_seed=r.integer("weights_seed"), trials=request_trials(r))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Loaded:
-    """The candidate is loaded; ``extensions``: the modules of its own builds it imported."""
+    """The candidate is loaded; ``extensions``: the modules of its own builds it imported;
+    ``renamed``: (Model's name, ModelNew's name) of each weight loaded by registration order
+    (`harness.contract.reference_weights_for`); ``kernel_errors``: what its extension functions
+    raised while it loaded (and it went on)."""
 
     extensions: tuple[str, ...]
+    renamed: tuple[tuple[str, str], ...] = ()
+    kernel_errors: tuple[KernelError, ...] = ()
 
     def to_dict(self) -> JsonObject:
-        return {"ok": True, "extensions": list(self.extensions)}
+        return {"ok": True, "extensions": list(self.extensions), "renamed": [list(p) for p in self.renamed],
+                "kernel_errors": [e.to_dict() for e in self.kernel_errors]}
 
     @classmethod
     def from_reply(cls, raw: JsonObject) -> Loaded | StartFailed:
         r = Reader(raw, "the candidate's load reply")
         if not r.flag("ok"):
             return StartFailed.read(r)
-        return cls(extensions=tuple(r.texts("extensions", optional=True)))
+        return cls(extensions=tuple(r.texts("extensions", optional=True)),
+                   renamed=tuple(_pair(p) for p in r.items("renamed", optional=True)),
+                   kernel_errors=tuple(r.items_of("kernel_errors", KernelError.from_dict, optional=True)))
+
+
+def _pair(data: object) -> tuple[str, str]:
+    if not (isinstance(data, list) and len(data) == 2 and all(isinstance(x, str) for x in data)):
+        raise WireError("the candidate's load reply: a renamed weight is not a pair of names")
+    return data[0], data[1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,23 +112,31 @@ class TrialRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class TrialReply:
-    """A trial's output (its description, for the comparer), the in-process checks' flags and,
-    when recorded, the aten ops forward dispatched."""
+    """A trial's output (its description, for the comparer), the in-process checks' flags,
+    when recorded the aten ops forward dispatched, and what its extension functions raised."""
 
     output: JsonValue
     flags: tuple[str, ...] = ()
     ops: tuple[str, ...] | None = None
+    #: What its extension functions raised while forward went on (`harness.causes`).
+    kernel_errors: tuple[KernelError, ...] = ()
+    #: The guarded harness objects the candidate's code changed (`harness.meter.stage.Meter.tampered`).
+    tampered: tuple[str, ...] = ()
 
     def to_dict(self) -> JsonObject:
-        reply: JsonObject = {"output": self.output, "flags": list(self.flags)}
+        reply: JsonObject = {"output": self.output, "flags": list(self.flags), "tampered": list(self.tampered)}
         if self.ops is not None:
             reply["ops"] = list(self.ops)
+        if self.kernel_errors:
+            reply["kernel_errors"] = [e.to_dict() for e in self.kernel_errors]
         return reply
 
     @classmethod
     def read(cls, r: Reader) -> TrialReply:
         return cls(output=r.json("output", optional=True), flags=tuple(r.texts("flags", optional=True)),
-                   ops=tuple(r.texts("ops")) if r.has("ops") else None)
+                   ops=tuple(r.texts("ops")) if r.has("ops") else None,
+                   kernel_errors=tuple(r.items_of("kernel_errors", KernelError.from_dict, optional=True)),
+                   tampered=tuple(r.texts("tampered", optional=True)))
 
 
 @dataclass(frozen=True)
@@ -138,59 +163,17 @@ class ProfileReply:
 
 @dataclass(frozen=True, kw_only=True)
 class TimeRequest:
-    """The timing loop over input ``sets``; call ids start at ``first_call`` (a second hardened
-    run continues them, so no input repeats)."""
+    """Time the candidate in its metered loop over the trials ``sets`` (answered by
+    `harness.protocol.meter.Metering`, then frames, then `MeterEnd`)."""
 
     op: ClassVar[Op] = Op.TIME
-    timing: TimingOptions
     sets: tuple[int, ...]
-    first_call: int = 0
+    flush: bool
 
     def to_dict(self) -> JsonObject:
-        return tagged(self.op, {"timing": self.timing.to_dict(), "sets": list(self.sets),
-                                  "first_call": self.first_call})
+        return tagged(self.op, {"sets": list(self.sets), "flush": self.flush})
 
     @classmethod
     def from_dict(cls, data: object) -> TimeRequest:
         r = Reader(data, "the timing request")
-        return cls(timing=TimingOptions.from_dict(r.data.get("timing")), sets=tuple(r.integers("sets")),
-                   first_call=r.integer("first_call", 0))
-
-
-@dataclass(frozen=True, kw_only=True)
-class KeptOutput:
-    """A re-checked timed call's output: input set ``index``, call id ``call``."""
-
-    index: int
-    call: int
-    output: JsonObject
-
-    def to_dict(self) -> JsonObject:
-        return {"index": self.index, "call": self.call, "output": self.output}
-
-    @classmethod
-    def from_dict(cls, data: object) -> KeptOutput:
-        r = Reader(data, "a kept output")
-        return cls(index=r.integer("index"), call=r.integer("call"), output=r.object("output"))
-
-    def to_compare(self) -> CompareItem:
-        return CompareItem(index=self.index, output=self.output, call=self.call)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TimeReply:
-    """The candidate's samples (its own clock: bounded by ours), its re-checked outputs and flags."""
-
-    timing: Timing
-    kept: tuple[KeptOutput, ...]
-    wall_s: float = 0.0
-    flags: tuple[str, ...] = ()
-
-    def to_dict(self) -> JsonObject:
-        return {"timing": self.timing.to_dict(), "kept": [k.to_dict() for k in self.kept], "wall_s": self.wall_s,
-                "flags": list(self.flags)}
-
-    @classmethod
-    def read(cls, r: Reader) -> TimeReply:
-        return cls(timing=Timing.from_dict(r.data.get("timing")), kept=tuple(r.items_of("kept", KeptOutput.from_dict)),
-                   wall_s=r.number("wall_s", 0.0), flags=tuple(r.texts("flags", optional=True)))
+        return cls(sets=tuple(r.integers("sets")), flush=r.flag("flush"))

@@ -1,4 +1,4 @@
-"""The reference stage's conversation: its start, the baselines, the loop's cost, the comparer.
+"""The reference stage's conversation: its start, its metered runs (baselines, calibration), the comparer.
 
 The reference (`harness.roles.reference`) is trusted with the expected outputs and the baselines'
 clocks, but runs the problem's code: the referee reads its replies through `harness.wire.Reader`
@@ -8,19 +8,20 @@ too (`harness.reference.ReferenceClient`). Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
 from harness.devices import DeviceSpecs
-from harness.options import Target, TimingOptions
+from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
+from harness.protocol.meter import CallInputs
 from harness.seeds import TrialSpec
-from harness.verdict import Timing
-from harness.wire import JsonObject, JsonValue, Reader
+from harness.wire import JsonObject, JsonValue, Reader, WireError
 from problems.spec import Problem
 
-__all__ = ["BaselinesRequest", "CompareItem", "CompareReply", "CompareRequest", "Compared", "LoopReply",
-           "LoopRequest", "ReferenceEnvironment", "ReferenceInfo", "ReferenceStart"]
+__all__ = ["CompareItem", "CompareReply", "CompareRequest", "Compared", "DeviceMeasured", "MeterRequest",
+           "ReferenceEnvironment", "ReferenceInfo", "ReferenceStart", "Timed"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,19 +36,49 @@ class ReferenceStart:
     weights_seed: int
     #: The cpu target's memory budget for one trial (a larger problem is refused).
     budget_bytes: int
+    #: The metered loop's extension (a copy in the stage's run directory), loaded first.
+    meter_path: Path
+    #: The device as this machine's record knows it (`harness.devicerecord`); None: measure it
+    #: first, before the problem's code is loaded, and say so (`DeviceMeasured`) before the reply.
+    specs: DeviceSpecs | None = None
 
     def to_dict(self) -> JsonObject:
         return tagged(self.op, {
             "problem": self.problem.to_dict(), "target": self.target.value,
             "trials": [t.to_dict() for t in self.trials], "init_seed": self.init_seed,
-            "weights_seed": self.weights_seed, "budget_bytes": self.budget_bytes})
+            "weights_seed": self.weights_seed, "budget_bytes": self.budget_bytes,
+            "meter_path": str(self.meter_path),
+            "specs": self.specs.to_dict() if self.specs is not None else None})
 
     @classmethod
     def from_dict(cls, data: object) -> ReferenceStart:
         r = Reader(data, "the reference's start")
         return cls(problem=request_problem(r), target=Target(r.text("target")), trials=request_trials(r),
                    init_seed=r.integer("init_seed"), weights_seed=r.integer("weights_seed"),
-                   budget_bytes=r.integer("budget_bytes"))
+                   budget_bytes=r.integer("budget_bytes"), meter_path=Path(r.text("meter_path")),
+                   specs=DeviceSpecs.from_dict(r.data["specs"]) if r.has("specs") else None)
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceMeasured:
+    """The device as the reference stage measured it, sent before the problem's code is loaded
+    (so that code cannot touch the figures), when the start carried no specs."""
+
+    op: ClassVar[Op] = Op.DEVICE
+    specs: DeviceSpecs
+    #: The load average exceeded the usable cores while it measured.
+    host_loaded: bool
+
+    def to_dict(self) -> JsonObject:
+        return tagged(self.op, {"specs": self.specs.to_dict(), "host_loaded": self.host_loaded})
+
+    @classmethod
+    def from_dict(cls, data: object) -> DeviceMeasured:
+        r = Reader(data, "the reference's device measurement")
+        if r.data.get("op") != Op.DEVICE.value:
+            raise WireError("the reference's device measurement is missing")
+        return cls(specs=DeviceSpecs.from_dict(r.nested("specs").data), host_loaded=r.flag("host_loaded"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,80 +135,59 @@ class ReferenceInfo:
         return cls.read(r) if r.flag("ok", False) else StartFailed.read(r)
 
 
-@dataclass(frozen=True, kw_only=True)
-class BaselinesRequest:
-    """Time the reference eagerly (and under ``torch.compile``): answered by `Baselines`."""
+class Timed(StrEnum):
+    """What the reference times: its model as built (eager PyTorch) or under ``torch.compile``."""
 
-    op: ClassVar[Op] = Op.BASELINES
-    timing: TimingOptions
-    compile_baseline: bool
-
-    def to_dict(self) -> JsonObject:
-        return tagged(self.op, {"timing": self.timing.to_dict(), "compile_baseline": self.compile_baseline})
-
-    @classmethod
-    def from_dict(cls, data: object) -> BaselinesRequest:
-        r = Reader(data, "the baselines request")
-        return cls(timing=TimingOptions.from_dict(r.data.get("timing")), compile_baseline=r.flag("compile_baseline"))
+    EAGER = "eager"
+    COMPILED = "compiled"
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoopRequest:
-    """The candidate's timing request, run with the reference model (the loop's own cost)."""
+class MeterRequest:
+    """Time the reference (``timed``) in its metered loop over the trials ``sets`` (answered by
+    `harness.protocol.meter.Metering`, then frames, then `MeterEnd`)."""
 
-    op: ClassVar[Op] = Op.LOOP
-    timing: TimingOptions
+    op: ClassVar[Op] = Op.METER
+    timed: Timed
     sets: tuple[int, ...]
-    transport: str
+    flush: bool
 
     def to_dict(self) -> JsonObject:
-        return tagged(self.op, {"timing": self.timing.to_dict(), "sets": list(self.sets),
-                                  "transport": self.transport})
+        return tagged(self.op, {"timed": self.timed.value, "sets": list(self.sets), "flush": self.flush})
 
     @classmethod
-    def from_dict(cls, data: object) -> LoopRequest:
-        r = Reader(data, "the loop request")
-        return cls(timing=TimingOptions.from_dict(r.data.get("timing")), sets=tuple(r.integers("sets")),
-                   transport=r.text("transport", "file"))
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoopReply:
-    timing: Timing
-    kept: int
-
-    def to_dict(self) -> JsonObject:
-        return {"timing": self.timing.to_dict(), "kept": self.kept}
-
-    @classmethod
-    def read(cls, r: Reader) -> LoopReply:
-        return cls(timing=Timing.from_dict(r.data.get("timing")), kept=r.integer("kept", 0))
+    def from_dict(cls, data: object) -> MeterRequest:
+        r = Reader(data, "the meter request")
+        return cls(timed=Timed(r.text("timed")), sets=tuple(r.integers("sets")), flush=r.flag("flush"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareItem:
-    """One output to compare: trial ``index``'s, or (``call``) that of a re-checked timed call.
-    ``output`` is the candidate's description, checked by the comparer (`harness.transfer`)."""
+    """One output to compare: trial ``index``'s, or (``call``) that of an audited timed call on
+    that trial's inputs. ``output`` is the candidate's description, checked by the comparer
+    (`harness.transfer`): a file in its directory, or a sealed memfd sent with the request."""
 
     index: int
     output: JsonValue
-    call: int | None = None
+    call: CallInputs | None = None
 
     def to_dict(self) -> JsonObject:
         item: JsonObject = {"index": self.index, "output": self.output}
         if self.call is not None:
-            item["call"] = self.call
+            item["call"] = self.call.to_dict()
         return item
 
     @classmethod
     def from_dict(cls, data: object) -> CompareItem:
         r = Reader(data, "a compared output")
-        return cls(index=r.integer("index"), output=r.json("output", optional=True), call=r.optional_integer("call"))
+        return cls(index=r.integer("index"), output=r.json("output", optional=True),
+                   call=CallInputs.from_dict(r.data["call"]) if r.has("call") else None)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CompareRequest:
-    """Compare outputs the candidate left in ``directory`` with the reference's, in the reference."""
+    """Compare outputs the candidate left in ``directory`` (or in the memfds sent with the request,
+    in order) with the reference's, in the reference."""
 
     op: ClassVar[Op] = Op.COMPARE
     items: tuple[CompareItem, ...]

@@ -12,6 +12,7 @@ ROLES = {
     "reference": "harness.roles.reference",
     "candidate": "harness.roles.candidate",
     "admission": "harness.roles.admission",
+    "model": "harness.roles.model",
 }
 
 

@@ -2,69 +2,100 @@
 
 It may start before its attempt (the referee prestarts it): torch imported, TF32 off, on a GPU the
 context and vendor handles made, then "ready" and a wait. Its request brings derived seeds (never
-the job's secret, never expected outputs); it loads the built extensions from the read-only copies
-of its own builds in its run directory, builds ``ModelNew`` with the reference weights, and on
-request runs trials, the no-op substitution trial, and the timing loop, writing outputs into
-its private directory for the comparer.
+the job's secret, never expected outputs); it loads and binds the metered loop (`harness.meter`)
+before any of the problem's or the candidate's code runs, loads the built extensions from the
+read-only copies of its own builds in its run directory, builds ``ModelNew`` with the reference
+weights, and on request runs trials and the no-op substitution trial (outputs written into its
+private directory for the comparer) or hands the model to the metered loop, which the trusted side
+drives call by call.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from harness import contract
-from harness import timing as timing_mod  # binds the clocks before candidate code is imported
 from harness.buildcache import BuildCache
+from harness.buildcache.records import BuildAnswer
+from harness.builds import BuildPhase
+from harness.causes import MAX_KERNEL_ERROR_CHARS, KernelError
 from harness.channel import Channel, StageMessage
-from harness.options import TimingOptions
+from harness.integrity import Flag
+from harness.meter.stage import Meter
 from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
+from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
     CandidateLoad,
-    KeptOutput,
     Loaded,
     ProfileReply,
-    TimeReply,
     TimeRequest,
     TrialReply,
     TrialRequest,
 )
+from harness.protocol.meter import MeterEnd, Metering
 from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
 from harness.transfer import export_output
 from harness.verdict import ProfileRow
 
 
 class NoopSwitch:
-    """Wraps every function of the candidate's extensions; when on, their effects become noise.
+    """Wraps every function of the candidate's extensions, as each module is handed to it; when on,
+    their effects become noise. It sees every call: what one raises is recorded, then re-raised.
 
     "No-op" means: the real function runs (so shapes are right), then every tensor it returned
     and every tensor argument it changed is overwritten with random values. If the forward's
-    output still matches the reference, the extension did no real work.
+    output still matches the reference, the extension did no real work. Modules are wrapped as
+    ``load_inline`` returns them (`BuildCache`'s ``on_module``), so a function the candidate binds
+    at import (``fn = load_inline(...).fn``) is the wrapper too, and so is a lazily built one.
     """
 
     def __init__(self) -> None:
         self.active = False
+        #: What extension functions raised since the last `take_raised` (the candidate may have
+        #: caught it and fallen back: the verdict names it first).
+        self.raised: list[KernelError] = []
+        #: Name each call in the torch profiler: on while `Candidate.profile` runs on the CPU, whose
+        #: profiler records torch ops only, so the extension's own C++ would be missing from it.
+        self.label_calls = False
 
     def wrap_module(self, module: Any) -> None:
         for name in dir(module):
             if name.startswith("_"):
                 continue
             fn = getattr(module, name)
-            if callable(fn) and not isinstance(fn, type):
-                setattr(module, name, self._wrap(fn))
+            if callable(fn) and not isinstance(fn, type) and not getattr(fn, "_kl_wrapped", False):
+                setattr(module, name, self._wrap(fn, f"{getattr(module, '__name__', '?')}.{name}"))
 
-    def _wrap(self, fn: Any) -> Any:
+    def take_raised(self) -> tuple[KernelError, ...]:
+        raised, self.raised = tuple(self.raised), []
+        return raised
+
+    def _wrap(self, fn: Any, qualname: str) -> Any:
         switch = self
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not switch.active:
-                return fn(*args, **kwargs)
-            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-            before = [t.clone() for t in tensors]
-            result = fn(*args, **kwargs)
+            if switch.label_calls:
+                with _record_function(qualname):
+                    return run(*args, **kwargs)
+            return run(*args, **kwargs)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                if not switch.active:
+                    return fn(*args, **kwargs)
+                tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+                before = [t.clone() for t in tensors]
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if len(switch.raised) < _MAX_RAISED:
+                    switch.raised.append(KernelError(function=qualname, error=f"{type(exc).__name__}: {exc}"[
+                        :MAX_KERNEL_ERROR_CHARS]))
+                raise
             for t, old in zip(tensors, before, strict=True):
                 if t.is_floating_point() and not torch.equal(t, old):
                     t.copy_(torch.randn_like(t))
@@ -72,6 +103,7 @@ class NoopSwitch:
 
         wrapper.__name__ = getattr(fn, "__name__", "wrapped")
         wrapper.__doc__ = getattr(fn, "__doc__", None)
+        wrapper._kl_wrapped = True  # type: ignore[attr-defined]
         return wrapper
 
 
@@ -83,12 +115,24 @@ def _poison(result: Any) -> Any:
     return result
 
 
+#: Run-time errors of extension functions kept per trial (a forward may call one in a loop).
+_MAX_RAISED = 8
 # Bound before candidate code runs: a candidate patching these does not blind the checks.
 _sleep = time.sleep
 _active_count = threading.active_count
+_record_function = torch.profiler.record_function
 #: How long a trial's output is left alone before it is compared with its copy taken when
 #: forward returned: work still writing it (a thread, another stream) shows up as a change.
 _SETTLE_S = 0.01
+
+
+def _clone_output(out: Any) -> Any:
+    """A copy of a forward's output as it is now (stream-ordered on CUDA)."""
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_clone_output(o) for o in out)
+    return out
 
 
 def _same_output(a: Any, b: Any) -> bool:
@@ -117,7 +161,10 @@ def _init_vendor_math(device: torch.device) -> None:
 
 
 class Candidate:
-    def __init__(self, request: CandidateLoad) -> None:
+    """The candidate, loaded (``delegate``: asks the trusted side for a build its compile stage did
+    not make, over the stage's channel)."""
+
+    def __init__(self, request: CandidateLoad, delegate: Callable[[Delegation], BuildAnswer]) -> None:
         self.workdir = request.workdir
         self.target = request.target.value
         self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
@@ -125,27 +172,35 @@ class Candidate:
         self.transport = request.transport
         #: Outputs handed over by CUDA IPC stay referenced until the next request.
         self._held: list[Any] = []
-        self.cache = BuildCache(request.builds_dir, mode="load", arch_list=request.arch_list)
-        self.cache.install()
+        # First: bound before any of the problem's or the candidate's code runs.
+        self.meter = Meter.load(request.meter_path, self.device)
         self.noop = NoopSwitch()
+        self.cache = BuildCache(request.builds_dir, mode="load", arch_list=request.arch_list, delegate=delegate,
+                                on_module=self.noop.wrap_module)
+        self.cache.install()
         self.problem = load_problem_module(request.problem, self.target)
         self.random = request.problem.random
+        self.cache.phase = BuildPhase.IMPORT
         candidate = load_candidate_module(request.candidate_path)
-        for module in self.cache.modules:
-            self.noop.wrap_module(module)
         if not hasattr(candidate, "ModelNew"):
             raise AttributeError("the candidate defines no class ModelNew")
         init_inputs = self.problem.get_init_inputs()
         torch.manual_seed(request.init_seed)
-        reference = self.problem.Model(*init_inputs)
-        weights = contract.redraw_weights(reference, request.weights_seed)
+        with contract.registrations() as ranks:
+            reference = self.problem.Model(*init_inputs)
+        weights = contract.in_registration_order(
+            reference, contract.redraw_weights(reference, request.weights_seed), ranks)
         del reference
         torch.manual_seed(request.init_seed)
-        self.model = candidate.ModelNew(*self.problem.get_init_inputs())
-        mismatch = contract.state_dict_mismatch(weights, self.model.state_dict())
-        if mismatch:
-            raise ValueError(mismatch)
-        self.model.load_state_dict(weights, strict=False)
+        self.cache.phase = BuildPhase.INIT
+        with contract.registrations() as ranks:
+            self.model = candidate.ModelNew(*self.problem.get_init_inputs())
+        self.cache.phase = None
+        loading = contract.reference_weights_for(
+            weights, contract.in_registration_order(self.model, self.model.state_dict(), ranks))
+        self.model.load_state_dict(loading.state, strict=False)
+        #: (Model's name, ModelNew's name) of the weights loaded by registration order.
+        self.renamed = loading.renamed
         self.model.train(request.problem.mode.value == "train").to(self.device)
         self.threads_at_start = _active_count()
 
@@ -159,6 +214,8 @@ class Candidate:
         flags: list[str] = []
         ops: set[str] = set()
         self.noop.active = noop
+        self.noop.take_raised()  # what earlier requests raised is theirs
+        self.cache.phase = BuildPhase.FORWARD
         contract.seed_forward(self.trials[index].seed)
         try:
             with torch.no_grad():
@@ -179,10 +236,11 @@ class Candidate:
             # on CUDA), let any work left running elsewhere go on, and compare.
             if self.device.type == "cuda":
                 torch.cuda.current_stream().synchronize()
-            snapshot = timing_mod.clone_output(out)
+            snapshot = _clone_output(out)
             self._sync()
         finally:
             self.noop.active = False
+            self.cache.phase = None
         if not contract.tf32_is_off():
             flags.append("tf32_enabled")
             contract.tf32_off()
@@ -196,26 +254,25 @@ class Candidate:
         self._sync()
         if not _same_output(snapshot, out):
             flags.append("deferred_work")
+        tampered = self.meter.tampered()
+        if tampered:
+            flags.append(Flag.HARNESS_TAMPERED)
         name = f"{'noop' if noop else 'trial'}-{index}"
         self._held = [snapshot]
         return TrialReply(output=export_output(snapshot, self.workdir, name, transport=self.transport),
-                          flags=tuple(flags), ops=tuple(sorted(ops)) if record_ops else None)
+                          flags=tuple(flags), ops=tuple(sorted(ops)) if record_ops else None,
+                          kernel_errors=self.noop.take_raised(), tampered=tuple(tampered))
 
-    def time(self, options: TimingOptions, set_indices: tuple[int, ...], first_call: int = 0) -> TimeReply:
-        sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in set_indices]
-        run = timing_mod.time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
-                                       first_call=first_call, seed_calls=self.random)
-        self._held = [out for _, _, out in run.kept]
-        kept = tuple(KeptOutput(index=set_indices[s], call=call,
-                                output=export_output(out, self.workdir, f"timed-{call}", transport=self.transport))
-                     for call, s, out in run.kept)
+    def time(self, channel: Channel, request: TimeRequest) -> MeterEnd:
+        """Hand the model to the metered loop (`harness.meter`): the trusted side drives it."""
+        sets = [contract.make_inputs(self.problem, self.trials[i], self.device) for i in request.sets]
+        self._held = []
+        channel.send(Metering())
+        calls = self.meter.run(channel, self.model, sets, flush=request.flush)
         flags = []
-        if not contract.tf32_is_off():
-            flags.append("tf32_enabled")
-            contract.tf32_off()
         if _active_count() > self.threads_at_start:
-            flags.append("background_threads")
-        return TimeReply(timing=run.timing, kept=kept, wall_s=run.wall_s, flags=tuple(flags))
+            flags.append(Flag.BACKGROUND_THREADS)
+        return MeterEnd(calls=calls, flags=tuple(flags), tampered=tuple(self.meter.tampered()))
 
     def profile(self, calls: int = 5) -> ProfileReply:
         """Per-kernel totals over a few calls, from the torch profiler (device time on CUDA)."""
@@ -223,14 +280,18 @@ class Candidate:
 
         inputs = contract.make_inputs(self.problem, self.trials[0], self.device)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        cuda = self.device.type == "cuda"
         with torch.no_grad():
             self.model(*inputs)  # warm-up outside the profile
             self._sync()
-            with profile(activities=activities) as prof:
-                for _ in range(calls):
-                    self.model(*inputs)
-                self._sync()
-        cuda = self.device.type == "cuda"
+            self.noop.label_calls = not cuda  # on a GPU its kernels show by themselves
+            try:
+                with profile(activities=activities) as prof:
+                    for _ in range(calls):
+                        self.model(*inputs)
+                    self._sync()
+            finally:
+                self.noop.label_calls = False
         rows = []
         for event in prof.key_averages():
             total_us = event.device_time_total if cuda else event.self_cpu_time_total
@@ -250,12 +311,21 @@ def serve(channel: Channel) -> None:
         _init_vendor_math(torch.device("cuda"))
     channel.send(Ready())
     request = CandidateLoad.from_dict(channel.recv())
+
+    def delegate(build: Delegation) -> BuildAnswer:
+        channel.send(build)
+        return BuildAnswer.from_dict(channel.recv())
+
     try:
-        candidate = Candidate(request)
+        candidate = Candidate(request, delegate)
+    except contract.WeightsMismatch as exc:
+        channel.send(StartFailed(message="the reference weights do not fit ModelNew", errors=str(exc)))
+        return
     except BaseException as exc:  # noqa: BLE001 - every load failure is the candidate's, reported
         channel.send(StartFailed(message="loading the candidate failed", errors=brief_error(exc)))
         return
-    channel.send(Loaded(extensions=tuple(m.__name__ for m in candidate.cache.modules)))
+    channel.send(Loaded(extensions=tuple(m.__name__ for m in candidate.cache.modules), renamed=candidate.renamed,
+                        kernel_errors=candidate.noop.take_raised()))
     while True:
         message = channel.recv()
         op = op_of(message)
@@ -269,8 +339,7 @@ def serve(channel: Channel) -> None:
             elif op is Op.PROFILE:
                 reply = candidate.profile()
             elif op is Op.TIME:
-                timed = TimeRequest.from_dict(message)
-                reply = candidate.time(timed.timing, timed.sets, timed.first_call)
+                reply = candidate.time(channel, TimeRequest.from_dict(message))
             else:
                 reply = OpFailed(error=f"unknown op {message.get('op')!r}")
         except BaseException as exc:  # noqa: BLE001 - a crash in forward is the candidate's

@@ -25,7 +25,6 @@ from harness.channel import Channel, ChannelClosed
 from harness.protocol import Op, Ready, op_of
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
 from harness.roles.loading import brief_error, load_candidate_module
-from harness.wire import JsonObject
 
 #: How the cache takes a request's header mode (`BuildCache`'s ``pch``).
 _CACHE_PCH: dict[HeaderMode, bool | str] = {HeaderMode.OFF: False, HeaderMode.USE: "use", HeaderMode.BUILD: True}
@@ -43,8 +42,8 @@ def serve(channel: Channel) -> None:
         return
     request = CompileRequest.from_dict(raw)
 
-    def delegate(build: JsonObject) -> BuildAnswer:
-        channel.send(Delegation(request=build))
+    def delegate(build: Delegation) -> BuildAnswer:
+        channel.send(build)
         return BuildAnswer.from_dict(channel.recv())
 
     cache = BuildCache(request.builds_dir, mode="build", arch_list=request.arch_list, max_jobs=request.max_jobs,
@@ -59,17 +58,24 @@ def serve(channel: Channel) -> None:
                                   extensions=tuple(r.to_extension() for r in cache.records)))
         return
     ok, message, errors = True, "", ""
+    raised: BaseException | None = None
     try:
         load_candidate_module(request.candidate_path)
     except BuildError as exc:
-        ok, errors, message = False, trim_compiler_errors(exc.log), f"extension {exc.name!r} failed to compile"
+        raised, ok, errors = exc, False, trim_compiler_errors(exc.log)
+        message = f"extension {exc.name!r} failed to compile"
     except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
-        ok, errors, message = False, brief_error(exc), "importing the candidate failed"
+        raised, ok, errors, message = exc, False, brief_error(exc), "importing the candidate failed"
     # An extension's "pch": whether its C++ compile used the precompiled torch header (status, key, seconds).
+    # A failed build that did not end the import was caught: the candidate went on without it.
+    swallowed = [e for e in cache.errors if e is not raised]
+    failed = {(e.name, e.key) for e in swallowed}  # not built: no extension of the candidate's
+    built = [r for r in cache.records if (r.name, r.key) not in failed]
     channel.send(CompileReply(ok=ok, message=message, errors=errors,
                               seconds=round(time.perf_counter() - started, 3),
-                              extensions=tuple(r.to_extension() for r in cache.records),
-                              kernels=tuple(k for r in cache.records for k in r.kernels or ())))
+                              extensions=tuple(r.to_extension() for r in built),
+                              kernels=tuple(k for r in built for k in r.kernels or ()),
+                              swallowed=tuple(e.failure() for e in swallowed)))
 
 
 def _serve_builds(channel: Channel, first: BuilderBuild) -> None:

@@ -9,33 +9,35 @@ from __future__ import annotations
 
 import ctypes
 import platform
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from harness import contract, footprint
-from harness.channel import Channel, StageMessage
+from harness.channel import Channel, StageMessage, parse_message
 from harness.compare import compare_outputs, flatten_output
-from harness.options import TimingOptions, default_tolerance
+from harness.devices import DeviceSpecs
+from harness.meter.stage import Meter, call_inputs
+from harness.options import default_tolerance
 from harness.protocol import Op, OpFailed, StartFailed, op_of
+from harness.protocol.meter import CallInputs, MeterEnd, Metering
 from harness.protocol.reference import (
-    BaselinesRequest,
     Compared,
     CompareItem,
     CompareReply,
     CompareRequest,
-    LoopReply,
-    LoopRequest,
+    DeviceMeasured,
+    MeterRequest,
     ReferenceEnvironment,
     ReferenceInfo,
     ReferenceStart,
+    Timed,
 )
 from harness.roles.loading import brief_error, load_problem_module
-from harness.roofline import count_flops, device_specs, min_bytes, sol_ms
-from harness.timing import scaled_inputs, time_callable
-from harness.transfer import OutputRejected, export_output, import_output
-from harness.verdict import Baselines
+from harness.roofline import count_flops, device_specs, host_loaded, min_bytes, sol_ms
+from harness.transfer import OutputRejected, import_output
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
@@ -47,12 +49,14 @@ class ProblemTooLarge(ValueError):
 
 
 class Reference:
-    def __init__(self, request: ReferenceStart) -> None:
+    def __init__(self, request: ReferenceStart, specs: DeviceSpecs) -> None:
         self.problem = request.problem
         self.target = request.target.value
         self.device = torch.device("cuda" if self.target == "cuda" else "cpu")
         self.trials = list(request.trials)
         contract.tf32_off()
+        self.meter = Meter.load(request.meter_path, self.device)
+        self._compiled: Callable[..., Any] | None = None
         self.module = load_problem_module(self.problem, self.target)
         if self.target == "cpu" and request.budget_bytes:
             too_large = footprint.over_budget(self.module, [t.overrides for t in self.trials], request.budget_bytes)
@@ -77,7 +81,7 @@ class Reference:
         first_inputs = contract.make_inputs(self.module, self.trials[0], self.device)
         self.flops = count_flops(self.model, first_inputs)
         self.min_bytes = min_bytes(first_inputs, self.expected[0], self.model)
-        self.specs = device_specs(self.device)
+        self.specs = specs
         self.out_dtype = self.expected[0][0].dtype
         self.sol_ms = sol_ms(self.flops, self.min_bytes, self.specs, self.out_dtype)
 
@@ -93,39 +97,24 @@ class Reference:
                 cpu_threads=torch.get_num_threads()),
         )
 
-    def baselines(self, options: TimingOptions, compile_baseline: bool) -> Baselines:
-        sets = [contract.make_inputs(self.module, t, self.device)
-                for t in self.trials[: max(1, options.input_sets)] if t.kind == "random"]
-        # The faster of two runs: interference from other work on the host only ever slows a run
-        # down, and an inflated baseline would quarantine honest candidates as "suspicious".
-        runs = [time_callable(self.model, sets, device=self.device, options=options).timing for _ in range(2)]
-        eager = min(runs, key=lambda t: t.median_ms)
-        if not compile_baseline:
-            return Baselines(eager=eager, compiled=None, notes=("torch.compile baseline switched off",))
-        try:
-            compiled = torch.compile(self.model)
-            timed = time_callable(compiled, sets, device=self.device, options=options).timing
-        except Exception as exc:  # noqa: BLE001 - a failed torch.compile is a note, not a crash
-            return Baselines(eager=eager, compiled=None,
-                             notes=(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}",))
-        return Baselines(eager=eager, compiled=timed)
+    def meter_run(self, channel: Channel, request: MeterRequest) -> MeterEnd:
+        """The model (eager, or under ``torch.compile``: compiled on its first call) in the metered
+        loop, as the candidate is timed: the baselines, and the loop's own cost (`Calibration`)."""
+        sets = [contract.make_inputs(self.module, self.trials[i], self.device) for i in request.sets]
+        fn: Callable[..., Any] = self.model
+        if request.timed is Timed.COMPILED:
+            if self._compiled is None:
+                self._compiled = torch.compile(self.model)
+            fn = self._compiled
+        channel.send(Metering())
+        calls = self.meter.run(channel, fn, sets, flush=request.flush)
+        return MeterEnd(calls=calls)
 
-    def loop(self, options: TimingOptions, set_indices: tuple[int, ...], transport: str) -> LoopReply:
-        """The candidate's timing request, done with the reference model: the trusted side times
-        the request with its own clock and takes this process's samples off to learn what the
-        loop itself costs (flushes, input scaling, syncs, re-check copies, exports) on this device."""
-        sets = [contract.make_inputs(self.module, self.trials[i], self.device) for i in set_indices]
-        run = time_callable(self.model, sets, device=self.device, options=options, keep_outputs=True,
-                            seed_calls=self.problem.random)
-        with tempfile.TemporaryDirectory() as scratch:
-            for call, _, out in run.kept:
-                export_output(out, Path(scratch), f"timed-{call}", transport=transport)
-        return LoopReply(timing=run.timing, kept=len(run.kept))
-
-    def _expected_for_call(self, index: int, call: int) -> list[torch.Tensor]:
-        """The output of a re-checked timed call: the trial's inputs as that call saw them."""
-        inputs = scaled_inputs(contract.make_inputs(self.module, self.trials[index], self.device), call)
-        contract.seed_forward(self.trials[index].seed, call)
+    def _expected_for_call(self, index: int, call: CallInputs) -> list[torch.Tensor]:
+        """The output of an audited timed call: the trial's inputs as that call saw them."""
+        inputs = call_inputs(contract.make_inputs(self.module, self.trials[index], self.device), call.input_seed,
+                             self.device)
+        torch.manual_seed(call.forward_seed)
         with torch.no_grad():
             out = self.model(*inputs)
         flat = flatten_output(out)
@@ -133,11 +122,13 @@ class Reference:
             raise TypeError(f"the reference Model returned {type(out).__name__}, not tensor(s)")
         return flat
 
-    def compare(self, item: CompareItem, directory: Path, atol: float | None, rtol: float | None) -> Compared:
+    def compare(self, item: CompareItem, directory: Path, fds: tuple[int, ...], atol: float | None,
+                rtol: float | None) -> Compared:
         index, call = item.index, item.call
         expected = self.expected[index] if call is None else self._expected_for_call(index, call)
         try:
-            actual = import_output(item.output, directory, expected_bytes=_nbytes(expected), device=self.device)
+            actual = import_output(item.output, directory, expected_bytes=_nbytes(expected), device=self.device,
+                                   fds=fds)
         except OutputRejected as exc:
             return Compared(passed=False, max_abs_err=None, mean_abs_err=None, mismatch_frac=1.0, message=str(exc))
         result = compare_outputs(expected, actual, atol=atol, rtol=rtol, tolerance_for=default_tolerance)
@@ -152,8 +143,12 @@ def _make_non_dumpable() -> None:
 def serve(channel: Channel) -> None:
     _make_non_dumpable()
     request = ReferenceStart.from_dict(channel.recv())  # the referee's: a malformed one is our bug
+    specs = request.specs
+    if specs is None:  # measured and sent before the problem's code is loaded: it cannot touch them
+        specs = device_specs(torch.device("cuda" if request.target.value == "cuda" else "cpu"))
+        channel.send(DeviceMeasured(specs=specs, host_loaded=host_loaded()))
     try:
-        ref = Reference(request)
+        ref = Reference(request, specs)
     except ProblemTooLarge as exc:
         channel.send(StartFailed(message=f"the problem is too large for the cpu target: {exc}"))
         return
@@ -162,24 +157,24 @@ def serve(channel: Channel) -> None:
         return
     channel.send(ref.start_reply())
     while True:
-        message = channel.recv()
+        frame = channel.recv_frame()
+        message = parse_message(frame.payload)
         op = op_of(message)
         if op is Op.EXIT:
             return
         reply: StageMessage
         try:
-            if op is Op.BASELINES:
-                asked = BaselinesRequest.from_dict(message)
-                reply = ref.baselines(asked.timing, asked.compile_baseline)
-            elif op is Op.LOOP:
-                loop = LoopRequest.from_dict(message)
-                reply = ref.loop(loop.timing, loop.sets, loop.transport)
+            if op is Op.METER:
+                reply = ref.meter_run(channel, MeterRequest.from_dict(message))
             elif op is Op.COMPARE:
                 compare = CompareRequest.from_dict(message)
-                reply = CompareReply(results=tuple(ref.compare(item, compare.directory, compare.atol, compare.rtol)
-                                                   for item in compare.items))
+                reply = CompareReply(results=tuple(
+                    ref.compare(item, compare.directory, frame.fds, compare.atol, compare.rtol)
+                    for item in compare.items))
             else:
                 reply = OpFailed(error=f"unknown op {message.get('op')!r}")
         except Exception as exc:  # noqa: BLE001 - the problem's forward raised: reported, the process lives on
             reply = OpFailed(error=brief_error(exc))
+        finally:
+            frame.close_fds()
         channel.send(reply)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agent.providers.replay import ReplayProvider
-from agent.testing import MemoryRecorder
 from problems import load_problem
 from problems.spec import Problem
 from tests.support.agents import SEED1, SEED2
+from tests.support.doubles import MemoryRecorder
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,10 @@ import pytest
 from agent import StopReason
 from agent.loop import run_job
 from agent.providers.openai_chat import OpenAIProvider
-from agent.testing import (
+from config.settings import LLMProfile, Settings
+from problems.spec import Problem
+from tests.support.agents import no_sleep, spec_for
+from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
@@ -25,9 +28,6 @@ from agent.testing import (
     SGLangServer,
     VLLMServer,
 )
-from config.settings import LLMProfile, Settings
-from problems.spec import Problem
-from tests.support.agents import no_sleep, spec_for
 from tests.support.paths import REPO
 
 DEPLOY = REPO / "docs" / "deploy.md"

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent.feedback import gpu_summary, verdict_feedback
-from agent.testing import make_verdict
-from agent.testing.fakes import FAKE_SPECS
-from harness.builds import ExtensionBuild, KernelInfo
+from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, KernelInfo
+from harness.causes import KernelError
 from harness.devices import DeviceSpecs
 from harness.provenance import Provenance
 from harness.verdict import CompileResult, ProfileRow, Stage, Status, Trial, Verdict
+from tests.support.doubles import make_verdict
+from tests.support.doubles.fakes import FAKE_SPECS
 
 
 def test_compile_error_shows_file_line_and_what_main_cpp_is() -> None:
@@ -84,7 +86,8 @@ def test_integrity_failure_flag_meaning() -> None:
 
 def test_load_error_explains_what_loading_is() -> None:
     text = verdict_feedback("check_correctness", make_verdict("load_error", "correctness"))
-    assert "ModelNew lacks state_dict keys ['bn.running_mean']" in text
+    assert "the reference weights do not fit ModelNew" in text
+    assert "   4  bn.running_mean (16,)      -   <- missing" in text
     assert "loading the reference state_dict into it" in text
 
 
@@ -182,3 +185,33 @@ def test_a_compile_error_without_compiler_text_says_so_instead_of_an_empty_headi
     text = verdict_feedback("compile", verdict)
     assert "first compiler errors:" not in text
     assert "the compiler printed no error text" in text
+
+
+def test_a_failure_the_candidate_caught_comes_first_with_the_compilers_errors() -> None:
+    errors = "main.cpp:11:15: error: 'output' was not declared in this scope\n   11 |   float* op = output.data_ptr();"
+    verdict = Verdict(
+        status=Status.FAIL, stage=Stage.INTEGRITY, flags=("no_custom_kernel",),
+        message="extension 'kl_fast' failed to build in ModelNew.__init__ and the candidate caught the error "
+                "(falling back without it): main.cpp:11:15: error: 'output' was not declared in this scope\n"
+                "the candidate built no extension: no custom kernel ran",
+        compile=CompileResult(ok=True, seconds=4.0, swallowed=(
+            BuildFailure(name="kl_fast", errors=errors, lazy=BuildPhase.INIT),)),
+        trials=make_verdict("pass", "correctness").trials,
+        kernel_errors=(KernelError(function="kl_ext.f", error="RuntimeError: odd batch", trial=3),),
+        notes=("ModelNew names its parameters ... loaded by registration order: conv.weight -> w",))
+    lines = verdict_feedback("check_correctness", verdict).splitlines()
+    assert lines[0].startswith("check_correctness: FAIL (stage integrity) - extension 'kl_fast' failed to build")
+    assert lines[1] == ("YOUR BUILD FAILED: load_inline of 'kl_fast' (in ModelNew.__init__) raised and your code "
+                        "caught it, so your kernel never ran; first compiler errors:")
+    assert lines[2:4] == errors.splitlines()
+    assert lines[4] == ("YOUR KERNEL RAISED: kl_ext.f raised in trial 3 and your code caught it (forward went on "
+                        "without it): RuntimeError: odd batch")
+    assert lines[5].startswith("(a kernel must fail loudly") and lines[6].startswith("note: ModelNew names")
+
+
+def test_a_lazy_build_says_where_it_was_built() -> None:
+    verdict = make_verdict("pass", "benchmark")
+    assert verdict.compile is not None
+    lazy = replace(verdict.compile.extensions[0], lazy=BuildPhase.FORWARD, cached=False)
+    text = verdict_feedback("benchmark", replace(verdict, compile=replace(verdict.compile, extensions=(lazy,))))
+    assert f"build: {lazy.name} (built, lazily in forward)" in text

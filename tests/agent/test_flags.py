@@ -1,7 +1,7 @@
 """Every integrity flag the harness can raise has its text for the verdict and its advice for the model."""
 
 from agent.feedback import FLAG_MEANING, verdict_feedback
-from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, QUARANTINE_FLAGS, Flag
+from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, NOTICE_FLAGS, QUARANTINE_FLAGS, Flag
 from harness.verdict import Stage, Status, Verdict
 
 
@@ -11,9 +11,9 @@ def test_every_flag_has_the_harness_text_and_the_agent_advice() -> None:
     assert all(FLAG_TEXT[flag] and FLAG_MEANING[flag] for flag in Flag)
 
 
-def test_flags_split_into_decisive_and_quarantine() -> None:
-    assert set(Flag) == DECISIVE_FLAGS | QUARANTINE_FLAGS
-    assert not DECISIVE_FLAGS & QUARANTINE_FLAGS
+def test_flags_split_into_decisive_quarantine_and_notices() -> None:
+    assert set(Flag) == DECISIVE_FLAGS | QUARANTINE_FLAGS | NOTICE_FLAGS
+    assert not DECISIVE_FLAGS & QUARANTINE_FLAGS and not (DECISIVE_FLAGS | QUARANTINE_FLAGS) & NOTICE_FLAGS
 
 
 def test_deferred_work_feedback_gives_its_advice() -> None:

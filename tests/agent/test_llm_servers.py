@@ -1,6 +1,6 @@
 """The agent loop against the LLM servers people run, through the real ``openai`` client.
 
-Each test drives `agent.run_job` against a scripted server (`agent.testing`) that validates,
+Each test drives `agent.run_job` against a scripted server (`tests.support.doubles`) that validates,
 fails and streams the way its real counterpart does (the server modules cite their sources),
 and covers one row of issue 14's table, or streaming, Retry-After, the strict-history check.
 No compiles: a `FakeEvaluator` judges the candidates.
@@ -19,7 +19,10 @@ import pytest
 
 from agent import Budgets, Failure, JobResult, StopReason, run_job, source_sha256
 from agent.providers.openai_chat import OpenAIProvider, is_context_overflow, split_think
-from agent.testing import (
+from config.settings import LLMProfile
+from problems.spec import Problem
+from tests.support.agents import budgets_of, no_sleep, spec_for
+from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
@@ -32,10 +35,7 @@ from agent.testing import (
     SGLangServer,
     VLLMServer,
 )
-from agent.testing.scripted import roles_alternate
-from config.settings import LLMProfile
-from problems.spec import Problem
-from tests.support.agents import no_sleep, spec_for
+from tests.support.doubles.scripted import roles_alternate
 
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # fast\n    pass\n"
 SLOW = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # slow\n    pass\n"
@@ -92,7 +92,7 @@ def _arguments_are_json_objects(requests: Iterable[dict[str, Any]]) -> bool:
 def test_reasoning_model_parameters_are_dropped_once_remembered_and_reasoning_is_priced(seed1: Problem) -> None:
     """OpenAI reasoning models answer 400 ``unsupported_parameter`` for ``temperature`` and for
     ``max_tokens`` ("Use 'max_completion_tokens' instead."), and report hidden reasoning in
-    ``usage.completion_tokens_details.reasoning_tokens`` (`agent.testing.openai_server`)."""
+    ``usage.completion_tokens_details.reasoning_tokens`` (`tests.support.doubles.openai_server`)."""
     script = [Reply(content="Plan: fuse.", reasoning="r " * 300, calls=(Call("benchmark", {"source": FAST}),)),
               Reply(content="Done.", reasoning="s " * 100, calls=(Call("submit", {"source": FAST}),))]
     with OpenAIServer(script, model="o4-mini", reasoning_model=True) as server:
@@ -205,7 +205,7 @@ def test_a_server_refusing_tools_is_answered_in_text_at_once(seed1: Problem, ser
 def test_a_model_that_never_calls_a_tool_ends_the_job_saying_so(seed1: Problem) -> None:
     """No code evaluated: the job has no verified kernel and says the model made no attempt."""
     with VLLMServer([Reply(content="I would tile it.")] * 3) as server:
-        result, recorder = _run(seed1, server, _profile(server), budgets=Budgets(turns=3))
+        result, recorder = _run(seed1, server, _profile(server), budgets=budgets_of(turns=3))
     assert result.best is None and result.failure is Failure.NO_ATTEMPT and not recorder.attempts
     assert (result.error or "").startswith("the model made no attempt: none of its 3 replies had a usable tool call")
     assert "turns budget (3) ran out" in (result.error or "")
@@ -282,7 +282,7 @@ def test_context_overflow_is_recognised_in_each_servers_words(seed1: Problem, se
     demands strict alternation: no request may break it."""
     with OVERFLOW_SERVERS[server_kind](_long_script(9)) as server:
         profile = _profile(server, context_window=32_768, max_output_tokens=1024)
-        result, recorder = _run(seed1, server, profile, budgets=Budgets(turns=12))
+        result, recorder = _run(seed1, server, profile, budgets=budgets_of(turns=12))
         statuses, requests = server.statuses, server.requests
     assert result.trajectories[0].reason is StopReason.SUBMITTED and result.best is not None
     first = statuses.index(400)
@@ -303,7 +303,7 @@ def test_strict_templates_without_tool_roles_get_alternating_text_histories(seed
               Reply(content='```json\n{"tool": "submit", "arguments": {"source": ' + json.dumps(FAST) + "}}\n```")]
     with VLLMServer(script, tool_parser=False, strict_roles=True, template_tools=False,
                     context_window=9000) as server:
-        result, recorder = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=Budgets(turns=12))
+        result, recorder = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=budgets_of(turns=12))
         statuses, requests = server.statuses, server.requests
     assert result.trajectories[0].reason is StopReason.SUBMITTED and result.best is not None
     assert statuses[0] == 400 and set(statuses[1:]) == {200}  # tools refused once, then text only
@@ -317,7 +317,7 @@ def test_the_history_fits_the_profiles_window_by_construction_even_where_the_ser
     """Ollama truncates a prompt longer than ``num_ctx`` silently (oldest messages first): with
     the window stated in the profile, it never has to, over a long job."""
     with OllamaServer(_long_script(12), context_window=8192) as server:
-        result, _ = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=Budgets(turns=14))
+        result, _ = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=budgets_of(turns=14))
         truncated, exchanges = server.truncated, server.exchanges
     assert result.trajectories[0].reason is StopReason.SUBMITTED
     assert truncated == [0] * len(exchanges) and max(e.prompt_tokens for e in exchanges) + 1024 <= 8192
@@ -368,7 +368,7 @@ def test_the_wall_clock_cuts_the_llm_call_in_flight_and_keeps_the_best(seed1: Pr
     script = [Reply(content="first", calls=(Call("benchmark", {"source": FAST}),)), endless]
     with VLLMServer(script) as server:
         started = time.monotonic()
-        result, recorder = _run(seed1, server, _profile(server), budgets=Budgets(wall_clock_s=1.5))
+        result, recorder = _run(seed1, server, _profile(server), budgets=budgets_of(wall_clock_s=1.5))
         elapsed = time.monotonic() - started
         exchanges = server.exchanges
     assert result.reason is StopReason.WALL_CLOCK and elapsed < 4.0
@@ -380,7 +380,7 @@ def test_the_wall_clock_cuts_the_evaluation_in_flight(seed1: Problem) -> None:
     evaluator = FakeEvaluator({SLOW: FakeCandidate()}, delay_s=30.0)
     with VLLMServer([Reply(content="go", calls=(Call("benchmark", {"source": SLOW}),))]) as server:
         started = time.monotonic()
-        result, _ = _run(seed1, server, _profile(server), budgets=Budgets(wall_clock_s=1.0), evaluator=evaluator)
+        result, _ = _run(seed1, server, _profile(server), budgets=budgets_of(wall_clock_s=1.0), evaluator=evaluator)
         elapsed = time.monotonic() - started
     assert result.reason is StopReason.WALL_CLOCK and elapsed < 4.0 and evaluator.cancelled.is_set()
     assert result.failure is Failure.BUDGET and "wall clock budget (1 s) ran out" in (result.error or "")
@@ -447,7 +447,7 @@ def test_every_budget_is_shown_to_the_model(seed1: Problem) -> None:
     script = [Reply(content="a", calls=(Call("benchmark", {"source": SLOW}),)),
               Reply(content="b", calls=(Call("submit", {"source": FAST}),))]
     with VLLMServer(script) as server:
-        budgets = Budgets(turns=5, tool_calls=7, max_tokens=90_000, max_cost_usd=2.0, wall_clock_s=600)
+        budgets = budgets_of(turns=5, tool_calls=7, max_tokens=90_000, max_cost_usd=2.0, wall_clock_s=600)
         _run(seed1, server, _profile(server, price_in_per_mtok=1.0), budgets=budgets)
         requests = server.requests
     system = requests[0]["messages"][0]["content"]
@@ -474,7 +474,7 @@ def test_streams_cut_by_the_client_leave_the_server_free(seed1: Problem) -> None
 def test_the_source_hash_in_a_summary_names_the_attempt(seed1: Problem) -> None:
     """Compaction keeps older attempts as references the model can follow (hash and verdict)."""
     with VLLMServer(_long_script(9), context_window=9000) as server:
-        result, recorder = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=Budgets(turns=12))
+        result, recorder = _run(seed1, server, _profile(server, max_output_tokens=1024), budgets=budgets_of(turns=12))
     summary = next(m.content or "" for m in recorder.messages if "## Summary" in (m.content or ""))
     assert f"1. compile of source {source_sha256(_source(0, 2600))[:8]}: error (stage compile)" in summary
     assert "[first version]" in summary and "lines vs " in summary

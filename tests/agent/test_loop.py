@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from agent import Budgets, Failure, JobSpec, StopReason, run_job, source_sha256
+from agent import Failure, JobSpec, StopReason, run_job, source_sha256
 from agent.providers.base import AssistantTurn, ContextOverflow, ProviderError, ToolCall, Usage
 from agent.providers.replay import ReplayProvider, ScriptedCall, ScriptedTurn
-from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
 from problems.spec import Problem
-from tests.support.agents import REPLAY, FakeClock, fake_for, no_sleep, spec_for
+from tests.support.agents import REPLAY, FakeClock, budgets_of, fake_for, no_sleep, spec_for
+from tests.support.doubles import FakeCandidate, FakeEvaluator, MemoryRecorder
 
 
 def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, replay1: ReplayProvider,
@@ -37,11 +37,12 @@ def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, r
     assert [a.tool for a in recorder.attempts] == ["compile", "check_correctness", "check_correctness", "benchmark",
                                                    "benchmark", "profile"]
     assert len(evaluator.calls) == 6 and result.totals.evaluations == 6
-    # parents: each new source derives from the previous one; re-runs keep their parent
-    draft, wrong, slow, _, fast, _ = recorder.attempts
+    # parents: each new source derives from the previous one; a re-run of a source is its own
+    # earlier attempt's (issue 24: it named the attempt its first run was edited from)
+    draft, wrong, slow, rerun, fast, profile = recorder.attempts
     assert draft.parent_sha256 is None and wrong.parent_sha256 == draft.sha256
-    assert slow.parent_sha256 == wrong.sha256 and recorder.attempts[3].parent_sha256 == wrong.sha256
-    assert fast.parent_sha256 == slow.sha256
+    assert slow.parent_sha256 == wrong.sha256 and rerun.sha256 == slow.sha256 and rerun.parent_sha256 == slow.sha256
+    assert fast.parent_sha256 == slow.sha256 and profile.parent_sha256 == fast.sha256
     # the best is the fast kernel's benchmark verdict, with its source
     assert result.best is not None and result.best.source == replay1.source("fast")
     assert result.best.median_ms == 1.0 and result.best.tool == "benchmark"
@@ -51,7 +52,7 @@ def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, r
 
 def test_turn_budget_cuts_the_script_and_the_best_still_counts(seed1: Problem, replay1: ReplayProvider,
                                                                recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=Budgets(turns=5)), evaluator=fake_for(replay1), recorder=recorder,
+    result = run_job(spec_for(seed1, budgets=budgets_of(turns=5)), evaluator=fake_for(replay1), recorder=recorder,
                      provider=replay1, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.TURNS and recorder.finished == {0: "turns"}
     assert sum(m.role == "assistant" for m in recorder.messages) == 5
@@ -62,7 +63,7 @@ def test_turn_budget_cuts_the_script_and_the_best_still_counts(seed1: Problem, r
 
 
 def test_tool_call_budget(seed1: Problem, replay1: ReplayProvider, recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=Budgets(tool_calls=4)), evaluator=fake_for(replay1),
+    result = run_job(spec_for(seed1, budgets=budgets_of(tool_calls=4)), evaluator=fake_for(replay1),
                      recorder=recorder, provider=replay1, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.TOOL_CALLS
     assert result.trajectories[0].tool_calls == 4
@@ -72,7 +73,7 @@ def test_tool_call_budget(seed1: Problem, replay1: ReplayProvider, recorder: Mem
 
 
 def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, replay1: ReplayProvider) -> None:
-    result = run_job(spec_for(seed1, budgets=Budgets(max_tokens=9000)), evaluator=fake_for(replay1),
+    result = run_job(spec_for(seed1, budgets=budgets_of(max_tokens=9000)), evaluator=fake_for(replay1),
                      recorder=MemoryRecorder(), provider=replay1, sleep=no_sleep)
     assert result.reason is StopReason.TOKENS and result.totals.tokens >= 9000
     assert result.totals.llm_calls < 7
@@ -84,7 +85,7 @@ def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, replay1: ReplayProvi
                                  usage=Usage(turn.usage.tokens_in, turn.usage.tokens_out, cost_usd=0.4))
 
     priced = Priced(replay1.turns, replay1.sources)
-    result = run_job(spec_for(seed1, budgets=Budgets(max_cost_usd=1.0)), evaluator=fake_for(replay1),
+    result = run_job(spec_for(seed1, budgets=budgets_of(max_cost_usd=1.0)), evaluator=fake_for(replay1),
                      recorder=MemoryRecorder(), provider=priced, sleep=no_sleep)
     assert result.reason is StopReason.COST and result.totals.llm_calls == 3
     assert result.totals.cost_usd == pytest.approx(1.2)
@@ -96,7 +97,7 @@ def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, replay1: ReplayProvi
             clock.now += 100.0
             return super().complete(*args, **kw)
 
-    result = run_job(spec_for(seed1, budgets=Budgets(wall_clock_s=250)), evaluator=fake_for(replay1),
+    result = run_job(spec_for(seed1, budgets=budgets_of(wall_clock_s=250)), evaluator=fake_for(replay1),
                      recorder=MemoryRecorder(), provider=Slow(replay1.turns, replay1.sources), sleep=no_sleep,
                      clock=clock)
     assert result.reason is StopReason.WALL_CLOCK and result.totals.llm_calls == 3
@@ -104,7 +105,7 @@ def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, replay1: ReplayProvi
 
 def test_target_speedup_stops_the_job_early(seed1: Problem, replay1: ReplayProvider,
                                             recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=Budgets(target_speedup=1.5)), evaluator=fake_for(replay1),
+    result = run_job(spec_for(seed1, budgets=budgets_of(target_speedup=1.5)), evaluator=fake_for(replay1),
                      recorder=recorder, provider=replay1, sleep=no_sleep)
     assert result.reason is StopReason.TARGET_REACHED  # the fast one is 2x over eager
     assert [a.tool for a in recorder.attempts][-1] == "benchmark" and result.best is not None
@@ -130,7 +131,7 @@ def test_correctness_only_passes_never_count_as_best(seed1: Problem) -> None:
     turns = (ScriptedTurn("check", (ScriptedCall("check_correctness", "fast"),)),
              ScriptedTurn("compile", (ScriptedCall("compile", "fast"),)))
     provider = ReplayProvider(turns, {"fast": "FAST"})
-    result = run_job(spec_for(seed1, budgets=Budgets(turns=2)), evaluator=FakeEvaluator({"FAST": FakeCandidate()}),
+    result = run_job(spec_for(seed1, budgets=budgets_of(turns=2)), evaluator=FakeEvaluator({"FAST": FakeCandidate()}),
                      recorder=MemoryRecorder(), provider=provider, sleep=no_sleep)
     assert result.best is None and result.reason is StopReason.COMPLETED
 
@@ -290,12 +291,12 @@ def test_long_history_is_compacted_before_it_is_sent_and_never_over_the_window(s
         for i in range(12)]
     provider = ScriptProvider(steps)
     llm = REPLAY.model_copy(update={"max_output_tokens": 1000})
-    spec = spec_for(seed1, budgets=Budgets(turns=12), context_tokens=12_000, llm=llm)
+    spec = spec_for(seed1, budgets=budgets_of(turns=12), context_tokens=14_000, llm=llm)
     run_job(spec, evaluator=FakeEvaluator({}), recorder=MemoryRecorder(), provider=provider, sleep=no_sleep)
     compacted = [h for h in provider.seen if "## Summary of this session so far" in h[1]["content"]]
     assert compacted and len(compacted) < len(provider.seen)
     for history in provider.seen:  # the estimate (3 characters a token, a pessimistic guess) always fits
-        assert len(json.dumps(history)) / 3 + 1000 < 12_000
+        assert len(json.dumps(history)) / 3 + 1000 < 14_000
         assert _roles_alternate(history)
     first = compacted[0]  # as the compaction left it
     assert sum(m["role"] == "assistant" for m in first) >= 2
@@ -337,10 +338,10 @@ def test_trajectories_run_concurrently_share_dedup_and_pick_the_best(seed1: Prob
 
 def test_job_spec_and_budgets_validate() -> None:
     with pytest.raises(ValueError, match="turns"):
-        Budgets(turns=0)
+        budgets_of(turns=0)
     with pytest.raises(ValueError, match="target_speedup"):
-        Budgets(target_speedup=0)
+        budgets_of(target_speedup=0)
     with pytest.raises(ValueError, match="target"):
-        JobSpec(problem=None, target="tpu", llm=None)  # type: ignore[arg-type]
+        JobSpec(problem=None, target="tpu", llm=None, budgets=budgets_of())  # type: ignore[arg-type]
     assert StopReason.TURNS.outcome == "exhausted" and StopReason.LLM_ERROR.outcome == "failed"
     assert StopReason.SUBMITTED.outcome == "submitted"

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from agent import StopReason, run_job
+from agent import JobResult, StopReason, run_job
 from agent.providers import make_provider
 from agent.providers.openai_chat import OpenAIProvider
-from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder, StubChatServer, StubResponse
 from config.settings import LLMProfile
 from problems.spec import Problem
 from tests.support.agents import no_sleep, spec_for
+from tests.support.doubles import FakeCandidate, FakeEvaluator, MemoryRecorder, StubChatServer, StubResponse
 
 FAST, WRONG = "# fast\nclass ModelNew: ...\n", "# wrong\nclass ModelNew: ...\n"
 TOOL_NAMES = {"get_gpu_specs", "compile", "check_correctness", "benchmark", "profile", "submit"}
@@ -32,7 +33,20 @@ def _tool_messages(request: dict[str, Any]) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "tool"]
 
 
-def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
+@dataclass(frozen=True)
+class InjectedJob:
+    """One job over HTTP whose server injects every error a real one sends, as it went."""
+
+    result: JobResult
+    recorder: MemoryRecorder
+    requests: list[dict[str, Any]]
+    paths: set[str]
+    unanswered: int
+    sleeps: list[float]
+
+
+@pytest.fixture(scope="module")
+def injected(seed1: Problem) -> InjectedJob:
     script = [
         StubResponse.tool_calls(("get_gpu_specs", {}), content="Shapes first."),          # 0
         StubResponse.rate_limited(retry_after=0.01),                                       # 1
@@ -51,42 +65,58 @@ def test_job_over_http_survives_every_injected_error(seed1: Problem) -> None:
         provider = OpenAIProvider.from_profile(_profile(server), sleep=sleeps.append)
         result = run_job(spec_for(seed1, llm=_profile(server)), evaluator=_evaluator(), recorder=recorder,
                          provider=provider, sleep=no_sleep)
-        requests = server.requests
-        assert server.remaining == 0 and set(server.paths) == {"/v1/chat/completions"}
+        return InjectedJob(result, recorder, server.requests, set(server.paths), server.remaining, sleeps)
 
-    assert result.trajectories[0].reason is StopReason.SUBMITTED
-    assert result.best is not None and result.best.source == FAST
-    assert sleeps == [0.01, 1.0, 1.0]  # Retry-After honoured; then exponential backoff
-    assert len(requests) == 10
-    for request in requests:
+
+def test_a_job_over_http_survives_every_injected_error(injected: InjectedJob) -> None:
+    assert injected.result.trajectories[0].reason is StopReason.SUBMITTED
+    assert injected.result.best is not None and injected.result.best.source == FAST
+    assert injected.unanswered == 0 and injected.paths == {"/v1/chat/completions"}
+    assert len(injected.requests) == 10
+
+
+def test_retries_honour_retry_after_then_back_off_and_resend_the_same_history(injected: InjectedJob) -> None:
+    assert injected.sleeps == [0.01, 1.0, 1.0]  # Retry-After honoured; then exponential backoff
+    requests = injected.requests
+    assert requests[2]["messages"] == requests[1]["messages"]  # the 429
+    assert requests[5]["messages"][-1] == requests[6]["messages"][-1]  # the 503
+    assert requests[8]["messages"] == requests[7]["messages"]  # the 502
+
+
+def test_every_request_carries_the_model_the_tools_and_the_playbook(injected: InjectedJob) -> None:
+    for request in injected.requests:
         assert request["model"] == "stub-model" and request["temperature"] == 0.2
         assert {t["function"]["name"] for t in request["tools"]} == TOOL_NAMES
         assert request["tools"][1]["function"]["parameters"]["required"] == ["source"]
-    assert requests[0]["messages"][0]["role"] == "system" and "## How your file is judged" in \
-        requests[0]["messages"][0]["content"]
-    assert requests[2]["messages"] == requests[1]["messages"]  # the 429 was retried as is
+    system = injected.requests[0]["messages"][0]
+    assert system["role"] == "system" and "## How your file is judged" in system["content"]
+
+
+def test_the_model_is_told_what_went_wrong_with_its_own_message(injected: InjectedJob) -> None:
+    requests = injected.requests
     assert "ridge point" in _tool_messages(requests[2])[-1]
     assert "not valid JSON" in _tool_messages(requests[3])[-1]  # malformed arguments fed back
     # and replaced in the history by a valid JSON record of what was attempted
     malformed = requests[3]["messages"][-2]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(malformed)["arguments_received"].startswith('{"source": "import torch')
     assert _tool_messages(requests[4])[-1].startswith("error: unknown tool 'optimize'")
-    assert requests[5]["messages"][-1] == requests[6]["messages"][-1]
-    assert requests[5]["messages"][-1]["role"] == "user"
-    assert requests[5]["messages"][-1]["content"].startswith("Your message had no tool call")
+    nudge = requests[5]["messages"][-1]
+    assert nudge["role"] == "user" and nudge["content"].startswith("Your message had no tool call")
     assert _tool_messages(requests[7])[-1].startswith("check_correctness: FAIL")
-    assert requests[8]["messages"] == requests[7]["messages"]  # the 502 was retried as is
-    # the assistant's calls come back to the server exactly as it sent them
-    sent = requests[1]["messages"][2]
+
+
+def test_the_assistants_calls_go_back_exactly_as_the_server_sent_them(injected: InjectedJob) -> None:
+    sent = injected.requests[1]["messages"][2]
     assert sent["role"] == "assistant" and sent["tool_calls"][0]["function"]["name"] == "get_gpu_specs"
-    # usage and cost per message, from the profile's prices (estimated when the server sends none)
-    assistants = [m for m in recorder.messages if m.role == "assistant"]
-    assert len(assistants) == 7
+
+
+def test_usage_and_cost_per_message_from_the_profiles_prices(injected: InjectedJob) -> None:
+    assistants = [m for m in injected.recorder.messages if m.role == "assistant"]
+    assert len(assistants) == 7 and injected.result.totals.llm_calls == 7
     assert (assistants[0].tokens_in, assistants[0].tokens_out) == (120, 40)
     assert assistants[0].cost_usd == pytest.approx(120e-6 + 80e-6)
     assert assistants[0].latency_ms > 0
-    assert assistants[-1].tokens_in > 1000  # estimated from the history
-    assert result.totals.llm_calls == 7
+    assert assistants[-1].tokens_in > 1000  # no usage sent: estimated from the history
 
 
 def test_refusal_and_timeout_then_success(seed1: Problem) -> None:

@@ -6,16 +6,16 @@ import dataclasses
 
 from agent import Budgets
 from agent.prompt import problem_message, system_prompt
-from agent.testing.fakes import FAKE_SPECS
 from harness.devices import DeviceSpecs
 from problems import load_problem
 from problems.spec import Policy, Problem
-from tests.support.agents import SEED2_EVAL
+from tests.support.agents import SEED2_EVAL, budgets_of
+from tests.support.doubles.fakes import FAKE_SPECS
 
 
 def _prompt(problem: Problem, target: str = "cuda", *, specs: DeviceSpecs | None = FAKE_SPECS,
             budgets: Budgets | None = None, strategy: str | None = None) -> str:
-    return system_prompt(problem, target, specs=specs, budgets=budgets or Budgets(), random_trials=3,
+    return system_prompt(problem, target, specs=specs, budgets=budgets or budgets_of(), random_trials=3,
                          strategy=strategy)
 
 
@@ -24,9 +24,10 @@ def test_contract_for_a_train_mode_problem(seed2: Problem) -> None:
     # mode, and what it means for BatchNorm
     assert "Mode: TRAIN" in text and "current batch's statistics" in text
     assert "folding them into weights is wrong here" in text
-    # weights: re-drawn, loaded by key after __init__, derived things in forward
+    # weights: re-drawn, loaded by name (else by registration order) after __init__, derived things in forward
     assert "re-drawn from a secret seed" in text and "running_var = 1" in text
-    assert "state_dict is loaded into it by key, AFTER __init__" in text
+    assert "weights are loaded into it AFTER __init__: by name" in text
+    assert "otherwise by\n  registration order" in text and "KernelBench" in text
     assert "must be computed in forward" in text
     # inputs, shapes, tolerance, TF32, policy, no GPU at import
     assert "3 trials with get_inputs() re-drawn" in text and "another value distribution" in text
@@ -48,7 +49,7 @@ def test_contract_for_an_eval_mode_problem_with_overrides(seed2: Problem) -> Non
 
 
 def test_device_playbook_tools_budget_and_strategy(seed2: Problem) -> None:
-    text = _prompt(seed2, budgets=Budgets(turns=7, tool_calls=12), strategy="Fuse everything.")
+    text = _prompt(seed2, budgets=budgets_of(turns=7, tool_calls=12), strategy="Fuse everything.")
     assert "NVIDIA H200" in text and "ridge point" in text
     # the playbook's steps
     for phrase in ("256 -> 254", "254 -> 63", "max(f(v)) = f(max(v))", "eval-mode BatchNorm is a per-channel affine",
@@ -67,6 +68,6 @@ def test_cpu_prompt_adapts_the_playbook_and_states_the_sizes(seed2: Problem) -> 
     assert "cuda_sources=" not in text and "no GPU visible" not in text
     assert "call get_gpu_specs" in text
     message = problem_message(seed2, "cpu")
-    assert "batch_size=2" in message and "height=32" in message
+    assert "batch_size=16" in message and "height=64" in message
     assert "class Model(nn.Module)" in message and "restate the shapes" in message
-    assert "batch_size=2" not in problem_message(seed2, "cuda")
+    assert "batch_size=16" not in problem_message(seed2, "cuda")

@@ -18,7 +18,7 @@ def test_public_names() -> None:
 
 def test_fakes_satisfy_the_protocols() -> None:
     from agent.providers.replay import ReplayProvider
-    from agent.testing import FakeEvaluator, MemoryRecorder
+    from tests.support.doubles import FakeEvaluator, MemoryRecorder
 
     assert isinstance(FakeEvaluator({}), agent.Evaluator)
     assert isinstance(MemoryRecorder(), agent.Recorder)

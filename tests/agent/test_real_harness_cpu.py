@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from agent import Budgets, StopReason, run_job
+from agent import StopReason, run_job
 from agent.providers.openai_chat import OpenAIProvider
 from agent.providers.replay import ReplayProvider
-from agent.testing import Call, MemoryRecorder, OpenAIServer, Reply
 from config.settings import LLMProfile
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.verdict import Verdict
 from problems.spec import Problem
-from tests.support.agents import SEED1, no_sleep, spec_for
+from tests.support.agents import SEED1, budgets_of, no_sleep, spec_for
+from tests.support.doubles import Call, MemoryRecorder, OpenAIServer, Reply
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def test_replay_job_end_to_end(first_job: dict[str, Any], replay: ReplayProvider
     attempts = recorder.attempts
     assert [(a.tool, a.verdict.status) for a in attempts] == [
         ("compile", "error"), ("check_correctness", "fail"), ("check_correctness", "pass"), ("benchmark", "pass"),
-        ("benchmark", "pass"), ("profile", "pass")]
+        ("benchmark", "pass"), ("profile", "pass")], [a.verdict.message for a in attempts]
     assert [a.source for a in attempts] == [replay.source(k) for k in ("draft", "wrong", "slow", "slow", "fast",
                                                                         "fast")]
     assert attempts[0].parent_sha256 is None and attempts[4].parent_sha256 == attempts[2].sha256
@@ -87,13 +87,16 @@ def test_replay_job_end_to_end(first_job: dict[str, Any], replay: ReplayProvider
     assert "cores" in results[0] and "ridge point" in results[0]
     # the compile error: the file and the line
     assert "main.cpp:20:15: error:" in results[1] and "outt" in results[1]
-    # the wrong kernel: failing trials by name, with their errors
-    assert "0/5 trials pass" in results[2]
-    assert "trial 0 (random inputs): FAIL: max abs err" in results[2] and "trial 4 (extra shape 0): FAIL" in results[2]
+    # the wrong kernel: the failing trial by name, with its error; the rest not run (it is decided)
+    assert "0/1 trials pass" in results[2] and "4 later trials not run" in results[2]
+    assert "trial 0 (random inputs): FAIL: max abs err" in results[2]
     # the slow one is correct and timed; the fast one is faster; the profile has rows
     assert "5/5 trials pass" in results[3] and "time:" in results[4] and "vs eager PyTorch" in results[4]
     assert "% of SOL" in results[5]
     assert "profile (self CPU time per forward" in results[6] and "mkldnn_convolution" in results[6]
+    # ... and the candidate's own C++, which the CPU profiler sees only through the referee's label
+    custom = [r for r in attempts[5].verdict.profile if r.name.endswith(".pool_tanh_scale_bias")]
+    assert custom and custom[0].ms > 0 and custom[0].calls == 1 and custom[0].name in results[6], results[6]
     assert "identical source to an earlier benchmark call" in results[7]
     # the best: the fast kernel, verified by timing
     assert result.best is not None and result.best.source == replay.source("fast")
@@ -106,7 +109,7 @@ def test_budget_cut_and_dedup_without_a_second_evaluation(first_job: dict[str, A
     recorder: MemoryRecorder = first_job["recorder"]  # the same job's store: every verdict is there
     before = len(recorder.attempts)
     evaluator = Counting(referee)
-    result = run_job(spec_for(seed1, budgets=Budgets(turns=4)), evaluator=evaluator, recorder=recorder,
+    result = run_job(spec_for(seed1, budgets=budgets_of(turns=4)), evaluator=evaluator, recorder=recorder,
                      provider=replay, sleep=no_sleep)
     trajectory = result.trajectories[0]
     assert trajectory.reason is StopReason.TURNS and trajectory.turns == 4

@@ -15,10 +15,10 @@ import pytest
 
 from agent import StopReason, run_job
 from agent.providers.replay import ReplayProvider
-from agent.testing import MemoryRecorder
 from harness import HarnessOptions, Referee
 from problems import load_problem
 from tests.support.agents import SEED1, spec_for
+from tests.support.doubles import MemoryRecorder
 from tests.support.gpu import report
 
 pytestmark = pytest.mark.gpu

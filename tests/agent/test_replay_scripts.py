@@ -11,11 +11,12 @@ import pytest
 
 from agent import StopReason, run_job
 from agent.providers.base import ProviderError
-from agent.providers.replay import NoReplayScript, ReplayProvider, replay_script, scripted_problems
+from agent.providers.replay import NoReplayScript, ReplayProvider, has_script, replay_script, scripted_problems
 from agent.providers.replay_candidates import EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
-from agent.testing import FakeCandidate, FakeEvaluator, MemoryRecorder
+from agent.providers.replay_models import model_region_ids
 from problems import load_problem
 from tests.support.agents import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
+from tests.support.doubles import FakeCandidate, FakeEvaluator, MemoryRecorder
 
 ALL = [(p, t) for p in (SEED1, SEED2, SEED2_EVAL) for t in ("cpu", "cuda")]
 EXAMPLE_OF_FAST = {
@@ -44,7 +45,18 @@ LEVEL1 = [(demo, target) for demo in LEVEL1_DEMOS for target in ("cpu", "cuda")]
 def test_every_seed_and_level1_problem_has_a_script_on_both_targets() -> None:
     level1 = {(f"level1/{p.stem}", t) for p in LEVEL1_FILES for t in ("cpu", "cuda")}
     assert len(LEVEL1_FILES) == 13
-    assert set(scripted_problems()) == set(ALL) | level1
+    models = {(problem_id, target) for problem_id, target, _ in model_region_ids()}
+    assert set(scripted_problems()) == set(ALL) | level1 | models
+
+
+def test_every_region_kernel_of_the_example_models_has_a_cpu_script_of_four_turns() -> None:
+    found = model_region_ids()
+    assert {problem_id.split("/")[0] for problem_id, _, _ in found} == {"mlp_stack", "conv_stem", "attention_block"}
+    for problem_id, target, path in found:
+        turns, sources = replay_script(problem_id, target)
+        assert [c.tool for t in turns for c in t.calls] == ["compile", "check_correctness", "benchmark", "submit"]
+        assert sources["kernel"] == path.read_text() and "class ModelNew" in sources["kernel"]
+        assert not has_script(problem_id, "cuda")  # C++ kernels: the cpu target only
 
 
 def _init_args(source: str, class_name: str) -> list[str]:

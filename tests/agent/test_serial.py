@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from agent import SerialEvaluator
-from agent.testing import FakeCandidate, FakeEvaluator, make_verdict
 from harness.verdict import Verdict
+from tests.support.doubles import FakeCandidate, FakeEvaluator, make_verdict
 
 
 class Tracking(FakeEvaluator):

@@ -72,7 +72,9 @@ def test_post_job_is_queued_stored_and_dispatched(
     assert client.get(response.headers["location"], headers=alice.headers).json()["id"] == job["id"]
 
 
-def test_post_job_with_problem_source(client: TestClient, alice: Key, dispatcher: RecordingDispatcher) -> None:
+def test_post_job_with_problem_source(client: TestClient, alice: Key, dispatcher: RecordingDispatcher,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")  # the openai profile's key, where the service runs
     job = post_job(client, alice, problem_id=None, problem_source=PROBLEM_SOURCE, target="cpu", llm_profile="openai")
     assert job["problem"]["bundled_id"] is None
     assert dispatcher.calls == [(job["id"], "cpu")]
@@ -107,7 +109,7 @@ BAD_JOB_INPUTS = [
     pytest.param(
         {"problem_id": None, "problem_source": "def get_inputs():\n    return []\n"},
         "invalid_problem",
-        "must define Model, get_init_inputs",
+        "lacks Model and get_init_inputs at module level",
         id="missing-model",
     ),
     pytest.param(
@@ -156,6 +158,26 @@ def test_bad_job_input_is_a_422_that_says_what_to_fix(
     assert error["code"] == code
     assert message in error["detail"]
     assert dispatcher.calls == []
+
+
+def test_a_profile_whose_key_is_not_set_is_refused_before_a_job_exists(
+    client: TestClient, alice: Key, dispatcher: RecordingDispatcher, factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--llm openai` on a service without OPENAI_API_KEY: a 422 that names the variable, rather than
+    a job that fails after five 401s."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    response = client.post("/jobs", json=job_body(llm_profile="openai"), headers=alice.headers)
+    assert response.status_code == 422, response.text
+    error = response.json()
+    assert error["code"] == "llm_key_missing"
+    assert "the LLM profile 'openai' needs an API key in $OPENAI_API_KEY" in error["detail"]
+    assert "`export OPENAI_API_KEY=…`" in error["detail"] and "restart the service" in error["detail"]
+    assert dispatcher.calls == []
+    with session_scope(factory) as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 0
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")
+    assert client.post("/jobs", json=job_body(llm_profile="openai"), headers=alice.headers).status_code == 202
 
 
 def test_malformed_json_is_a_422(client: TestClient, alice: Key) -> None:
@@ -207,6 +229,22 @@ def test_missing_invalid_and_revoked_keys_are_401(client: TestClient, keys: Keys
     client.app.state.verified_keys = VerifiedKeys(0.0)  # the cache's time is up
     response = client.get("/jobs", headers=key.headers)
     assert response.status_code == 401 and response.json()["code"] == "invalid_api_key"
+
+
+def test_a_key_may_come_as_a_bearer_token(client: TestClient, keys: Keys, alice: Key) -> None:
+    """Issue 24: ``Authorization: Bearer`` (what most HTTP clients send) was refused."""
+    bearer = {"Authorization": f"Bearer {alice.plaintext}"}
+    job = client.post("/jobs", json=job_body(), headers=bearer)
+    assert job.status_code == 202, job.text
+    assert client.get(f"/jobs/{job.json()['id']}", headers=bearer).status_code == 200
+    other = keys.create("other")
+    # X-API-Key wins over a bearer token: the other key does not see alice's job.
+    both = {**bearer, "X-API-Key": other.plaintext}
+    assert client.get(f"/jobs/{job.json()['id']}", headers=both).status_code == 404
+    refused = client.get("/jobs", headers={"Authorization": "Bearer kl_not-a-key"})
+    assert refused.status_code == 401 and refused.json()["code"] == "invalid_api_key"
+    missing = client.get("/jobs", headers={"Authorization": "Basic dXNlcjpwdw=="})
+    assert missing.status_code == 401 and "Authorization: Bearer" in missing.json()["detail"]
 
 
 def test_a_verified_key_is_remembered_briefly() -> None:
@@ -318,13 +356,15 @@ def test_a_burst_from_two_keys_is_grouped_and_each_key_keeps_its_quota(
 
 
 def test_two_api_processes_bursting_one_key_keep_its_quota_and_store_nothing_refused(
-    settings: Settings, keys: Keys, dispatcher: RecordingDispatcher, factory: sessionmaker[Session]
+    settings: Settings, keys: Keys, dispatcher: RecordingDispatcher, factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two apps (two writers, as two API processes) store bursts of one key at once: each batch is
     inserted before the key is locked, yet exactly the quota gets in; the refused submissions'
     jobs, events and posted problem sources are not kept."""
     key = keys.create("two-processes", max_concurrent_jobs=5)
     source = PROBLEM_SOURCE + "# posted for this test alone\n"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")
 
     async def burst(bases: list[str]) -> list[int]:
         async with httpx.AsyncClient(headers=key.headers, timeout=30) as client:

@@ -3,6 +3,8 @@ on one port), a worker process writing into the same directory, and dead process
 
 Whichever API process answers a scrape, it reports the sum over every process: requests counted
 by both API processes, the worker's tokens, and none of the live gauges of a process that died.
+A worker's time to verdict (stage seconds, verdicts by kind, lane seconds) reaches the scrape in
+both topologies: through the API in multi-process mode, and from the worker's own exporter.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ def _serve(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subproces
             serve.wait()
 
 
-def _samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _samples(base: str) -> Samples:
     text = httpx.get(f"{base}/metrics").text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -133,3 +138,73 @@ def test_serve_makes_a_metrics_directory_of_its_own_and_removes_it(tmp_path: Pat
         assert directory.is_dir() and list(directory.glob("counter_*.db"))
         assert all(_problems_requests(_samples(base)) == REQUESTS for _ in range(4))
     assert not directory.exists()
+
+
+# -- time to verdict ------------------------------------------------------------------------------
+
+
+def histogram_quantile(q: float, samples: Samples, name: str, **labels: str) -> float:
+    """PromQL's ``histogram_quantile(q, NAME_bucket{labels})`` over one scrape: linear within the bucket."""
+    buckets = sorted(
+        (float(dict(key)["le"]), value) for (metric, key), value in samples.items()
+        if metric == f"{name}_bucket" and all(dict(key).get(k) == v for k, v in labels.items())
+    )
+    total = buckets[-1][1]
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    raise AssertionError("unreachable")
+
+
+def _sum(samples: Samples, name: str) -> float:
+    return sum(value for (metric, _), value in samples.items() if metric == name)
+
+
+def _check_time_to_verdict(samples: Samples) -> None:
+    """The four verdicts of `tests.support.metrics_entry`: one of each kind, 10 s of lane time."""
+    kinds = {dict(key)["kind"]: value for (metric, key), value in samples.items()
+             if metric == "kernelloop_worker_verdicts_total"}
+    assert kinds == {"fast": 1, "wrong": 1, "compile_error": 1, "correct": 1}
+    lane = {dict(key)["kind"]: value for (metric, key), value in samples.items()
+            if metric == "kernelloop_worker_lane_seconds_total"}
+    assert lane == {"fast": 3.0, "wrong": 2.0, "compile_error": 0.0, "correct": 5.0}
+    # docs/deploy.md: verdicts per GPU-hour = rate(verdicts) / rate(lane seconds) * 3600.
+    assert _sum(samples, "kernelloop_worker_verdicts_total") / _sum(
+        samples, "kernelloop_worker_lane_seconds_total") * 3600 == 1440
+    compile_key = ("kernelloop_worker_stage_seconds_count", (("stage", "compile"), ("target", "cpu")))
+    assert samples[compile_key] == 3  # the fourth's build was cached: no compile stage
+    assert samples[("kernelloop_worker_stage_seconds_sum", (("stage", "compile"), ("target", "cpu")))] == 75.0
+    # p50 of the compiles (20, 25, 30 s): 25 s, in the (20, 30] bucket; p95 in the same.
+    p50 = histogram_quantile(0.5, samples, "kernelloop_worker_stage_seconds", target="cpu", stage="compile")
+    p95 = histogram_quantile(0.95, samples, "kernelloop_worker_stage_seconds", target="cpu", stage="compile")
+    assert 20 < p50 <= 30 and p50 < p95 <= 30
+    assert 1.0 < histogram_quantile(0.5, samples, "kernelloop_worker_stage_seconds", target="cpu",
+                                    stage="correctness") <= 1.5
+
+
+def test_a_workers_time_to_verdict_is_in_the_apis_metrics(tmp_path: Path) -> None:
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    env = _env(tmp_path, PROMETHEUS_MULTIPROC_DIR=str(directory))
+    with _serve(tmp_path, env) as (base, _, _):
+        worker = subprocess.run([sys.executable, "-m", "tests.support.metrics_entry"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert worker.returncode == 0, worker.stderr
+        for _ in range(4):  # whichever API process answers
+            _check_time_to_verdict(_samples(base))
+
+
+def test_a_distributed_workers_exporter_serves_its_time_to_verdict(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELLOOP_", "PROMETHEUS_"))}
+    worker = subprocess.Popen([sys.executable, "-m", "tests.support.metrics_entry", "--serve", str(port)], cwd=REPO,
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == b"judged\n", worker.stderr
+        _check_time_to_verdict(_samples(f"http://127.0.0.1:{port}"))
+    finally:
+        worker.communicate(timeout=30)  # closes its stdin: it exits
+    assert worker.returncode == 0

@@ -17,9 +17,10 @@ from benchmarks.load_service import (
     render_markdown,
     run_setup,
 )
+from tests.support.databases import redis_db
 
 #: Not the script's database 13 (a load run may be going on) nor the worker tests' 14.
-REDIS_URL = "redis://127.0.0.1:6379/12"
+REDIS_URL = f"redis://127.0.0.1:6379/{redis_db(12)}"
 
 
 def test_percentiles_are_nearest_rank() -> None:

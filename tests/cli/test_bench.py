@@ -32,7 +32,9 @@ def _claim_all(service: Service, count: int, timeout: float = 60) -> list[int]:
     return claimed
 
 
-def test_bench_on_a_two_problem_suite(service: Service, tmp_path: Path) -> None:
+def test_bench_on_a_two_problem_suite(service: Service, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")  # the openai profile's key, in the API's process
     posted = tmp_path / "problems" / "my_gelu.py"
     posted.parent.mkdir()
     posted.write_text(load_problem("level1/gelu_tanh").source + "# a posted copy\n")

@@ -46,9 +46,12 @@ def test_exit_codes_follow_the_verdict(tmp_path: Path, harness_cache: Path) -> N
     broken = kernelloop("eval", "level2/conv_tanh_scale_bias_maxpool",
                         str(REPO / "examples/seed1_cpu_compile_error.py"), "--target", "cpu", "--json",
                         "--cache-dir", str(harness_cache), cwd=tmp_path)
-    assert broken.returncode == 2
+    # The candidate's failure, not misuse (issue 24: it exited 2, the code for misuse).
+    assert broken.returncode == 1, broken.stderr[-3000:]
     verdict = json.loads(broken.stdout.strip().splitlines()[-1])
     assert verdict["stage"] == "compile" and "main.cpp:" in verdict["compile"]["errors"]
+    # No provenance line of Nones: nothing reached a device.
+    assert "None" not in broken.stderr, broken.stderr[-3000:]
 
 
 def test_unknown_problem_and_missing_candidate_are_usage_errors(tmp_path: Path) -> None:

@@ -29,7 +29,9 @@ def _finish_process(process: subprocess.Popen[str], timeout: float = 60) -> tupl
     return process.returncode, stdout, stderr
 
 
-def test_submit_no_follow_prints_the_job_id(service: Service, tmp_path: Path) -> None:
+def test_submit_no_follow_prints_the_job_id(service: Service, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")  # the openai profile's key, in the API's process
     env = client_env(service, tmp_path)
     result = run(["submit", "level1/softmax", "--target", "cpu", "--llm", "replay", "--trajectories", "2",
                   "--max-tokens", "5000", "--no-follow"], env, tmp_path)

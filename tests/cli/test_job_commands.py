@@ -54,13 +54,14 @@ def test_jobs_lists_with_filters_in_a_table_and_as_json(service: Service, tmp_pa
 
     code, stdout, stderr = kl(["jobs"], env, tmp_path)
     assert code == 0, stderr
-    assert "2 jobs" in stdout
+    assert "2 jobs" in stderr  # piped: the title is a note, stdout the header and one line a job
+    assert len(stdout.splitlines()) == 3
     # Nothing cut: the longest problem id and the states read whole.
     assert SEED_PROBLEM in stdout and "level1/softmax" in stdout and "running" in stdout and "succeeded" in stdout
     assert "2.00×" in stdout  # the finished job's best vs eager (4 ms / 2 ms)
 
-    code, stdout, _ = kl(["jobs", "--state", "running"], env, tmp_path)
-    assert SEED_PROBLEM in stdout and "level1/softmax" not in stdout and "state running" in stdout
+    code, stdout, stderr = kl(["jobs", "--state", "running"], env, tmp_path)
+    assert SEED_PROBLEM in stdout and "level1/softmax" not in stdout and "state running" in stderr
     code, stdout, _ = kl(["jobs", "--target", "cpu", "--json"], env, tmp_path)
     listed = json.loads(stdout)
     assert [j["id"] for j in listed["items"]] == [softmax] and listed["total"] == 1

@@ -15,15 +15,17 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
+from harness.retime import retime_options
 from problems import load_problem
 from problems.spec import Problem, parse_problem
 from tests.support.gpu import report
+from tests.support.integrity import forged_loop
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.gpu
 SEED1_CUDA = (REPO / "examples" / "seed1_cuda.py").read_text()
 PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 QUICK_TIMING = TimingOptions(warmup_ms=10, min_repeats=10, max_repeats=40, max_time_s=0.3, input_sets=2,
-                             recheck_every=5)
+                             audits=3)
 LEAK = "LEAK"
 #: Host memory of a stage (RLIMIT_DATA on cuda): the legit candidate must run under it.
 MEMORY_LIMIT_MB = 8192
@@ -135,6 +137,43 @@ def _illegal_store():
 '''
 
 
+# A persisting L2 access-policy window over a tensor, set on the current stream through the CUDA
+# runtime torch loaded (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize) and
+# cudaStreamSetAttribute(cudaStreamAttributeAccessPolicyWindow)).
+PERSISTING_L2 = '''
+import ctypes, os
+
+
+class _Window(ctypes.Structure):
+    _fields_ = [("base_ptr", ctypes.c_void_p), ("num_bytes", ctypes.c_size_t), ("hitRatio", ctypes.c_float),
+                ("hitProp", ctypes.c_int), ("missProp", ctypes.c_int)]
+
+
+class _Value(ctypes.Union):
+    _fields_ = [("accessPolicyWindow", _Window), ("pad", ctypes.c_char * 64)]
+
+
+def _cudart():
+    torch.cuda.init()
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            path = line.split()[-1]
+            if "libcudart.so" in os.path.basename(path):
+                return ctypes.CDLL(path)
+    return ctypes.CDLL("libcudart.so")
+
+
+def _persist(t):
+    rt = _cudart()
+    size = min(t.numel() * t.element_size(), torch.cuda.get_device_properties(t.device).L2_cache_size * 3 // 4)
+    rt.cudaDeviceSetLimit(6, ctypes.c_size_t(size))  # cudaLimitPersistingL2CacheSize
+    value = _Value()
+    value.accessPolicyWindow = _Window(t.data_ptr(), size, 1.0, 2, 1)  # persisting on hit, streaming on miss
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    rt.cudaStreamSetAttribute(stream, 1, ctypes.byref(value))  # cudaStreamAttributeAccessPolicyWindow
+'''
+
+
 def next_evaluation_works(verdict: Verdict, referee: Referee) -> None:
     after = referee.evaluate(SEED1_CUDA, depth=Depth.CORRECTNESS)
     assert after.status is Status.PASS, f"{after.message}\n{after.log[-3000:]}"
@@ -170,11 +209,13 @@ CASES: list[Case] = [
          Status.FAIL, Stage.CORRECTNESS, message="trials failed"),
     Case("side_stream_without_sync", lambda n: cheat("return _on_a_side_stream(self, x)"),
          Status.FAIL, flags=("deferred_work",)),
+    # Timed only: the timed window's end event is on forward's stream, but the loop synchronises
+    # the whole device before it answers, so the trusted clock times the side stream's spin too.
     Case("side_stream_only_while_timed", lambda n: cheat(f'''
         if _count(self) <= {n}:
             return _honest(self, x)
         return _on_a_side_stream(self, x)'''),
-         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
     Case("output_filled_by_a_background_thread", lambda n: cheat('''
         import threading, time
         out = torch.zeros(_out_shape(self, x), device=x.device)
@@ -199,6 +240,38 @@ CASES: list[Case] = [
         torch.cuda.Event.record = lambda self, stream=None: None
         '''),
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
+    Case("scales_what_the_harness_records", lambda n: cheat("return _honest(self, x)", prelude='''
+        import sys as _sys
+        if "harness.meter.stage" in _sys.modules:
+            _stage = _sys.modules["harness.meter.stage"]
+            _run = _stage.Meter.run
+            _stage.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
+        '''),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         depth=Depth.BENCHMARK),
+    # Named at the first trial (the replacement is a changed harness function); with the tamper
+    # check replaced too, the trusted clock says so (the next row).
+    Case("replaces_the_timing_loop", lambda n: cheat("torch.cuda._sleep(SPIN_CYCLES)\nreturn _honest(self, x)",
+                                                     prelude=forged_loop(0.3, device="cuda")),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), depth=Depth.BENCHMARK),
+    Case("replaces_the_timing_loop_and_the_tamper_check", lambda n: cheat(
+        "torch.cuda._sleep(SPIN_CYCLES)\nreturn _honest(self, x)",
+        prelude=forged_loop(0.5, hide_tampering=True, device="cuda")),
+         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
+    Case("returns_a_tensor_subclass_when_timed", lambda n: cheat(f'''
+        class Lazy(torch.Tensor):
+            pass
+        out = _honest(self, x)
+        return out.as_subclass(Lazy) if _count(self) > {n} else out'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_not_plain",), depth=Depth.BENCHMARK),
+    # The input kept resident in L2 across the flush by a persisting access-policy window on
+    # forward's stream: after every call the loop makes persisting lines normal again and sets
+    # no L2 aside for them, so the window carries nothing across the flush, and setting the L2
+    # aside again in every call is time spent outside the timed window that the trusted clock
+    # counts (233 us a call on the H200, session 7): rejected.
+    Case("keeps_its_input_in_l2_across_the_flush", lambda n: cheat(
+        "_persist(x)\nreturn _honest(self, x)", prelude=PERSISTING_L2),
+         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
     Case("tf32_switched_on", lambda n: cheat('''
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -263,51 +336,24 @@ def test_cuda_cheat_is_caught(case: Case, referee: Referee) -> None:
         case.check(verdict, referee)
 
 
-# -- the re-time of a quarantined candidate: hardened timing ------------------------------------
-#: A harness-aware clock cheat: every call spins the GPU for ~10 ms besides the honest work, while
-#: the harness's bound ``elapsed_time``, patched inside the candidate process, reports 1 us a call.
-PATCHED_BOUND_EVENTS = cheat("torch.cuda._sleep(SPIN_CYCLES)\nreturn _honest(self, x)", prelude='''
-    import sys as _sys
-    if "harness.timing" in _sys.modules:  # the candidate stage (not the compile stage)
-        _sys.modules["harness.timing"]._event_elapsed = lambda start, end: 1e-3
-    ''')
-
-
+# -- the re-time (a quarantined candidate, a job's best): a fresh Referee, fresh seeds ------------
 @pytest.fixture(scope="module")
-def hardened_referee(referee: Referee) -> Iterator[Referee]:
-    """What the worker's re-time does (worker.runner.retime_options, rebuilt here without the
-    worker's imports): fresh secret seeds, no speedup ceiling, hardened timing."""
-    base = referee.options
-    timing = replace(base.timing, min_repeats=max(base.timing.min_repeats, 50), max_time_s=2 * base.timing.max_time_s)
-    options = base.replace(secret_seed=None, suspicious_speedup=float("inf"), timing=timing, hardened_timing=True)
-    with Referee(small_seed1(), "cuda", options) as ref:
+def retime_referee(referee: Referee) -> Iterator[Referee]:
+    """What the worker's re-time does (`harness.retime.retime_options`): fresh secret seeds, no
+    speedup ceiling, a longer metered run."""
+    with Referee(small_seed1(), "cuda", retime_options(referee.options)) as ref:
         yield ref
 
 
-def test_patched_bound_events_are_quarantined_then_rejected_by_the_hardened_retime(
-        referee: Referee, hardened_referee: Referee) -> None:
-    quick = referee.evaluate(PATCHED_BOUND_EVENTS)
-    _report({"case": "patched_bound_events_quick", "status": quick.status.value, "flags": list(quick.flags),
-             "median_ms": quick.timing.median_ms if quick.timing else None,
-             "speedup_vs_eager": quick.speedup_vs_eager})
-    summary = f"{quick.status.value} {quick.flags}: {quick.message[:600]}\n{quick.log[-2000:]}"
-    assert quick.status is Status.SUSPICIOUS and "speedup_over_limit" in quick.flags, summary
-    retimed = hardened_referee.evaluate(PATCHED_BOUND_EVENTS)
-    _report({"case": "patched_bound_events_hardened", "status": retimed.status.value,
-             "flags": list(retimed.flags), "message": retimed.message[-400:]})
-    summary = f"{retimed.status.value} {retimed.flags}: {retimed.message[:1000]}\n{retimed.log[-2000:]}"
-    assert retimed.status is Status.FAIL and retimed.stage is Stage.INTEGRITY, summary
-    assert "clock_disagrees" in retimed.flags and "hardened timing" in retimed.message, summary
-
-
-def test_legit_seed1_cuda_passes_the_hardened_retime(hardened_referee: Referee) -> None:
-    for _ in range(2):  # the bound is one-sided: an honest candidate fits it, run after run
-        verdict = hardened_referee.evaluate(SEED1_CUDA)
-        _report({"case": "legit_seed1_cuda_hardened", "status": verdict.status.value, "flags": list(verdict.flags),
+def test_legit_seed1_cuda_passes_the_retime(retime_referee: Referee) -> None:
+    for _ in range(2):  # the trusted clock's bound is one-sided: an honest candidate fits it, run after run
+        verdict = retime_referee.evaluate(SEED1_CUDA)
+        bound = verdict.timing.bound if verdict.timing is not None else None
+        _report({"case": "legit_seed1_cuda_retime", "status": verdict.status.value, "flags": list(verdict.flags),
                  "median_ms": verdict.timing.median_ms if verdict.timing else None,
-                 "message": verdict.message[-400:]})
+                 "trusted_clock": bound.to_dict() if bound is not None else None, "message": verdict.message[-400:]})
         assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
-        assert not verdict.flags and verdict.provenance.timing_mode == "hardened"
+        assert not verdict.flags and verdict.provenance.timing_mode == "metered, re-judged"
 
 
 #: Turns TF32 on inside forward (and off again before returning, so no after-call check sees it),

@@ -1,4 +1,11 @@
-from harness.buildcache import parse_ptxas, trim_compiler_errors
+from pathlib import Path
+
+import pytest
+
+from harness.buildcache import BuildCache, BuildError, parse_ptxas, trim_compiler_errors
+from harness.buildcache.records import BuildAnswer
+from harness.builds import BuildFailure, BuildPhase
+from harness.protocol.build import Delegation
 
 GCC_LOG = """[1/2] c++ -MMD -MF main.o.d -c /root/.cache/kernelloop/builds/ext-abc/main.cpp -o main.o
 FAILED: main.o
@@ -53,3 +60,40 @@ def test_ptxas_registers_smem_and_spills_per_kernel() -> None:
     (kernel,) = parse_ptxas(PTXAS_LOG)
     assert kernel.to_dict() == {"kernel": "_Z12fused_kernelPKfPfi", "arch": "sm_90a", "registers": 40,
                                 "smem_bytes": 4096, "stack_bytes": 8, "spill_stores": 4, "spill_loads": 4}
+
+
+def test_the_candidate_stage_asks_the_trusted_side_for_a_build_it_lacks_saying_where(tmp_path: Path) -> None:
+    """A lazy build: the candidate stage (``load`` mode) cannot build, so it asks over its channel
+    (here a fake), with where the candidate is; a failure it is answered with is a `BuildError` the
+    candidate may catch, recorded with its trimmed errors. None may start while timing."""
+    asked: list[Delegation] = []
+
+    def delegate(build: Delegation) -> BuildAnswer:
+        asked.append(build)
+        return BuildAnswer(ok=False, log="[1/2] c++ ...\nmain.cpp:1:9: error: 'g' was not declared in this scope\n")
+
+    cache = BuildCache(tmp_path, mode="load", delegate=delegate)
+    with pytest.raises(RuntimeError, match="while being timed or profiled"):
+        cache.load_inline("kl_lazy", "int f() { return g; }", functions=["f"])
+    assert asked == [] and cache.errors == []
+    cache.phase = BuildPhase.FORWARD
+    with pytest.raises(BuildError, match=r"main\.cpp:1:9: error: 'g' was not declared") as failed:
+        cache.load_inline("kl_lazy", "int f() { return g; }", functions=["f"], extra_cflags=["-O1"])
+    (build,) = asked
+    assert (build.name, build.phase, build.refusal) == ("kl_lazy", BuildPhase.FORWARD, None)
+    assert build.request is not None and build.request["kwargs"] == {"extra_cflags": ["-O1"]}
+    assert cache.errors == [failed.value] and failed.value.failure() == BuildFailure(
+        name="kl_lazy", errors="main.cpp:1:9: error: 'g' was not declared in this scope", lazy=BuildPhase.FORWARD)
+    # A build the builder refuses is asked about too (to be told why), without its arguments.
+    cache.phase = BuildPhase.INIT
+    with pytest.raises(BuildError):
+        cache.load_inline("kl_lazy", "int f();", functions=["f"], extra_include_paths=["/opt/x"])
+    assert asked[-1].request is None and asked[-1].refusal == "extra_include_paths"
+    assert asked[-1].phase is BuildPhase.INIT
+
+
+def test_a_build_answered_but_not_handed_over_is_not_loaded(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path, mode="load", delegate=lambda build: BuildAnswer(ok=True, key="0" * 24))
+    cache.phase = BuildPhase.INIT
+    with pytest.raises(RuntimeError, match="was not handed to this stage"):
+        cache.load_inline("kl_lazy", "int f();", functions=["f"])

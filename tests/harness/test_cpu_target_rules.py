@@ -4,17 +4,20 @@ without a GPU or toolkit is an infra error before any compile."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-import harness.timing
+import harness.meter.noise
 import harness.toolchain
-from harness import ErrorKind, HarnessOptions, Stage, Status, TimingOptions, evaluate
-from harness.contract import forward_seed
-from harness.timing import scaled_inputs, time_callable
+from harness import ErrorKind, HarnessOptions, Stage, Status, evaluate
+from harness.meter.drive import CallPlan, drive
+from harness.meter.noise import timing_of
+from harness.meter.stage import call_inputs
 from problems import parse_problem
+from tests.support.meter import metered_child
 
 CPU = torch.device("cpu")
 PROBLEM = '''import torch
@@ -33,32 +36,48 @@ def get_init_inputs():
 '''
 
 
-def test_cpu_timing_of_a_small_op_measures_the_op_not_a_cache_flush() -> None:
+def _plan(**changes: object) -> CallPlan:
+    base = CallPlan(warmup_ms=5, min_warmup_calls=2, min_repeats=50, max_repeats=50, target_rel_stderr=0.0,
+                    max_time_s=10.0, sets=1)
+    return CallPlan(**{**base.__dict__, **changes})
+
+
+def test_cpu_timing_of_a_small_op_measures_the_op_not_a_cache_flush(harness_cache: Path) -> None:
     # A 32 MB flush before each call once made a ~26 us op read 58.8 ms on this kind of host.
-    x = torch.randn(4096)
-    run = time_callable(torch.relu, [[x]], device=CPU, options=TimingOptions(min_repeats=50))
-    assert run.timing.clock == "perf_counter"
-    assert run.timing.median_ms < 0.5, run.timing
+    with metered_child("fn = torch.relu\nsets = [[torch.randn(4096)]]\n", harness_cache) as channel:
+        run = drive(channel, _plan(), timeout_s=120)
+    timing = timing_of([c.sample_ms for c in run.timed], cuda=False)
+    assert timing.clock == "monotonic"
+    assert timing.median_ms < 0.5, timing
 
 
 def test_a_loaded_host_makes_the_cpu_timing_noisy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(harness.timing, "_getloadavg", lambda: (64.0, 64.0, 64.0))
-    run = time_callable(torch.relu, [[torch.randn(1024)]], device=CPU, options=TimingOptions(min_repeats=5))
-    assert any(w.startswith("noisy: the host was loaded (load average 64.0") for w in run.timing.warnings)
+    monkeypatch.setattr(harness.meter.noise, "_getloadavg", lambda: (64.0, 64.0, 64.0))
+    timing = timing_of([0.1] * 20, cuda=False)
+    assert any(w.startswith("noisy: the host was loaded (load average 64.0") for w in timing.warnings)
 
 
-def test_seeded_calls_draw_the_same_random_numbers_as_their_recomputation() -> None:
+def test_seeded_calls_draw_the_same_random_numbers_as_their_recomputation(harness_cache: Path) -> None:
+    setup = """
+x = torch.randn(256)
+def fn(t):
+    return torch.nn.functional.dropout(t, p=0.5, training=True)
+sets = [[x]]
+"""
+    with metered_child(setup, harness_cache) as channel:
+        run = drive(channel, _plan(min_repeats=20, max_repeats=20, audits=10, audit_each_set=True, seed_forward=True),
+                    timeout_s=120)
+    torch.manual_seed(0)
     x = torch.randn(256)
-
-    def dropout_like(t: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.dropout(t, p=0.5, training=True)
-
-    run = time_callable(dropout_like, [[x]], device=CPU, options=TimingOptions(min_repeats=20, recheck_every=5),
-                        keep_outputs=True, seed_calls=True)
-    assert len(run.kept) >= 2
-    for call, _, out in run.kept:
-        torch.manual_seed(forward_seed(0, call))
-        assert torch.equal(dropout_like(*scaled_inputs([x], call)), out)
+    assert len(run.audits) >= 2
+    try:
+        for audit in run.audits:
+            got = torch.frombuffer(bytearray(os.pread(audit.fd, audit.nbytes, 0)), dtype=torch.float32)
+            torch.manual_seed(audit.call.forward_seed)
+            (inputs,) = call_inputs([x], audit.call.input_seed, CPU)
+            assert torch.equal(torch.nn.functional.dropout(inputs, p=0.5, training=True), got)
+    finally:
+        run.close()
 
 
 def test_cuda_toolkit_is_found_where_torch_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

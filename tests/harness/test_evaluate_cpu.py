@@ -34,20 +34,36 @@ def override_forward(body: str) -> str:
         textwrap.dedent(body), "        ") + "\n"
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _descends_from_us(pid: int) -> bool:
+    """Whether ``pid`` was started (through its warden) by this test process: other pytest-xdist
+    workers and other checkouts run stages on the same host."""
+    for _ in range(4):
+        pid = _parent(pid)
+        if pid == os.getpid():
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
 def roles_running(role: str, besides: Referee | None = None) -> list[int]:
-    """Stage processes of this role run by this interpreter (a shared host runs other checkouts'
-    stages too), other than the ones ``besides`` started for its next attempt."""
+    """Stage processes of this role that this test process started, other than the ones
+    ``besides`` started for its next attempt."""
     wardens = set(besides.prestarted.values()) if besides is not None else set()
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                ours = b"harness.roles" in cmdline and role.encode() in cmdline and \
+                    _parent(int(entry)) not in wardens and _descends_from_us(int(entry))
             except (OSError, ValueError, IndexError):
                 continue
-            if (b"harness.roles" in cmdline and role.encode() in cmdline and parent not in wardens
-                    and cmdline[0] == sys.executable.encode()):
+            if ours:
                 found.append(int(entry))
     return found
 

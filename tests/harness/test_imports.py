@@ -23,13 +23,14 @@ def imported_after(code: str) -> set[str]:
 
 def test_the_driver_side_needs_only_the_standard_library() -> None:
     """A worker or the CLI drives evaluations without importing torch (no CUDA in that process)."""
-    found = imported_after("import harness, harness.admission, harness.evaluate, harness.sandbox")
+    found = imported_after("import harness, harness.admission, harness.evaluate, harness.sandbox, harness.meter.drive,"
+                           " harness.meter.clock, harness.meter.build, harness.meter.noise")
     third_party = {m for m in found if m not in sys.stdlib_module_names} - {"harness", "problems"}
     assert third_party == set(), third_party
 
 
 def test_stage_modules_need_only_torch_and_the_standard_library() -> None:
     modules = sorted(p.stem for p in (REPO / "harness" / "roles").glob("*.py") if p.stem != "__main__")
-    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.timing")
+    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.stage")
     assert "torch" in found
     assert found & SERVICE_PACKAGES == set(), found & SERVICE_PACKAGES

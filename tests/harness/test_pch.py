@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.buildcache import BuildCache, _first_line_includes_torch, build_pch, publish_staged
+from harness.buildcache.copies import current_pch_entries
+from harness.buildcache.layout import _PCH_MAX, _PCH_RECIPE
 from tests.support.paths import REPO
 
 # Every C++ build needs g++: where it is missing these tests fail (a broken environment), never skip.
@@ -75,6 +77,29 @@ def test_pch_is_used_with_its_own_flags_and_ignored_otherwise(tmp_path: Path) ->
     assert f"! {gch}" not in stderr and code == 1
 
 
+def test_a_source_that_includes_the_header_after_the_implicit_include_compiles(tmp_path: Path) -> None:
+    """load_inline puts ``#include <torch/extension.h>`` first unless ``no_implicit_headers``; the
+    commonest binding includes it again. g++ takes the directory where it found the PCH for the
+    header's own, so the second include must find the header there (issue 24, item 3: "fatal
+    error: .../pch/<key>/torch/extension.h: No such file or directory")."""
+    include = tmp_path / "include"
+    (include / "torch").mkdir(parents=True)
+    header = include / "torch" / "extension.h"
+    header.write_text(FAKE_HEADER)
+    flags = ["-isystem", str(include), "-O2"]
+    pch = tmp_path / "pch"
+    assert build_pch([GXX], flags, [], header, pch) == ("built", "")
+    program = tmp_path / "main.cpp"  # what load_inline writes for such a binding
+    program.write_text("#include <torch/extension.h>\n#include <torch/extension.h>\n"
+                       "int main() { return kl_optimized(); }\n")
+    done = subprocess.run([GXX, f"-I{pch}", *flags, "-Winvalid-pch", "-H", str(program), "-o", str(tmp_path / "a")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert _first_header_line(done.stderr) == f"! {pch / 'torch' / 'extension.h.gch'}"
+    assert subprocess.run([str(tmp_path / "a")], check=False).returncode == 1
+    assert (pch / "torch" / "extension.h").read_text() == FAKE_HEADER
+
+
 def test_a_pch_that_cannot_be_built_is_reported_not_used(tmp_path: Path) -> None:
     include = tmp_path / "include"
     (include / "torch").mkdir(parents=True)
@@ -84,11 +109,12 @@ def test_a_pch_that_cannot_be_built_is_reported_not_used(tmp_path: Path) -> None
     assert status == "failed" and "not this one" in detail
 
 
-def _staged_pch(staging: Path, key: str, *, extra: str | None = None) -> Path:
+def _staged_pch(staging: Path, key: str, *, extra: str | None = None, recipe: str | None = None) -> Path:
     entry = staging / "pch" / key
     (entry / "torch").mkdir(parents=True)
     (entry / "torch" / "extension.h.gch").write_bytes(b"gch")
-    (entry / "pch.json").write_text("{}")
+    (entry / "torch" / "extension.h").write_text(FAKE_HEADER)
+    (entry / "pch.json").write_text(json.dumps({"recipe": recipe or _PCH_RECIPE}))
     if extra:
         (entry / extra).write_text("x")
     return entry
@@ -111,6 +137,20 @@ def test_publish_moves_a_well_formed_pch_once_and_refuses_the_rest(tmp_path: Pat
     (_staged_pch(second, good) / "torch" / "extension.h.gch").write_bytes(b"other")
     assert publish_staged(second, root) == []
     assert (root / "pch" / good / "torch" / "extension.h.gch").read_bytes() == b"gch"
+
+
+def test_publishing_a_pch_removes_those_of_an_older_recipe_and_they_take_no_room(tmp_path: Path) -> None:
+    """A PCH built before the header was copied beside it (recipe 2) is never asked for again: it
+    neither counts toward the cap nor stays on disk (~0.8 GB each) once a trusted stage publishes."""
+    root, staging = tmp_path / "builds", tmp_path / "staging"
+    old = [_staged_pch(root, f"{i:024x}", recipe="2") for i in range(_PCH_MAX)]
+    (old[0] / "torch" / "extension.h").unlink()  # recipe 2 had no header beside the PCH
+    # neither counted nor "in place" for a warm-up marker that names them (harness.compiler)
+    assert current_pch_entries(root / "pch") == []
+    _staged_pch(staging, "e" * 24)
+    assert publish_staged(staging, root) == [f"pch/{'e' * 24}"]
+    assert sorted(p.name for p in (root / "pch").iterdir()) == ["e" * 24]
+    assert [p.name for p in current_pch_entries(root / "pch")] == ["e" * 24]
 
 
 def test_pch_can_be_turned_off_per_cache_or_per_build(tmp_path: Path) -> None:

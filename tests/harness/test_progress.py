@@ -30,12 +30,22 @@ def test_a_span_finishes_even_when_its_block_raises() -> None:
 
 
 def test_a_listener_that_raises_is_ignored_and_none_is_fine() -> None:
-    def broken(_event: StageEvent) -> None:
+    heard: list[StageEvent] = []
+
+    def broken(event: StageEvent) -> None:
+        heard.append(event)
         raise ConnectionError("the store is gone")
 
-    with StageReporter(broken).span(StageName.COMPILE):
-        pass
-    StageReporter(None).enter(StageName.TIMING)
+    reporter = StageReporter(broken)
+    with reporter.span(StageName.COMPILE):  # the block runs, and so does the next event's emit
+        reporter.enter(StageName.LOAD)
+    reporter.close()
+    assert [(e.stage, e.phase) for e in heard] == [
+        (StageName.COMPILE, StagePhase.STARTED), (StageName.LOAD, StagePhase.STARTED),
+        (StageName.COMPILE, StagePhase.FINISHED), (StageName.LOAD, StagePhase.FINISHED)]
+    silent = StageReporter(None)
+    silent.enter(StageName.TIMING)
+    silent.close()  # nobody told, nothing raised
 
 
 def test_events_are_plain_json_both_ways() -> None:

@@ -14,7 +14,8 @@ from harness.buildcache.records import BuildAnswer, BuildRecord, UnitRecord
 from harness.builds import ExtensionBuild, HeaderUse, KernelInfo
 from harness.channel import Channel, ChannelClosed
 from harness.devices import DeviceSpecs
-from harness.options import Target, TimingOptions
+from harness.meter.frames import AuditFrame, DoneFrame, DoneStatus, GoFlags, go_frame, read_reply_frame
+from harness.options import Target
 from harness.protocol import Exit, Op, OpFailed, Ready, StartFailed, op_of, read_reply
 from harness.protocol.admission import (
     AdmissionCheck,
@@ -28,26 +29,24 @@ from harness.protocol.admission import (
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
 from harness.protocol.candidate import (
     CandidateLoad,
-    KeptOutput,
     Loaded,
     ProfileReply,
     ProfileRequest,
-    TimeReply,
     TimeRequest,
     TrialReply,
     TrialRequest,
 )
+from harness.protocol.meter import CallInputs, MeterEnd, Metering
 from harness.protocol.reference import (
-    BaselinesRequest,
     Compared,
     CompareItem,
     CompareReply,
     CompareRequest,
-    LoopReply,
-    LoopRequest,
+    MeterRequest,
     ReferenceEnvironment,
     ReferenceInfo,
     ReferenceStart,
+    Timed,
 )
 from harness.seeds import plan_trials
 from harness.verdict import Baselines, ProfileRow, Timing
@@ -56,7 +55,6 @@ from problems import load_problem
 
 PROBLEM = load_problem("level2/conv_tanh_scale_bias_maxpool")
 TRIALS = tuple(plan_trials(7, trials=2, input_variants=True, extra_shapes=[{"batch_size": 4}]))
-TIMING = TimingOptions(warmup_ms=5, min_repeats=10, fixed_calls=12)
 OUTPUT: JsonObject = {"kind": "file", "name": "trial-0.bin", "tensors": [{"dtype": "float32", "shape": [2, 3],
                                                                         "device": "cpu"}], "single": True}
 
@@ -69,16 +67,17 @@ def wire(message: object) -> JsonObject:
 
 
 REQUESTS = [
-    ReferenceStart(problem=PROBLEM, target=Target.CPU, trials=TRIALS, init_seed=1, weights_seed=2, budget_bytes=3),
-    BaselinesRequest(timing=TIMING, compile_baseline=False),
-    LoopRequest(timing=TIMING, sets=(0, 1), transport="file"),
-    CompareRequest(items=(CompareItem(index=0, output=OUTPUT), CompareItem(index=1, output=None, call=7)),
+    ReferenceStart(problem=PROBLEM, target=Target.CPU, trials=TRIALS, init_seed=1, weights_seed=2, budget_bytes=3,
+                   meter_path=Path("/r/kl_meter.so")),
+    MeterRequest(timed=Timed.COMPILED, sets=(0, 1), flush=True),
+    CompareRequest(items=(CompareItem(index=0, output=OUTPUT),
+                          CompareItem(index=1, output=None, call=CallInputs(input_seed=7, forward_seed=8))),
                    directory=Path("/tmp/run"), atol=None, rtol=1e-3),
     CandidateLoad(workdir=Path("/w"), problem=PROBLEM, target=Target.CUDA, candidate_path=Path("/w/c.py"),
-                  builds_dir=Path("/w/builds"), arch_list="9.0a", transport="file", init_seed=1, weights_seed=2,
-                  trials=TRIALS),
+                  builds_dir=Path("/w/builds"), meter_path=Path("/w/kl_meter.so"), arch_list="9.0a",
+                  transport="file", init_seed=1, weights_seed=2, trials=TRIALS),
     TrialRequest(index=2, noop=True, record_ops=False),
-    TimeRequest(timing=TIMING, sets=(0, 1), first_call=15),
+    TimeRequest(sets=(0, 1), flush=False),
     CompileRequest(candidate_path=Path("/r/candidate.py"), pch=HeaderMode.USE, builds_dir=Path("/b"),
                    staging_dir=Path("/s"), arch_list="9.0a", max_jobs=2, delegate=True),
     CompileRequest(candidate_path=None, pch=HeaderMode.BUILD, builds_dir=Path("/b"), staging_dir=Path("/s"),
@@ -110,15 +109,15 @@ def test_replies_read_back_as_they_were_sent() -> None:
     assert Loaded.from_reply(wire(failed)) == failed
     timing = Timing.from_samples([1.0, 2.0], clock="perf_counter")
     baselines = Baselines(eager=timing, compiled=None, notes=("off",))
+    assert Metering.is_metering(wire(Metering())) and not Metering.is_metering(wire(failed))
     replies: list[tuple[object, object]] = [
-        (LoopReply(timing=timing, kept=2), LoopReply.read),
+        (MeterEnd(calls=12, flags=("background_threads",), tampered=("harness.contract.tf32_is_off",)), MeterEnd.read),
         (CompareReply(results=(Compared(passed=False, max_abs_err=None, mean_abs_err=None, mismatch_frac=1.0,
                                         message="shape"),)), CompareReply.read),
-        (TrialReply(output=OUTPUT, flags=("tf32_enabled",), ops=("addmm", "view")), TrialReply.read),
+        (TrialReply(output=OUTPUT, flags=("tf32_enabled",), ops=("addmm", "view"), tampered=("x.y",)),
+         TrialReply.read),
         (TrialReply(output={"kind": "invalid", "type": "int"}), TrialReply.read),
         (ProfileReply(kernels=(ProfileRow(name="k", calls=1, ms_per_forward=0.5),)), ProfileReply.read),
-        (TimeReply(timing=timing, kept=(KeptOutput(index=0, call=12, output=OUTPUT),), wall_s=0.5,
-                   flags=("background_threads",)), TimeReply.read),
     ]
     for reply, read in replies:
         assert read_reply(wire(reply), read, "the reply") == reply  # type: ignore[arg-type]
@@ -154,17 +153,27 @@ def test_admission_replies_read_back() -> None:
 
 
 @pytest.mark.parametrize(("reply", "field"), [
-    ({"timing": {"samples_ms": [1.0]}, "kept": [{"index": "0", "call": 1, "output": {}}]}, "index"),
-    ({"timing": {"samples_ms": ["1.0"]}, "kept": []}, "samples_ms"),
-    ({"kept": []}, "timing"),
-    ({"timing": {"samples_ms": [1.0]}, "kept": [{"index": 0, "call": 1, "output": [1]}]}, "output"),
-    ({"timing": {"samples_ms": [1.0]}, "kept": "all of them"}, "kept"),
-    ({"timing": {"samples_ms": [1.0]}, "kept": [], "flags": "tf32_enabled"}, "flags"),
-    ({"timing": {"samples_ms": [True]}, "kept": []}, "samples_ms"),
+    ({"calls": "12"}, "calls"),
+    ({}, "calls"),
+    ({"calls": 12, "flags": "tf32_enabled"}, "flags"),
+    ({"calls": 12, "tampered": [1]}, "tampered"),
 ])
-def test_a_malformed_timing_reply_is_a_wire_error_naming_the_field(reply: JsonObject, field: str) -> None:
+def test_a_malformed_end_of_the_timing_loop_is_a_wire_error_naming_the_field(reply: JsonObject, field: str) -> None:
     with pytest.raises(WireError, match=field):
-        read_reply(reply, TimeReply.read, "the timing reply")
+        read_reply(reply, MeterEnd.read, "the timing loop's end")
+
+
+def test_the_loops_frames() -> None:
+    go = go_frame(GoFlags.SEED_FORWARD, call=3, input_seed=4, forward_seed=5, nonce=6, input_set=1)
+    assert len(go) == 48 and go[:4] == b"KLGO"
+    done = struct.pack("=4sIQQd", b"KLDN", 1, 3, 6, 2.5) + b"forward raised ValueError"
+    assert read_reply_frame(done) == DoneFrame(DoneStatus.FORWARD_RAISED, 3, 6, 2.5, "forward raised ValueError")
+    audit = struct.pack("=4sIQQ", b"KLAU", 0, 3, 16) + b'{"single": true, "tensors": []}'
+    assert read_reply_frame(audit) == AuditFrame(3, 16, {"single": True, "tensors": []})
+    for garbage in (b"KLDN", struct.pack("=4sIQQd", b"KLDN", 77, 3, 6, 1.0), b"KLAU" + b"\0" * 20 + b"[1]",
+                    b'{"calls": 1}', go):
+        with pytest.raises(WireError):
+            read_reply_frame(garbage)
 
 
 @pytest.mark.parametrize(("raw", "read"), [

@@ -1,11 +1,25 @@
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from harness.builds import ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
+from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
+from harness.causes import KernelError
 from harness.provenance import Provenance, Tolerance
-from harness.verdict import Baselines, CompileResult, ErrorKind, ProfileRow, Stage, Status, Timing, Trial, Verdict
+from harness.verdict import (
+    Baselines,
+    ClockBound,
+    CompileResult,
+    ErrorKind,
+    ProfileRow,
+    Stage,
+    StageSeconds,
+    Status,
+    Timing,
+    Trial,
+    Verdict,
+)
 from harness.wire import WireError
 
 
@@ -87,7 +101,9 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
             'n': 5,
             'clock': 'cuda_events',
             'warnings': ['noisy: x'],
-            'samples_ms': [1.0, 2.0, 3.0, 4.0, 5.0]},
+            'samples_ms': [1.0, 2.0, 3.0, 4.0, 5.0],
+            'trusted_clock': {'overhead_ms': 0.05, 'excess_ms': 0.01, 'allowed_ms': 0.15, 'calls': 5,
+                              'audits': 2}},
  'baselines': {'eager_ms': 20.5,
                'compile_ms': None,
                'eager': {'median_ms': 20.5,
@@ -96,7 +112,8 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
                          'n': 2,
                          'clock': 'cuda_events',
                          'warnings': [],
-                         'samples_ms': [20.0, 21.0]},
+                         'samples_ms': [20.0, 21.0],
+                         'trusted_clock': None},
                'compile': None,
                'notes': ['torch.compile failed: E']},
  'speedup_vs_eager': 6.833333333333333,
@@ -131,7 +148,8 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
                                         'reused': False,
                                         'seconds': 11.0,
                                         'torch_headers': False,
-                                        'kept': 'stored'}]},
+                                        'kept': 'stored'}],
+                             'lazy': '__init__'},
                             {'name': 'kl_other',
                              'key': 'cccccccccccccccccccccccc',
                              'cached': True,
@@ -151,7 +169,10 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
                           'registers': 40,
                           'smem_bytes': 4096},
                          {'kernel': '_Z4tinyv'}],
-             'errors': ''},
+             'errors': '',
+             'swallowed': [{'name': 'kl_fallback', 'errors': "main.cpp:3:1: error: 'x' was not declared",
+                            'lazy': 'forward'},
+                           {'name': 'kl_first', 'errors': 'ld: cannot find -lfoo'}]},
  'provenance': {'target': 'cuda',
                 'device': 'NVIDIA H200',
                 'driver': '580.1',
@@ -174,7 +195,11 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
                 'pid': 4242},
  'depth': 'benchmark',
  'profile': [{'name': 'k1', 'calls': 1, 'ms_per_forward': 0.5},
-             {'name': 'k2', 'calls': 2, 'ms_per_forward': 0.25}]}
+             {'name': 'k2', 'calls': 2, 'ms_per_forward': 0.25}],
+ 'kernel_errors': [{'function': 'kl_ext.fused', 'error': 'RuntimeError: batch must be even', 'noop': False,
+                    'trial': 2}],
+ 'notes': ['weights loaded by registration order'],
+ 'stage_seconds': {'compile': 41.5, 'load': 0.3, 'correctness': 1.5, 'timing': 1.25}}
 
 
 def _full_verdict() -> Verdict:
@@ -187,16 +212,20 @@ def _full_verdict() -> Verdict:
                                UnitBuild(source="main.cpp", key="a" * 24, reused=True, seconds=0.0, torch_headers=True,
                                          first_seconds=30.5),
                                UnitBuild(source="cuda.cu", key="b" * 24, reused=False, seconds=11.0,
-                                         torch_headers=False, kept="stored"))),
+                                         torch_headers=False, kept="stored")), lazy=BuildPhase.INIT),
             ExtensionBuild(name="kl_other", key="c" * 24, cached=True, seconds=0.0,
                            pch=HeaderUse(status="missing", key="d" * 24, seconds=0.0, flags=(),
                                          reason="no precompiled torch header for binding flags none"),
                            via="stage", builder_refusal="argument 'build_directory'")),
             kernels=(KernelInfo(kernel="_Z6kernelPf", arch="sm_90a", stack_bytes=8, spill_stores=4, spill_loads=4,
-                                registers=40, smem_bytes=4096), KernelInfo(kernel="_Z4tinyv"))),
+                                registers=40, smem_bytes=4096), KernelInfo(kernel="_Z4tinyv")),
+            swallowed=(BuildFailure(name="kl_fallback", errors="main.cpp:3:1: error: 'x' was not declared",
+                                    lazy=BuildPhase.FORWARD),
+                       BuildFailure(name="kl_first", errors="ld: cannot find -lfoo"))),
         trials=(Trial(0, True, 1e-7, 1e-8, 0.0), Trial(1, True, None, None, 0.0, kind="variant", message="m"),
                 Trial(2, True, 2e-7, 1e-8, 0.0, kind="shape:0")),
-        timing=Timing.from_samples([1.0, 2.0, 3.0, 4.0, 5.0], clock="cuda_events", warnings=["noisy: x"]),
+        timing=replace(Timing.from_samples([1.0, 2.0, 3.0, 4.0, 5.0], clock="cuda_events", warnings=["noisy: x"]),
+                       bound=ClockBound(overhead_ms=0.05, excess_ms=0.01, allowed_ms=0.15, calls=5, audits=2)),
         baselines=Baselines(eager=Timing.from_samples([20.0, 21.0], clock="cuda_events"), compiled=None,
                             notes=("torch.compile failed: E",)),
         sol_ms=0.25, flops=1e9, min_bytes=3e8, flags=("speedup_over_limit",), hints=("a hint",), log="the log",
@@ -208,6 +237,9 @@ def _full_verdict() -> Verdict:
         depth="benchmark",
         profile=(ProfileRow(name="k1", calls=1, ms_per_forward=0.5),
                  ProfileRow(name="k2", calls=2, ms_per_forward=0.25)),
+        kernel_errors=(KernelError(function="kl_ext.fused", error="RuntimeError: batch must be even", trial=2),),
+        notes=("weights loaded by registration order",),
+        stage_seconds=StageSeconds(compile=41.5, load=0.3, correctness=1.5, timing=1.25),
     )
 
 

@@ -223,7 +223,10 @@ def smoke_results() -> dict[tuple[str, int], dict[str, Any]]:
         text=True,
         timeout=SMOKE_TIMEOUT_S,
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "2"},
+        # One thread, as the harness's stages run: at CPU sizes worth timing (eager >= 1 ms) ops enter
+        # OpenMP regions, and two threads on a loaded 2-core host stall at barriers (a 3 ms forward
+        # of level2/gemm_swiglu took 614 ms under a load of 11).
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     results = {}

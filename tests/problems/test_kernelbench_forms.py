@@ -187,9 +187,9 @@ def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessO
         suspicious_speedup=1e-9, **changes))
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"),
                                       "--target", "cpu", "--json"])
-    assert "re-timing with fresh seeds and hardened timing" in " ".join(result.output.split())
+    assert "re-timing in a fresh process with fresh seeds" in " ".join(result.output.split())
     verdict = result.output.strip().splitlines()[-1]
-    assert '"status": "pass"' in verdict and '"timing_mode": "hardened"' in verdict, result.output[-3000:]
+    assert '"status": "pass"' in verdict and '"timing_mode": "metered, re-judged"' in verdict, result.output[-3000:]
     assert result.exit_code == 0
 
 

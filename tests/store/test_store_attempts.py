@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from harness.verdict import ErrorKind, Stage, Status, Verdict
 from store import (
     Attempt,
-    EventType,
     NotFound,
     TrajectoryState,
     append_message,
@@ -27,6 +26,7 @@ from store import (
     set_trajectory_state,
     source_sha256,
 )
+from vocabulary import EventType
 
 
 def _record(

@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import (
-    EventType,
     JobHead,
     JobState,
     NotFound,
@@ -24,12 +23,13 @@ from store import (
     job_heads,
     session_scope,
 )
+from vocabulary import EventType
 
 
 def test_ids_count_per_job_and_resume(session: Session, build: Any) -> None:
     first, second = build.job(), build.job()  # each already has its "queued" event, id 1
     for i in range(5):
-        append_event(session=session, job_id=first.id, type="progress", payload={"i": i})
+        append_event(session=session, job_id=first.id, type=EventType.PROGRESS, payload={"i": i})
     append_event(session=session, job_id=second.id, type=EventType.STATE, payload={"state": "x"})
     session.commit()
 
@@ -50,7 +50,7 @@ def test_ids_count_per_job_and_resume(session: Session, build: Any) -> None:
 
 def test_append_to_a_missing_job_raises(session: Session) -> None:
     with pytest.raises(NotFound):
-        append_event(session=session, job_id=12345, type="x", payload={})
+        append_event(session=session, job_id=12345, type=EventType.PROGRESS, payload={})
 
 
 def test_concurrent_writers_get_dense_distinct_ids(factory: sessionmaker[Session]) -> None:
@@ -67,7 +67,7 @@ def test_concurrent_writers_get_dense_distinct_ids(factory: sessionmaker[Session
         for i in range(each):
             with session_scope(factory) as session:
                 payload = {"w": index, "i": i}
-                event = append_event(session=session, job_id=job_id, type="progress", payload=payload)
+                event = append_event(session=session, job_id=job_id, type=EventType.PROGRESS, payload=payload)
                 ids.append(event.id)
         return ids
 
@@ -87,7 +87,7 @@ def test_concurrent_writers_get_dense_distinct_ids(factory: sessionmaker[Session
 def test_job_heads_read_many_streams_at_once(session: Session, build: Any) -> None:
     first, second, gone = build.job(), build.job(), 424242
     for i in range(3):
-        append_event(session=session, job_id=first.id, type="progress", payload={"i": i})
+        append_event(session=session, job_id=first.id, type=EventType.PROGRESS, payload={"i": i})
     cancel_job(session=session, job_id=second.id)
     session.commit()
     heads = job_heads(session=session, job_ids=[first.id, second.id, gone, first.id])

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from harness.verdict import Status
 from store import StoreCounts, Target, append_event, claim_next_job, read_store_counts, record_attempt
 from tests.support.store import Builders
+from vocabulary import EventType
 
 
 def test_counts_by_state_status_and_events(session: Session, build: Any) -> None:
@@ -19,7 +20,7 @@ def test_counts_by_state_status_and_events(session: Session, build: Any) -> None
         record_attempt(session=session, job_id=first.id, trajectory_id=None, tool="evaluate",
                        source=f"# {i}\n", parent_id=None,
                        verdict=Builders.verdict(status, correct=status is Status.PASS))
-    append_event(session=session, job_id=first.id, type="progress", payload={})
+    append_event(session=session, job_id=first.id, type=EventType.PROGRESS, payload={})
     session.commit()
     counts = read_store_counts(session=session)
     assert counts.jobs_by_state == {"queued": 1, "running": 1}

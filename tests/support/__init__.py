@@ -11,6 +11,8 @@ only, never from another test module or a conftest; conftests hold fixtures alon
   written into its store, `login`, and the headless Chromium the browser tests drive.
 - `cli`: the ``kernelloop`` commands run as a user runs them, and a real ``kernelloop up``.
 - `agents`: the agent's seed problems, replay profile, fakes and job specs.
+- `doubles`: the agent's test doubles: an in-memory recorder, a fake evaluator, and scripted
+  Chat Completions servers modelled on the real ones (out of the shipped `agent` package).
 - `worker`: the worker's jobs, settings, `ScriptedReferee`, a claimed job run in-process, and
   worker subprocesses; `fake_agent` is the scripted agent they run, `celery_entry` and
   `embedded_entry` the worker processes they start (``python -m tests.support.embedded_entry``).

@@ -7,8 +7,8 @@ from typing import Any
 
 from agent import Budgets, JobSpec
 from agent.providers.replay import ReplayProvider
-from agent.testing import FakeCandidate, FakeEvaluator
 from problems.spec import Problem
+from tests.support.doubles import FakeCandidate, FakeEvaluator
 
 SEED1 = "level2/conv_tanh_scale_bias_maxpool"
 SEED2 = "level2/conv_bn_scale_train"
@@ -39,9 +39,19 @@ def fake_for(provider: ReplayProvider, **overrides: FakeCandidate) -> FakeEvalua
     return FakeEvaluator({provider.source(k): v for k, v in kinds.items()})
 
 
+#: The budgets of the agent's tests (the service's defaults are its settings'; the agent has none).
+TEST_BUDGETS: dict[str, Any] = {"turns": 10, "tool_calls": 30, "max_tokens": 400_000, "max_cost_usd": 5.0,
+                                "wall_clock_s": 3600.0}
+
+
+def budgets_of(**changes: Any) -> Budgets:
+    """`TEST_BUDGETS` with ``changes``."""
+    return Budgets(**{**TEST_BUDGETS, **changes})
+
+
 def spec_for(problem: Problem, target: str = "cpu", *, budgets: Budgets | None = None, llm: Any = REPLAY,
              **kw: Any) -> JobSpec:
-    return JobSpec(problem=problem, target=target, llm=llm, budgets=budgets or Budgets(), **kw)
+    return JobSpec(problem=problem, target=target, llm=llm, budgets=budgets or Budgets(**TEST_BUDGETS), **kw)
 
 
 class FakeClock:

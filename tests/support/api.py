@@ -21,6 +21,7 @@ from api import StreamOptions
 from config import Settings
 from harness.verdict import Status
 from store import create_api_key, revoke_api_key, session_scope
+from tests.support.databases import redis_db
 from tests.support.store import PROBLEM_SOURCE as PROBLEM_SOURCE  # the API tests post the store's problem
 from tests.support.store import Builders
 
@@ -37,7 +38,7 @@ class ModelNew(nn.Module):
 #: Streams in tests poll fast and end soon, so a forgotten running job cannot hang a test.
 TEST_STREAM_OPTIONS = StreamOptions(poll_interval_s=0.02, keepalive_s=15.0, max_duration_s=10.0, retry_ms=100)
 #: A Redis database the API's tests point the broker at (db 15; the worker's tests use db 14).
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = f"redis://127.0.0.1:6379/{redis_db(15)}"
 
 
 @dataclass

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: ``python -m`` targets: the client commands alone, or the whole ``kernelloop`` command.
 CLIENT = "cli.client"
 KERNELLOOP = "cli.main"
+#: The console script `pip install` made beside this interpreter: what a user types.
+KERNELLOOP_COMMAND = Path(sys.executable).with_name("kernelloop")
 
 
 def pythonpath() -> str:

@@ -28,6 +28,7 @@ from config import Settings
 from harness import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from harness.builds import KernelInfo
 from harness.provenance import Provenance
+from harness.verdict import StageSeconds
 from problems import Problem, load_problem
 from store import (
     JobState,
@@ -48,6 +49,7 @@ from store.migrate import upgrade
 from tests.support.api import serve
 from tests.support.databases import sqlite_url_in
 from tests.support.paths import REPO
+from vocabulary import EventType
 
 SEED_PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 WORKER_ID = "test-worker"
@@ -87,8 +89,9 @@ def verdict(
     message: str = "",
     stage: Stage | None = None,
     depth: str = "benchmark",
+    stage_seconds: StageSeconds | None = None,
 ) -> dict[str, Any]:
-    """A real ``Verdict.to_dict()`` with the figures a timed evaluation has."""
+    """A real ``Verdict.to_dict()`` with the figures a timed evaluation has (and ``stage_seconds``)."""
     correct = status in (Status.PASS, Status.SUSPICIOUS)
     failed_stage = Stage.COMPILE if status is Status.ERROR else Stage.CORRECTNESS
     v = Verdict(
@@ -114,6 +117,7 @@ def verdict(
         min_bytes=3.1e8,
         provenance=Provenance(device=device, target=target, torch="2.11.0", cuda="13.0", harness="0.1.0"),
         depth=depth,
+        stage_seconds=stage_seconds or StageSeconds(),
     )
     return v.to_dict()
 
@@ -148,16 +152,17 @@ def create_running_job(
     problem: str = SEED_PROBLEM,
     target: Target = Target.CUDA,
     budgets: dict[str, Any] | None = None,
+    llm: tuple[str, str] = ("replay", "replay"),
 ) -> int:
-    """A job as a worker holds it: created, then claimed by `WORKER_ID`."""
+    """A job as a worker holds it: created, then claimed by `WORKER_ID` (``llm``: profile, model)."""
     with session_scope(factory) as session:
         job = create_job(
             session=session,
             problem_id=store_problem(session, load_problem(problem)),
             target=target,
             owner_id=owner_id,
-            llm_profile="replay",
-            llm_model="replay",
+            llm_profile=llm[0],
+            llm_model=llm[1],
             budgets=budgets or {"turns": 10, "tool_calls": 30, "max_tokens": 400_000, "max_cost_usd": 5.0,
                                 "wall_clock_s": 3600.0},
         )
@@ -284,7 +289,7 @@ def stage_event(factory: sessionmaker[Session], job_id: int, stage: str, phase: 
 
     when = at or datetime.now(UTC)
     with session_scope(factory) as session:
-        append_event(session=session, job_id=job_id, type="stage",
+        append_event(session=session, job_id=job_id, type=EventType.STAGE,
                      payload={"stage": stage, "phase": phase, "seconds": seconds, "at": when.isoformat(), **extra})
 
 
@@ -322,8 +327,12 @@ def agent_session(threads: int = 256, tag: str = "") -> list[Turn]:
     )
     untimed = verdict(Status.PASS, median_ms=None)
     untimed["depth"] = "profile"
-    untimed["profile"] = [{"name": "pool_tanh_scale_bias_kernel<4, 4, int>", "calls": 20, "total_ms": 14.1},
-                          {"name": "cudnn::conv2d_fprop", "calls": 20, "total_ms": 61.0}]
+    # As the harness writes it: device milliseconds per forward, the candidate's kernel among cuDNN's.
+    untimed["profile"] = [
+        {"name": "void pool_tanh_scale_bias_kernel<4, 4, int>(float const*, float const*, float*, int, int)",
+         "calls": 1, "ms_per_forward": 0.705},
+        {"name": "sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc", "calls": 1, "ms_per_forward": 3.05},
+        {"name": "aten::convolution", "calls": 1, "ms_per_forward": 3.12}]
     return [
         Turn("Let me look at the GPU first.", "get_gpu_specs", feedback="NVIDIA H200: 132 SMs, 4.8 TB/s"),
         Turn("Shapes: 256→254 after the 3×3 conv, 254→63 after the 4×4 pool; memory-bound. A first fused "

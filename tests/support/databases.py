@@ -7,7 +7,9 @@ through it and drops it at the end. When the server cannot be reached the Postgr
 CI guarantees a server, so a missing one is a broken environment, not a reason to skip.
 
 Redis comes from ``KERNELLOOP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/14``, flushed
-before and after each test that uses ``redis_url``); unreachable, it fails the test too.
+before and after each test that uses ``redis_url``); unreachable, it fails the test too. Under
+pytest-xdist each worker has databases of its own (`redis_db`), so one worker's flush never empties
+another's queue.
 """
 
 from __future__ import annotations
@@ -31,7 +33,21 @@ PG_URL_ENV = "KERNELLOOP_TEST_POSTGRES_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 BACKENDS = ("sqlite", "postgresql")
 REDIS_URL_ENV = "KERNELLOOP_TEST_REDIS_URL"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+#: Redis databases a pytest-xdist worker moves down by (Redis has 16: four workers at most).
+REDIS_DBS_PER_WORKER = 4
+
+
+def redis_db(db: int) -> int:
+    """Database ``db`` of this test process: as given in a plain run, moved down by
+    `REDIS_DBS_PER_WORKER` for each pytest-xdist worker before this one (``gw1`` uses 10 for 14)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    moved = db - REDIS_DBS_PER_WORKER * int(worker.removeprefix("gw"))
+    if moved < 0:
+        raise RuntimeError(f"Redis has no database {moved} for worker {worker}: run at most four workers")
+    return moved
+
+
+DEFAULT_REDIS_URL = f"redis://127.0.0.1:6379/{redis_db(14)}"
 
 
 @contextmanager

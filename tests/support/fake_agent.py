@@ -13,6 +13,7 @@ need no LLM and exercise the same calls the agent makes (keyword-only, as in ``a
 - ``until_cancelled``: chat until the recorder says the job was cancelled.
 - ``quarantine``: report the seed-1 example as quarantined (``suspicious``) without evaluating.
 - ``fail``: end with a job-level error, as the agent does when every trajectory failed.
+- ``benchmark_two``: benchmark two sources (`TWO_SOURCES`), submit; the worker then re-judges them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from harness.verdict import source_sha256
 from tests.support.worker import SEED1_CPU
 
 CALLS: list[str] = []
+#: What ``benchmark_two`` benchmarks, in order.
+TWO_SOURCES = (SEED1_CPU, SEED1_CPU + "\n# the second version\n")
 
 
 def _result(reason: StopReason, *, error: str | None = None,
@@ -61,6 +64,13 @@ def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
                                 parent_sha256=None, verdict=suspicious)
         recorder.trajectory_finished(index=0, reason="submitted")
         return _result(StopReason.COMPLETED, quarantined=(entry,))
+    if script == "benchmark_two":
+        for n, source in enumerate(TWO_SOURCES):
+            verdict = evaluator.evaluate(source, Depth.BENCHMARK)
+            recorder.attempt(trajectory=0, tool="benchmark", source=source,
+                             parent_sha256=source_sha256(TWO_SOURCES[0]) if n else None, verdict=verdict)
+        recorder.trajectory_finished(index=0, reason="submitted")
+        return _result(StopReason.SUBMITTED)
     if script == "fail":
         recorder.trajectory_finished(index=0, reason="llm_error")
         return _result(StopReason.LLM_ERROR, error="the LLM endpoint failed: 401 Unauthorized")

@@ -1,5 +1,6 @@
-"""The adversarial suite's referee options (tests/harness/integrity): one place, since a test of the
-suite builds them again in a fresh interpreter (``python -c``, to put a canary in its environment)."""
+"""The adversarial suite's referee options and its forged timing loop (tests/harness/integrity, the
+GPU suite and benchmarks/forgery_sweep.py): one place, since a test of the suite builds the options
+again in a fresh interpreter (``python -c``, to put a canary in its environment)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 from harness import HarnessOptions, Timeouts, TimingOptions
 
-#: Quick timing: enough calls for rotation, sampled re-checks and the tail calls to matter.
-QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=10, max_repeats=40, max_time_s=0.2, input_sets=2,
-                             recheck_every=5)
+#: Quick timing: enough calls for rotation and audits to matter; audits many (a cheat on half the
+#: calls slips through k audits with probability 2**-k).
+QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=10, max_repeats=40, max_time_s=0.2, input_sets=2, audits=10)
 #: Small enough that allocating past it takes a second, large enough for torch and a compile.
 MEMORY_LIMIT_MB = 3072
 
@@ -21,3 +22,69 @@ def make_options(cache: Path, **changes: object) -> HarnessOptions:
         memory_limit_mb=MEMORY_LIMIT_MB,
     )
     return base.replace(**changes)
+
+
+def forged_loop(scale: float, *, hide_tampering: bool = False, device: str = "cpu") -> str:
+    """Module code for a candidate that replaces the harness's timing loop, in its own process, by
+    one written in Python: it speaks the loop's protocol perfectly (every call's inputs loaded as
+    the real loop loads them, audits answered with sealed memfds of the true outputs) and reports
+    each call's true time times ``scale``. ``hide_tampering``: the tamper check is replaced too.
+    What is left to catch it is the trusted clock."""
+    return f'''
+import sys as _sys
+if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compile stage
+    import fcntl as _fcntl, json as _json, os as _os, socket as _socket, struct as _struct, time as _time
+    _stage = _sys.modules["harness.meter.stage"]
+    _GO = _struct.Struct("=4sIQQQQII")
+
+    def _forged_run(self, channel, fn, sets, *, flush):
+        sock = channel._sock
+        sock.settimeout(None)
+
+        def read_exact(n):
+            data = b""
+            while len(data) < n:
+                data += sock.recv(n - len(data))
+            return data
+
+        def send(payload, fds=()):
+            prefix = _struct.pack(">I", len(payload))
+            if fds:
+                _socket.send_fds(sock, [prefix], list(fds))
+                sock.sendall(payload)
+            else:
+                sock.sendall(prefix + payload)
+
+        device, held, last, calls = torch.device("{device}"), None, 0, 0
+        while True:
+            (size,) = _struct.unpack(">I", read_exact(4))
+            _, flags, call, seed, forward_seed, nonce, index, _ = _GO.unpack(read_exact(size))
+            if flags & 2:
+                return calls
+            if flags & 1:
+                data = held.detach().cpu().contiguous().numpy().tobytes()
+                fd = _os.memfd_create("audit", _os.MFD_ALLOW_SEALING)
+                _os.write(fd, data)
+                _fcntl.fcntl(fd, 1033, 15)
+                description = _json.dumps({{"single": True, "tensors": [{{
+                    "dtype": str(held.dtype).replace("torch.", ""), "shape": list(held.shape),
+                    "device": held.device.type}}]}})
+                send(_struct.pack("=4sIQQ", b"KLAU", 0, last, len(data)) + description.encode(), (fd,))
+                _os.close(fd)
+                continue
+            inputs = _stage.call_inputs(sets[index], seed, device)
+            if flags & 4:
+                torch.manual_seed(forward_seed)
+            started = _time.perf_counter()
+            with torch.no_grad():
+                held = fn(*inputs)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+            sample = (_time.perf_counter() - started) * 1e3 * {scale!r}
+            send(_struct.pack("=4sIQQd", b"KLDN", 0, call, nonce, sample))
+            last, calls = call, calls + 1
+
+    _stage.Meter.run = _forged_run
+    if {hide_tampering!r}:
+        _stage.Meter.tampered = lambda self: []
+'''

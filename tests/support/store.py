@@ -90,6 +90,6 @@ class Builders:
             timing=timing(median_ms) if median_ms is not None else None,
             baselines=Baselines(eager=timing(eager_ms), compiled=timing(compile_ms)),
             sol_ms=0.25,
-            flags=("suspicious_speedup",) if status is Status.SUSPICIOUS else (),
+            flags=("speedup_over_limit",) if status is Status.SUSPICIOUS else (),
             provenance=Provenance(device="cpu", torch="2.13.0", harness="0.1.0"),
         )

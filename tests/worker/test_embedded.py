@@ -91,7 +91,6 @@ def test_the_real_agent_with_the_replay_provider(
 ) -> None:
     """The agent package itself (replay script, no network) through the worker: about 45 s on 2 cores,
     most of it the script's deliberate compile error (failed builds are not cached)."""
-    pytest.importorskip("agent")
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "n/a")  # budgets: 4 turns
     worker = EmbeddedWorker(settings=sqlite_settings, session_factory=sqlite_factory, target=Target.CPU,

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from agent.retry import NO_RETRY
 from config import Settings
 from harness import CompileResult, Depth, Stage, Status, Target, Timing, Verdict
+from harness.verdict import Baselines, ErrorKind, StageSeconds
 from store import claim_job, session_scope
 from tests.support.worker import INFRA, ScriptedReferee, agent_job, claim, evaluation_job, run_claimed
 from worker.evaluator import RefereeEvaluator
@@ -59,6 +60,52 @@ def test_an_evaluation_counts_its_time_its_build_and_its_gpu_seconds(tmp_path: P
     assert _value("kernelloop_worker_compile_seconds_count", target="cuda", ok="true") == before["builds"] + 1
     assert _value("kernelloop_worker_compile_seconds_sum", target="cuda", ok="true") == before["build_s"] + 12.5
     assert _value("kernelloop_worker_gpu_seconds_total") > before["gpu_s"]
+
+
+def test_an_evaluation_counts_its_stages_its_kind_and_its_lane_seconds_the_compile_included(tmp_path: Path) -> None:
+    # On cuda the compile runs first (its stages in the first verdict), then the timed evaluation
+    # on the device (a cached build: no compile stage): the attempt's stages are both.
+    eager = Timing.from_samples([4.0] * 5, clock="cuda_events")
+    compiled = _verdict(compile_s=12.5, timed=False).with_changes(
+        stage_seconds=StageSeconds(header_build=2.0, compile=12.5))
+    timed = _verdict(compile_s=0.0).with_changes(
+        baselines=Baselines(eager=eager, compiled=None),
+        stage_seconds=StageSeconds(load=0.25, correctness=1.5, timing=1.25))
+    referee = ScriptedReferee([compiled, timed], target=Target.CUDA)
+    evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="gpu-kinds", retry=NO_RETRY)
+
+    def stage(name: str, sample: str = "count") -> float:
+        return _value(f"kernelloop_worker_stage_seconds_{sample}", target="cuda", stage=name)
+
+    before = {name: (stage(name), stage(name, "sum")) for name in ("compile", "header_build", "load", "timing")}
+    fast = (_value("kernelloop_worker_verdicts_total", target="cuda", kind="fast"),
+            _value("kernelloop_worker_lane_seconds_total", target="cuda", kind="fast"))
+    try:
+        verdict = evaluator.evaluate("class ModelNew: ...", Depth.BENCHMARK)
+    finally:
+        evaluator.close()
+    assert verdict.stage_seconds == StageSeconds(header_build=2.0, compile=12.5, load=0.25, correctness=1.5,
+                                                 timing=1.25)
+    for name, seconds in (("compile", 12.5), ("header_build", 2.0), ("load", 0.25), ("timing", 1.25)):
+        assert (stage(name), stage(name, "sum")) == (before[name][0] + 1, before[name][1] + seconds), name
+    # 1 ms against eager's 4 ms: fast; its lane is load + correctness + timing (not the compile).
+    assert _value("kernelloop_worker_verdicts_total", target="cuda", kind="fast") == fast[0] + 1
+    assert _value("kernelloop_worker_lane_seconds_total", target="cuda", kind="fast") == fast[1] + 3.0
+
+
+def test_a_compile_error_is_a_verdict_without_lane_time(tmp_path: Path) -> None:
+    broken = Verdict(status=Status.ERROR, stage=Stage.COMPILE, error_kind=ErrorKind.CANDIDATE, message="compile failed",
+                     compile=CompileResult(ok=False, seconds=8.0), stage_seconds=StageSeconds(compile=8.0))
+    evaluator = RefereeEvaluator(ScriptedReferee([broken], target=Target.CPU), cache_dir=tmp_path, device_key="cpu",
+                                 retry=NO_RETRY)
+    verdicts = _value("kernelloop_worker_verdicts_total", target="cpu", kind="compile_error")
+    lane = _value("kernelloop_worker_lane_seconds_total", target="cpu", kind="compile_error")
+    try:
+        evaluator.evaluate("class ModelNew: ...", Depth.BENCHMARK)
+    finally:
+        evaluator.close()
+    assert _value("kernelloop_worker_verdicts_total", target="cpu", kind="compile_error") == verdicts + 1
+    assert _value("kernelloop_worker_lane_seconds_total", target="cpu", kind="compile_error") == lane
 
 
 def test_infra_failures_are_counted_and_never_charged_as_gpu_time(tmp_path: Path) -> None:

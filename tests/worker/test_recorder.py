@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from agent import StopReason
 from harness.verdict import CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from store import (
     JobState,
@@ -26,7 +27,7 @@ from store import (
 )
 from tests.support.worker import SEED1_CPU, SEED1_CPU_WRONG, agent_job
 from worker.lease import LeaseKeeper
-from worker.recorder import StoreRecorder, WorkerEvent, trajectory_state_for
+from worker.recorder import StoreRecorder, trajectory_state_for
 
 LEASE = 30.0
 
@@ -190,10 +191,33 @@ def test_trajectory_states_follow_the_agents_stop_reasons(reason: str, state: st
 
 
 def test_the_mapping_matches_agent_stop_reason_outcome() -> None:
-    job = pytest.importorskip("agent.job")
-    for reason in job.StopReason:
+    for reason in StopReason:
         assert trajectory_state_for(reason.value).value == reason.outcome, reason
 
 
-def test_worker_event_names() -> None:
-    assert [e.value for e in WorkerEvent] == ["trajectory", "message", "progress", "stage"]
+def test_a_rerun_of_a_source_is_attributed_to_its_own_earlier_attempt(sqlite_factory: sessionmaker[Session]) -> None:
+    """Issue 24: the dashboard said "edited from attempt 4" of a source identical to attempt 5's.
+    The agent loop with the seed's replay script (it benchmarks the source it checked) writes
+    through the worker's recorder: a re-run's parent is the earlier attempt of the same source."""
+    from agent import run_job
+    from agent.providers.replay import ReplayProvider
+    from problems import load_problem
+    from tests.support.agents import SEED1, fake_for, no_sleep, spec_for
+
+    job_id = _claimed(sqlite_factory)
+    recorder, _ = _recorder(sqlite_factory, job_id)
+    replay = ReplayProvider.for_problem(SEED1, "cpu")
+    run_job(spec_for(load_problem(SEED1)), evaluator=fake_for(replay), recorder=recorder, provider=replay,
+            sleep=no_sleep)
+    with session_scope(sqlite_factory) as session:
+        attempts = list_attempts(session=session, job_id=job_id).items
+        by_id = {a.id: a for a in attempts}
+        reruns = [a for a in attempts if any(b.sha256 == a.sha256 and b.seq < a.seq for b in attempts)]
+        assert reruns, [(a.seq, a.tool) for a in attempts]
+        for rerun in reruns:
+            assert rerun.parent_id is not None
+            parent = by_id[rerun.parent_id]
+            assert parent.sha256 == rerun.sha256 and parent.seq < rerun.seq, (rerun.seq, parent.seq)
+        # A first run still names the source it was edited from.
+        firsts = [a for a in attempts if a not in reruns and a.parent_id is not None]
+        assert firsts and all(by_id[a.parent_id].sha256 != a.sha256 for a in firsts)

@@ -174,6 +174,25 @@ def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
             "unknown LLM profile 'gpt-9' (this service has: openai, replay)")
 
 
+def test_a_worker_without_the_profiles_key_fails_the_job_at_once_naming_it(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose environment lacks the profile's key (one the API did not share it with): the job
+    fails before any request, rather than after five 401s."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "compile_then_check", llm_profile="openai")
+    claim(sqlite_factory, job_id)
+    fake_agent.CALLS.clear()
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id,
+                       referee_factory=lambda *a: ScriptedReferee([])) is RunOutcome.FAILED
+    assert fake_agent.CALLS == []
+    with session_scope(sqlite_factory) as session:
+        error = get_job(session=session, job_id=job_id).error or ""
+    assert "the LLM profile 'openai' needs an API key in $OPENAI_API_KEY, which is not set in this worker's " \
+           "environment" in error
+
+
 def _run_in_thread(settings: Settings, factory: sessionmaker[Session], job_id: int) -> tuple[threading.Thread, list]:
     result: list[RunOutcome] = []
     thread = threading.Thread(target=lambda: result.append(
@@ -257,13 +276,65 @@ def test_quarantined_candidates_are_retimed_in_a_fresh_process(
     (_, job_options), (_, retime) = built
     assert job_options == base
     assert retime == retime_options(base)
-    assert retime.secret_seed is None and retime.suspicious_speedup == float("inf") and retime.hardened_timing
+    assert retime.secret_seed is None and retime.suspicious_speedup == float("inf") and retime.rejudge
     assert retime.timing.min_repeats >= 50 and retime.trials == base.trials
     with session_scope(sqlite_factory) as session:
         (attempt,) = list_attempts(session=session, job_id=job_id).items
         assert attempt.tool == "retime" and attempt.status is Status.PASS
         assert get_job(session=session, job_id=job_id).best_attempt_id == attempt.id
     assert any(p.get("phase") == "retime" for t, p in _events(sqlite_factory, job_id) if t == "progress")
+
+
+def _timed(ms: float, status: Status = Status.PASS) -> Verdict:
+    return Verdict(status=status, stage=Stage.DONE if status is Status.PASS else Stage.INTEGRITY,
+                   message="correct and timed", timing=Timing.from_samples([ms, ms, ms], clock="monotonic"))
+
+
+def test_the_best_is_the_fastest_kernel_that_passes_again_in_a_fresh_process(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "benchmark_two")
+    claim(sqlite_factory, job_id)
+    # The job's own referee times the two sources 1 ms and 2 ms; re-judged, the faster one fails
+    # (its figure did not hold in a fresh process) and the slower one passes at 2.1 ms.
+    referees = iter([ScriptedReferee([_timed(1.0), _timed(2.0)]), ScriptedReferee([_timed(1.0, Status.FAIL)]),
+                     ScriptedReferee([_timed(2.1)])])
+    built: list[HarnessOptions] = []
+
+    def factory(problem: Any, target: Target, options: HarnessOptions) -> ScriptedReferee:
+        built.append(options)
+        return next(referees)
+
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id, referee_factory=factory,
+                       harness_options=quick_options(sqlite_settings.resolved_cache_dir)) is RunOutcome.SUCCEEDED
+    assert [o.rejudge for o in built] == [False, True, True]
+    with session_scope(sqlite_factory) as session:
+        attempts = list_attempts(session=session, job_id=job_id).items
+        assert [(a.tool, a.status, a.median_ms) for a in attempts] == [
+            ("benchmark", Status.PASS, 1.0), ("benchmark", Status.PASS, 2.0),
+            ("retime", Status.FAIL, 1.0), ("retime", Status.PASS, 2.1)]
+        assert attempts[2].parent_id == attempts[0].id and attempts[3].parent_id == attempts[1].id
+        # The re-judged attempt is the best, although an unconfirmed one timed faster.
+        assert get_job(session=session, job_id=job_id).best_attempt_id == attempts[3].id
+    phases = [p.get("phase") for t, p in _events(sqlite_factory, job_id) if t == "progress"]
+    assert phases.count("rejudge") == 2
+
+
+def test_a_job_whose_kernels_all_fail_their_rejudging_has_no_best(
+    sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
+) -> None:
+    with session_scope(sqlite_factory) as session:
+        job_id = agent_job(session, "benchmark_two")
+    claim(sqlite_factory, job_id)
+    referees = iter([ScriptedReferee([_timed(1.0), _timed(2.0)]), ScriptedReferee([_timed(1.0, Status.FAIL)]),
+                     ScriptedReferee([_timed(2.0, Status.FAIL)])])
+    assert run_claimed(sqlite_settings, sqlite_factory, job_id, referee_factory=lambda *a: next(referees),
+                       harness_options=quick_options(sqlite_settings.resolved_cache_dir)) is RunOutcome.FAILED
+    with session_scope(sqlite_factory) as session:
+        job = get_job(session=session, job_id=job_id)
+        assert job.best_attempt_id is None and job.state is JobState.FAILED
+        assert job.error is not None and "passed again when re-judged in a fresh process" in job.error
 
 
 def test_an_agent_error_fails_the_job_with_it(

@@ -2,7 +2,7 @@
 
 A job succeeds only with a verified kernel; otherwise it fails with a reason a user can act on
 (no attempt, refused, context, budget, the LLM endpoint's own message). The referee is a fake
-(`agent.testing.FakeEvaluator` behind the referee's interface): no compiles.
+(`tests.support.doubles.FakeEvaluator` behind the referee's interface): no compiles.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent.testing import (
+from api.schemas import JobPublic, MessagePublic
+from config import LLMProfile, Settings
+from harness import Depth, Target, Verdict
+from store import JobState, claim_job, get_job, list_attempts, list_messages, session_scope
+from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
@@ -23,10 +27,6 @@ from agent.testing import (
     ScriptedServer,
     VLLMServer,
 )
-from api.schemas import JobPublic, MessagePublic
-from config import LLMProfile, Settings
-from harness import Depth, Target, Verdict
-from store import JobState, claim_job, get_job, list_attempts, list_messages, session_scope
 from tests.support.worker import agent_job, quick_options
 from worker.runner import RunOutcome, run_claimed_job
 
@@ -142,10 +142,12 @@ def test_an_llm_error_fails_the_job_with_the_servers_message(
     with VLLMServer() as server:
         server.enqueue(server.error(status, message))
         outcome, job = _run(sqlite_settings, sqlite_factory, server)
+        url = server.base_url
     assert outcome is RunOutcome.FAILED
     with session_scope(sqlite_factory) as session:
         error = job(session).error or ""
-    assert error.startswith(f"the LLM endpoint refused the request: {message} [type: {kind}] (HTTP {status})")
+    assert error.startswith(f"the LLM endpoint {url} refused the request: {message} [type: {kind}] "
+                            f"(HTTP {status})"), error
 
 
 def test_a_budget_spent_without_a_verified_kernel_fails_the_job_saying_so(

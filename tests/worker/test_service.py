@@ -225,6 +225,12 @@ def test_serve_with_workers_restarts_a_killed_api_process_and_stops_them_all(tmp
                                  cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(base, serve, log_path)
+        # One process answering is not both started: a child killed before it said it was ready is
+        # a failed start (fatal), not a crash to restart. `serve` says when all are up.
+        deadline = time.monotonic() + 60
+        while "API on http://" not in log_path.read_text():
+            assert time.monotonic() < deadline and serve.poll() is None, log_path.read_text()
+            time.sleep(0.1)
         first = sorted(_children(serve.pid))
         assert len(first) == 2, first
         os.kill(first[0], signal.SIGKILL)  # as the OOM killer would

@@ -12,7 +12,7 @@ from harness import Depth, Stage, StageEvent, StageListener, StageName, StagePha
 from store import claim_job, events_after, session_scope
 from tests.support import fake_agent
 from tests.support.worker import evaluation_job, quick_options
-from worker.recorder import WorkerEvent
+from vocabulary import EventType
 from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "stage-worker"
@@ -56,7 +56,7 @@ def test_stage_events_are_stored_as_job_events_in_order(
     assert outcome is RunOutcome.SUCCEEDED
     with session_scope(sqlite_factory) as session:
         events = [(e.type, dict(e.payload)) for e in events_after(session=session, job_id=job_id)]
-    stages = [p for t, p in events if t == WorkerEvent.STAGE]
+    stages = [p for t, p in events if t == EventType.STAGE]
     assert [(p["stage"], p["phase"]) for p in stages] == [
         (s, phase) for s in ("reference_start", "compile", "load", "correctness", "timing")
         for phase in ("started", "finished")]
@@ -65,4 +65,4 @@ def test_stage_events_are_stored_as_job_events_in_order(
     assert all(isinstance(p["at"], str) and p["at"][:2] == "20" for p in stages)
     # They come before the attempt they belong to.
     types = [t for t, _ in events]
-    assert types.index("attempt") > max(i for i, t in enumerate(types) if t == WorkerEvent.STAGE)
+    assert types.index("attempt") > max(i for i, t in enumerate(types) if t == EventType.STAGE)

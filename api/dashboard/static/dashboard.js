@@ -22,7 +22,13 @@
 
   // -- formatting (as api/dashboard/pages.py) -------------------------------------------------
   function finite(v) { return typeof v === "number" && isFinite(v); }
-  function fmtMs(v) { return !finite(v) ? "—" : v >= 1 ? v.toFixed(3) : Number(v.toPrecision(3)).toString(); }
+  function fmtMs(v) {
+    if (!finite(v)) return "—";
+    if (v >= 1) return v.toFixed(3);
+    var r = Number(v.toPrecision(3));  // three significant digits, never an exponent
+    if (r === 0 || Math.abs(r) >= 1e-6) return r.toString();
+    return r.toFixed(2 - Math.floor(Math.log10(Math.abs(r)))).replace(/0+$/, "");
+  }
   function fmtX(v) { return finite(v) ? v.toFixed(2) + "×" : "—"; }
   function fmtPct(v) { return finite(v) ? v.toFixed(1) + "%" : "—"; }
   function fmtCount(v) {
@@ -67,6 +73,12 @@
   function renderRow(a) {
     var tr = el("tr", { id: "attempt-" + a.n, "data-n": String(a.n) });
     if (a.n === bestN) tr.className = "best";
+    var pick = td("", "pick");
+    var box = el("input", { type: "checkbox", name: "n", value: String(a.n), "aria-label": "compare attempt " + a.n });
+    var existing = document.querySelector('#attempts input[name="n"][value="' + a.n + '"]');
+    if (existing && existing.checked) box.checked = true;
+    pick.appendChild(box);
+    tr.appendChild(pick);
     var num = td("", "num");
     num.appendChild(el("a", { href: "/dashboard/jobs/" + jobId + "/attempts/" + a.n }, String(a.n)));
     tr.appendChild(num);
@@ -229,6 +241,69 @@
     }
     chart.setAttribute("data-points", String(timed.length));
     chart.setAttribute("data-series", String(series.size));
+  }
+
+  // -- comparing two attempts: the ticks of the attempts table (a form that works without us) -----
+  var picked = [];
+  function syncPicks() {
+    picked = picked.filter(function (n) {
+      var box = document.querySelector('#attempts input[name="n"][value="' + n + '"]');
+      return box && box.checked;
+    });
+    var button = document.getElementById("compare-button");
+    if (!button) return;
+    var sorted = picked.slice().sort(function (a, b) { return a - b; });
+    button.disabled = sorted.length !== 2;
+    button.textContent = sorted.length === 2 ? "Compare " + sorted[0] + " ↔ " + sorted[1] :
+      sorted.length === 1 ? "Tick one more to compare with " + sorted[0] : "Compare two attempts";
+  }
+  var attemptsTable = document.getElementById("attempts");
+  if (attemptsTable) {
+    attemptsTable.addEventListener("change", function (event) {
+      var box = event.target;
+      if (!box || box.name !== "n") return;
+      var n = Number(box.value);
+      if (box.checked) {
+        picked.push(n);
+        while (picked.length > 2) {  // the oldest tick gives way
+          var first = document.querySelector('#attempts input[name="n"][value="' + picked.shift() + '"]');
+          if (first) first.checked = false;
+        }
+      } else {
+        picked = picked.filter(function (p) { return p !== n; });
+      }
+      syncPicks();
+    });
+    // Ticks the browser kept (back to this page) count too.
+    picked = Array.prototype.map.call(attemptsTable.querySelectorAll('input[name="n"]:checked'),
+      function (box) { return Number(box.value); });
+    syncPicks();
+  }
+
+  // -- the charts the server draws (roofline, usage) and the time to verdict, fetched again as the job moves
+  var chartsTimer = null, chartsLast = 0;
+  var CHARTS_EVERY_MS = 2000;
+  function refreshCharts() {
+    if (chartsTimer) return;
+    var wait = Math.max(0, chartsLast + CHARTS_EVERY_MS - Date.now());
+    chartsTimer = window.setTimeout(function () {
+      chartsTimer = null;
+      chartsLast = Date.now();
+      [["charts.html", "job-charts"], ["timings.html", "job-timings"]].forEach(function (part) {
+        fetch("/dashboard/jobs/" + jobId + "/" + part[0], { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : null; })
+          .then(function (fragment) {
+            var node = document.getElementById(part[1]);
+            if (fragment !== null && node) node.innerHTML = fragment;  // server-rendered and escaped
+          });
+      });
+    }, wait);
+  }
+  // Eager's and torch.compile's milliseconds, from a timed attempt (speedup = baseline / median).
+  function setBaselines(a) {
+    if (!finite(a.median_ms)) return;
+    if (finite(a.speedup_vs_eager)) setText("eager-ms", fmtMs(a.median_ms * a.speedup_vs_eager) + " ms");
+    if (finite(a.speedup_vs_compile)) setText("compile-ms", fmtMs(a.median_ms * a.speedup_vs_compile) + " ms");
   }
 
   // -- summary --------------------------------------------------------------------------------------
@@ -468,7 +543,10 @@
     attempts.set(a.n, Object.assign({}, attempts.get(a.n) || {}, a));
     if (a.best) markBest(a.n);
     upsertRow(attempts.get(a.n));
+    syncPicks();
     drawChart();
+    setBaselines(a);
+    refreshCharts();
     if (!seen) { enrich(a.n); appendTimeline(timelineAttempt(a, new Date(serverNow()))); }
     if (a.best) loadBest(a);
     apply("attempt", a, serverNow(), true);
@@ -508,17 +586,18 @@
     setState(d.state);
     apply("state", d, serverNow(), true);
     refreshJob();
+    refreshCharts();  // the time to verdict's queue wait, once claimed
   });
   ["stage", "progress", "message", "trajectory"].forEach(function (type) {
     source.addEventListener(type, function (event) {
       var d = JSON.parse(event.data);
       if (type === "trajectory") onTrajectory(d);
       apply(type, d, eventTime(d, serverNow()), true);
-      if (type === "message") refreshJob();
+      if (type === "message") { refreshJob(); refreshCharts(); }
     });
   });
   source.addEventListener("cancel_requested", function () { setNow("cancelling at the next safe point", serverNow()); refreshJob(); });
-  source.addEventListener("end", function () { source.close(); setLive(false, "finished"); refreshJob(); });
+  source.addEventListener("end", function () { source.close(); setLive(false, "finished"); refreshJob(); refreshCharts(); });
   // Leaving the page closes the stream (a page kept in the back/forward cache would hold it open);
   // coming back to a cached page reloads it, so it resumes from what is stored.
   window.addEventListener("pagehide", function () { source.close(); });

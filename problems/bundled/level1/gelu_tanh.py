@@ -9,7 +9,7 @@ batch_size = 4096
 dim = 8192
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 16, "dim": 512}
+CPU_SIZES = {"batch_size": 512, "dim": 1024}
 EXTRA_SHAPES = [{"batch_size": 7, "dim": 1001}]
 
 

@@ -8,7 +8,7 @@ seq_len = 1024
 hidden_size = 1024
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "seq_len": 16, "hidden_size": 64}
+CPU_SIZES = {"batch_size": 48, "seq_len": 128, "hidden_size": 1024}
 EXTRA_SHAPES = [{"batch_size": 3, "seq_len": 37}]
 
 

@@ -13,7 +13,7 @@ MODE = "train"
 # still 5e-5 of its typical size.
 ATOL = 3e-3
 RTOL = 1e-4
-CPU_SIZES = {"M": 128, "K": 256, "N": 96}
+CPU_SIZES = {"M": 512, "K": 512, "N": 384}
 EXTRA_SHAPES = [{"M": 257, "K": 383, "N": 129}]
 
 

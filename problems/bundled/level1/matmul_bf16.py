@@ -10,7 +10,7 @@ N = 4096
 MODE = "train"
 ATOL = 1e-2
 RTOL = 1e-2
-CPU_SIZES = {"M": 64, "K": 128, "N": 96}
+CPU_SIZES = {"M": 1024, "K": 1024, "N": 512}
 EXTRA_SHAPES = [{"M": 129, "K": 200, "N": 67}]
 
 

@@ -12,7 +12,7 @@ stride = 2
 padding = 1
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "channels": 4, "height": 32, "width": 32}
+CPU_SIZES = {"batch_size": 8, "channels": 16, "height": 64, "width": 64}
 EXTRA_SHAPES = [{"batch_size": 3, "channels": 5, "height": 37, "width": 41}]
 
 

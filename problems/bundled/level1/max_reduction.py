@@ -9,7 +9,7 @@ dim2 = 1024
 reduce_dim = 2
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "dim1": 48, "dim2": 64}
+CPU_SIZES = {"batch_size": 48, "dim1": 256, "dim2": 256}
 
 
 class Model(nn.Module):

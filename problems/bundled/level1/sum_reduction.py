@@ -9,7 +9,7 @@ dim2 = 1024
 reduce_dim = 1
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "dim1": 64, "dim2": 48}
+CPU_SIZES = {"batch_size": 128, "dim1": 256, "dim2": 256}
 EXTRA_SHAPES = [{"batch_size": 3, "dim1": 37, "dim2": 41}]
 
 

@@ -14,7 +14,7 @@ MODE = "train"
 # 5 % errors); fp32 kernels agree to ~2e-7 here.
 ATOL = 1e-6
 RTOL = 1e-4
-CPU_SIZES = {"batch_size": 2, "m": 16, "k": 16, "n": 24}
+CPU_SIZES = {"batch_size": 32, "m": 128, "k": 64, "n": 256}
 EXTRA_SHAPES = [{"batch_size": 3, "m": 37, "n": 53}]
 
 

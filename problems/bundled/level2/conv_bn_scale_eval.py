@@ -14,7 +14,7 @@ scaling_factor = 2.0
 # Odd sizes on top of the seed shapes: edges after the conv and the pool.
 EXTRA_SHAPES = [{"batch_size": 3, "height": 37, "width": 41}]
 MODE = "eval"
-CPU_SIZES = {"batch_size": 2, "in_channels": 8, "out_channels": 16, "height": 32, "width": 32}
+CPU_SIZES = {"batch_size": 16, "in_channels": 8, "out_channels": 32, "height": 64, "width": 64}
 
 
 class Model(nn.Module):

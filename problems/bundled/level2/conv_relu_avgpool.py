@@ -12,7 +12,7 @@ kernel_size = 3
 pool_kernel_size = 2
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "in_channels": 4, "out_channels": 8, "height": 16, "width": 16}
+CPU_SIZES = {"batch_size": 16, "in_channels": 8, "out_channels": 16, "height": 64, "width": 64}
 EXTRA_SHAPES = [{"batch_size": 3, "height": 33, "width": 29}]
 
 

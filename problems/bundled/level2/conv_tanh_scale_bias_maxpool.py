@@ -17,11 +17,11 @@ pool_kernel_size = 4
 EXTRA_SHAPES = [{"batch_size": 3, "height": 37, "width": 41}]
 MODE = "train"
 CPU_SIZES = {
-    "batch_size": 2,
+    "batch_size": 8,
     "in_channels": 8,
     "out_channels": 16,
-    "height": 32,
-    "width": 32,
+    "height": 64,
+    "width": 64,
     "bias_shape": (16, 1, 1),
 }
 

@@ -16,11 +16,11 @@ bias_shape = (out_channels, 1, 1)
 
 MODE = "train"
 CPU_SIZES = {
-    "batch_size": 2,
-    "in_channels": 4,
+    "batch_size": 16,
+    "in_channels": 16,
     "out_channels": 8,
-    "height": 8,
-    "width": 8,
+    "height": 32,
+    "width": 32,
     "bias_shape": (8, 1, 1),
 }
 EXTRA_SHAPES = [{"batch_size": 3, "height": 9, "width": 13}]

@@ -8,7 +8,7 @@ in_features = 4096
 out_features = 4096
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 8, "in_features": 64, "out_features": 48}
+CPU_SIZES = {"batch_size": 256, "in_features": 1024, "out_features": 512}
 EXTRA_SHAPES = [{"batch_size": 37}]
 
 

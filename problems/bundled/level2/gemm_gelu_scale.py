@@ -10,7 +10,7 @@ out_features = 8192
 scaling_factor = 1.5
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 8, "in_features": 64, "out_features": 96}
+CPU_SIZES = {"batch_size": 256, "in_features": 512, "out_features": 1024}
 EXTRA_SHAPES = [{"batch_size": 19}]
 
 

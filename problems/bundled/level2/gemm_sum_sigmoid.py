@@ -9,7 +9,7 @@ out_features = 2048
 scaling_factor = 0.05
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 8, "in_features": 64, "out_features": 32, "scaling_factor": 0.3}
+CPU_SIZES = {"batch_size": 256, "in_features": 1024, "out_features": 512, "scaling_factor": 0.08}
 EXTRA_SHAPES = [{"batch_size": 41}]
 
 

@@ -9,7 +9,7 @@ in_features = 2048
 hidden_features = 4096
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 8, "in_features": 64, "hidden_features": 96}
+CPU_SIZES = {"batch_size": 512, "in_features": 256, "hidden_features": 512}
 EXTRA_SHAPES = [{"batch_size": 29}]
 
 

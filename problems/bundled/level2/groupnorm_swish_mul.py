@@ -12,12 +12,12 @@ multiplier_shape = (channels, 1, 1)
 
 MODE = "train"
 CPU_SIZES = {
-    "batch_size": 2,
-    "channels": 16,
-    "num_groups": 4,
-    "height": 8,
-    "width": 8,
-    "multiplier_shape": (16, 1, 1),
+    "batch_size": 8,
+    "channels": 64,
+    "num_groups": 8,
+    "height": 64,
+    "width": 64,
+    "multiplier_shape": (64, 1, 1),
 }
 EXTRA_SHAPES = [{"batch_size": 3, "height": 13, "width": 11}]
 

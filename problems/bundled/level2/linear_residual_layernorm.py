@@ -8,7 +8,7 @@ seq_len = 512
 hidden_size = 1024
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "seq_len": 8, "hidden_size": 32}
+CPU_SIZES = {"batch_size": 8, "seq_len": 256, "hidden_size": 256}
 EXTRA_SHAPES = [{"batch_size": 3, "seq_len": 37}]
 
 

@@ -11,7 +11,7 @@ d_model = 768
 num_heads = 12
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "seq_len": 16, "d_model": 32, "num_heads": 4}
+CPU_SIZES = {"batch_size": 8, "seq_len": 128, "d_model": 128, "num_heads": 4}
 EXTRA_SHAPES = [{"batch_size": 3, "seq_len": 37}]
 
 

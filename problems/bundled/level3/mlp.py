@@ -9,7 +9,7 @@ hidden_sizes = [2048, 2048]
 output_size = 512
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 4, "input_size": 64, "hidden_sizes": [96, 48], "output_size": 32}
+CPU_SIZES = {"batch_size": 128, "input_size": 256, "hidden_sizes": [1024, 512], "output_size": 128}
 EXTRA_SHAPES = [{"batch_size": 37}]
 
 

@@ -9,7 +9,7 @@ height = 56
 width = 56
 
 MODE = "eval"
-CPU_SIZES = {"batch_size": 2, "channels": 8, "height": 16, "width": 16}
+CPU_SIZES = {"batch_size": 16, "channels": 16, "height": 32, "width": 32}
 EXTRA_SHAPES = [{"batch_size": 3, "height": 15, "width": 13}]
 
 

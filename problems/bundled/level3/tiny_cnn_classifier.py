@@ -10,7 +10,7 @@ width = 128
 num_classes = 10
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "height": 32, "width": 32}
+CPU_SIZES = {"batch_size": 4, "height": 40, "width": 40}
 EXTRA_SHAPES = [{"batch_size": 3, "height": 37, "width": 45}]
 
 

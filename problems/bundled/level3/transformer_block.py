@@ -13,7 +13,7 @@ num_heads = 12
 mlp_ratio = 4
 
 MODE = "train"
-CPU_SIZES = {"batch_size": 2, "seq_len": 16, "d_model": 32, "num_heads": 4}
+CPU_SIZES = {"batch_size": 16, "seq_len": 64, "d_model": 64, "num_heads": 4}
 EXTRA_SHAPES = [{"batch_size": 3, "seq_len": 29}]
 
 

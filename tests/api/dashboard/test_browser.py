@@ -11,7 +11,6 @@ into docs/screenshots/ (and ``$KERNELLOOP_ARTIFACTS``).
 
 from __future__ import annotations
 
-import base64
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,13 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from harness import Status, Verdict
 from problems import parse_problem
 from store import JobKind, JobState, Target, create_job, session_scope
+from tests.support.browser import PROMPT, arrived, count, screenshot, sign_in, text, wait
 from tests.support.dashboard import (
     SEED_PROBLEM,
     Service,
@@ -40,64 +39,18 @@ from tests.support.dashboard import (
     verdict,
     worker_recorder,
 )
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.timeout(180)
-
-WAIT_S = 15
-SCREENSHOTS = REPO / "docs" / "screenshots"
-PROMPT = "Write a faster ModelNew for level2/conv_tanh_scale_bias_maxpool (cuda, H200)."
-
-
-def _wait(browser: Any, condition: Any, what: str) -> Any:
-    # Stale elements: a condition read the page while a form's submission replaced it; try again.
-    return WebDriverWait(browser, WAIT_S, poll_frequency=0.1,
-                         ignored_exceptions=(StaleElementReferenceException,)).until(condition, message=what)
-
-
-def _sign_in(browser: Any, service: Service, path: str) -> None:
-    browser.get(service.base_url + path)
-    field = _wait(browser, lambda b: b.find_element(By.ID, "api_key"), "the login form")
-    assert "/login" in browser.current_url
-    field.send_keys(service.key)
-    browser.find_element(By.ID, "login-submit").click()
-    _wait(browser, lambda b: b.current_url.endswith(path), f"the redirect back to {path}")
-
 
 def _open_streams(service: Service) -> int:
     metrics = httpx.get(f"{service.base_url}/metrics").text
     return int(float(re.search(r"^kernelloop_sse_streams (\S+)$", metrics, re.M).group(1)))  # type: ignore[union-attr]
 
 
-def _count(browser: Any, selector: str) -> int:
-    return len(browser.find_elements(By.CSS_SELECTOR, selector))
-
-
-def _text(browser: Any, element_id: str) -> str:
-    return str(browser.find_element(By.ID, element_id).text)
-
-
-def _screenshot(browser: Any, name: str, artifacts_dir: Path, *, full_page: bool = True) -> Path:
-    """The page (all of it, or the window's 1280×1000) into docs/screenshots/ and the artifacts."""
-    if full_page:
-        size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000), "scale": 1}
-        shot = browser.execute_cdp_cmd("Page.captureScreenshot",
-                                       {"format": "png", "captureBeyondViewport": True, "clip": clip})
-        png = base64.b64decode(shot["data"])
-    else:
-        png = browser.get_screenshot_as_png()
-    for folder in (SCREENSHOTS, artifacts_dir):
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(png)
-    assert len(png) > 20_000, f"{name} looks blank"
-    return SCREENSHOTS / name
-
-
-def _seconds(text: str) -> float:
+def _seconds(shown: str) -> float:
     """``12.3 s`` or ``1 min 05 s`` as seconds."""
-    match = re.search(r"(?:(\d+) min )?(\d+(?:\.\d)?) s", text)
-    assert match, text
+    match = re.search(r"(?:(\d+) min )?(\d+(?:\.\d)?) s", shown)
+    assert match, shown
     return 60 * int(match.group(1) or 0) + float(match.group(2))
 
 
@@ -124,26 +77,26 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
     stage_event(service.factory, job_id, "reference_start", "started", at=now - timedelta(seconds=32))
     stage_event(service.factory, job_id, "reference_start", "finished", 8.1, at=now - timedelta(seconds=24))
     stage_event(service.factory, job_id, "baselines", "started", at=now - timedelta(seconds=24))
-    _sign_in(browser, service, f"/dashboard/jobs/{job_id}")
+    sign_in(browser, service, f"/dashboard/jobs/{job_id}")
 
-    _wait(browser, lambda b: "timing eager PyTorch and torch.compile" in _text(b, "now-text"), "the current stage")
+    wait(browser, lambda b: "timing eager PyTorch and torch.compile" in text(b, "now-text"), "the current stage")
     steps = browser.find_elements(By.CSS_SELECTOR, "#now-steps li")
     assert [s.get_attribute("data-stage") for s in steps] == ["header_build", "reference_start", "baselines"]
     assert [s.get_attribute("class") for s in steps] == ["step done", "step done", "step running"]
     assert "1 min 03 s" in steps[0].text and "8.1 s" in steps[1].text
     # The running stage's clock ticks, counted from the worker's timestamp.
-    first = _seconds(_text(browser, "now-elapsed"))
+    first = _seconds(text(browser, "now-elapsed"))
     assert 20 <= first < 60
-    _wait(browser, lambda b: _seconds(_text(b, "now-elapsed")) >= first + 2, "the elapsed time to tick")
-    _wait(browser, lambda b: "on" in b.find_element(By.ID, "live").get_attribute("class"), "the event stream")
-    _screenshot(browser, "job-running.png", artifacts_dir)
+    wait(browser, lambda b: _seconds(text(b, "now-elapsed")) >= first + 2, "the elapsed time to tick")
+    wait(browser, lambda b: "on" in b.find_element(By.ID, "live").get_attribute("class"), "the event stream")
+    screenshot(browser, "job-running.png", artifacts_dir)
 
     # The worker moves on: the baselines end, the first candidate compiles; the page follows.
     stage_event(service.factory, job_id, "baselines", "finished", 21.4)
     stage_event(service.factory, job_id, "compile", "started", attempt=1, trajectory=0)
-    _wait(browser, lambda b: _text(b, "now-text") == "compiling the candidate (trajectory 0, attempt 1)",
+    wait(browser, lambda b: text(b, "now-text") == "compiling the candidate (trajectory 0, attempt 1)",
           "the compile stage")
-    _wait(browser, lambda b: _count(b, "#now-steps li.done") == 3, "the baselines done")
+    wait(browser, lambda b: count(b, "#now-steps li.done") == 3, "the baselines done")
     broken, slow = kernel_variant(128, broken=True), kernel_variant(1024)
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.message(trajectory=0, role="assistant", content="A fused pool-first epilogue.",
@@ -151,25 +104,25 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
                          tokens_in=5200, tokens_out=800)
         recorder.attempt(trajectory=0, tool="compile", source=broken, parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(Status.ERROR)))
-    _wait(browser, lambda b: b.find_elements(By.ID, "attempt-1"), "attempt 1's row without a reload")
-    _wait(browser, lambda b: _text(b, "now-text").startswith("attempt 1 judged: error"), "the verdict in the panel")
-    _wait(browser, lambda b: _count(b, "#timeline li.tl-attempt") == 1, "the attempt in the timeline")
-    assert _count(browser, "#timeline li.tl-message") == 3
+    wait(browser, lambda b: b.find_elements(By.ID, "attempt-1"), "attempt 1's row without a reload")
+    wait(browser, lambda b: text(b, "now-text").startswith("attempt 1 judged: error"), "the verdict in the panel")
+    wait(browser, lambda b: count(b, "#timeline li.tl-attempt") == 1, "the attempt in the timeline")
+    assert count(browser, "#timeline li.tl-message") == 3
     assert "→ compile" in browser.find_elements(By.CSS_SELECTOR, "#timeline li.tl-message")[-1].text
-    assert _count(browser, "#chart path.miss") == 1 and _count(browser, "#chart circle.pt") == 0
+    assert count(browser, "#chart path.miss") == 1 and count(browser, "#chart circle.pt") == 0
     # A timed attempt: a point in trajectory 0's colour, the best so far.
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.attempt(trajectory=0, tool="benchmark", source=slow, parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(median_ms=4.0 / 1.31)))
-    _wait(browser, lambda b: _count(b, "#chart circle.pt.series-0") == 1, "the timed point")
-    _wait(browser, lambda b: _text(b, "best-eager") == "1.31×", "the new best")
-    _wait(browser, lambda b: "load_inline" in _text(b, "best-source"), "the best kernel's source")
+    wait(browser, lambda b: count(b, "#chart circle.pt.series-0") == 1, "the timed point")
+    wait(browser, lambda b: text(b, "best-eager") == "1.31×", "the new best")
+    wait(browser, lambda b: "load_inline" in text(b, "best-source"), "the best kernel's source")
     assert browser.find_elements(By.CSS_SELECTOR, "#best-source span.kn")  # highlighted by Pygments
 
     finish(service.factory, job_id, JobState.SUCCEEDED)
-    _wait(browser, lambda b: _text(b, "job-state") == "succeeded", "the final state")
-    _wait(browser, lambda b: "hidden" in b.find_element(By.ID, "now").get_attribute("class"), "the panel to go")
-    _wait(browser, lambda b: "on" not in b.find_element(By.ID, "live").get_attribute("class"), "the stream's end")
+    wait(browser, lambda b: text(b, "job-state") == "succeeded", "the final state")
+    wait(browser, lambda b: "hidden" in b.find_element(By.ID, "now").get_attribute("class"), "the panel to go")
+    wait(browser, lambda b: "on" not in b.find_element(By.ID, "live").get_attribute("class"), "the stream's end")
     assert not browser.find_elements(By.ID, "cancel-job")
 
 
@@ -179,32 +132,32 @@ def test_a_finished_job_draws_trajectories_and_untimed_passes_apart_from_failure
     job_id = create_running_job(service.factory, service.key_id)
     _two_trajectories(service, job_id)
     finish(service.factory, job_id, JobState.SUCCEEDED)
-    _sign_in(browser, service, f"/dashboard/jobs/{job_id}")
+    sign_in(browser, service, f"/dashboard/jobs/{job_id}")
 
     # Per trajectory: compile error, wrong, slow (timed), profile (passed, untimed), fast (timed).
-    _wait(browser, lambda b: b.find_element(By.ID, "chart").get_attribute("data-series") == "2", "two series")
-    assert _count(browser, "#chart circle.pt.series-0") == 2 and _count(browser, "#chart circle.pt.series-1") == 2
-    assert _count(browser, "#chart polyline.series-line") == 2
+    wait(browser, lambda b: b.find_element(By.ID, "chart").get_attribute("data-series") == "2", "two series")
+    assert count(browser, "#chart circle.pt.series-0") == 2 and count(browser, "#chart circle.pt.series-1") == 2
+    assert count(browser, "#chart polyline.series-line") == 2
     untimed = browser.find_elements(By.CSS_SELECTOR, "#chart path.untimed")
     assert len(untimed) == 2 and {u.get_attribute("class") for u in untimed} == {"untimed series-0",
                                                                                   "untimed series-1"}
     misses = browser.find_elements(By.CSS_SELECTOR, "#chart path.miss")
     assert len(misses) == 4 and all("status-pass" not in m.get_attribute("class") for m in misses)
-    legend = _text(browser, "chart-legend")
+    legend = text(browser, "chart-legend")
     assert "trajectory 0 · T=0.2" in legend and "trajectory 1 · T=0.9 · fuse the conv too" in legend
     assert "passed, not timed" in legend
     # The timeline beside the attempts: every message, every attempt, in order.
-    assert _count(browser, "#timeline li.tl-message") == 2 * (2 + 6 + 6)
-    assert _count(browser, "#timeline li.tl-attempt") == 10
+    assert count(browser, "#timeline li.tl-message") == 2 * (2 + 6 + 6)
+    assert count(browser, "#timeline li.tl-attempt") == 10
     first_attempt = browser.find_element(By.CSS_SELECTOR, "#timeline li.tl-attempt")
     assert "attempt 1" in first_attempt.text and "compile" in first_attempt.text
     assert "hidden" in browser.find_element(By.ID, "now").get_attribute("class")
-    assert _text(browser, "best-eager") == "2.36×"
-    _screenshot(browser, "job-page.png", artifacts_dir)
+    assert text(browser, "best-eager") == "2.36×"
+    screenshot(browser, "job-page.png", artifacts_dir)
 
     # An attempt's number opens its page.
     browser.find_element(By.CSS_SELECTOR, "#attempt-3 td.num a").click()
-    _wait(browser, lambda b: b.current_url.endswith(f"/dashboard/jobs/{job_id}/attempts/3"), "attempt 3's page")
+    arrived(browser, f"/dashboard/jobs/{job_id}/attempts/3", "attempt 3's page")
 
 
 def test_an_attempt_page_has_its_source_diffs_trials_samples_and_provenance(
@@ -214,37 +167,37 @@ def test_an_attempt_page_has_its_source_diffs_trials_samples_and_provenance(
     _two_trajectories(service, job_id)
     finish(service.factory, job_id, JobState.SUCCEEDED)
     # Attempt 3: the slow kernel, edited from the wrong one (attempt 2); the best is attempt 5.
-    _sign_in(browser, service, f"/dashboard/jobs/{job_id}/attempts/3")
-    assert "pass" in _text(browser, "attempt") and _text(browser, "a-eager") == "0.82×"
-    assert _text(browser, "parent-link") == "attempt 2"
-    parent_diff = _text(browser, "diff-parent")
+    sign_in(browser, service, f"/dashboard/jobs/{job_id}/attempts/3")
+    assert "pass" in text(browser, "attempt") and text(browser, "a-eager") == "0.82×"
+    assert text(browser, "parent-link") == "attempt 2"
+    parent_diff = text(browser, "diff-parent")
     assert "attempt 2" in parent_diff and "+2 −2" in parent_diff
     assert "const int threads = 1024;" in parent_diff and "const int threads = 64;" in parent_diff
     assert "// third try" in parent_diff and "// second try" in parent_diff
-    best_diff = _text(browser, "diff-best")
+    best_diff = text(browser, "diff-best")
     assert "the job's best" in best_diff and "attempt 5" in best_diff and "const int threads = 256;" in best_diff
-    assert _count(browser, "#diff-parent tr.add") == 2 and _count(browser, "#diff-parent tr.del") == 2
-    assert _count(browser, "#trials tbody tr") == 3 and "pass" in _text(browser, "trials")
+    assert count(browser, "#diff-parent tr.add") == 2 and count(browser, "#diff-parent tr.del") == 2
+    assert count(browser, "#trials tbody tr") == 3 and "pass" in text(browser, "trials")
     # The timing samples of the candidate, eager and torch.compile (six each), with their medians.
     assert [g.get_attribute("data-series") for g in browser.find_elements(By.CSS_SELECTOR, "#samples g.series")] == [
         "candidate", "eager", "torch.compile"]
-    assert _count(browser, "#samples circle") == 18
-    samples = _text(browser, "samples")
+    assert count(browser, "#samples circle") == 18
+    samples = text(browser, "samples")
     assert "candidate 4.878 ms (n=6)" in samples and "eager 4.000 ms (n=6)" in samples
-    provenance = _text(browser, "provenance")
+    provenance = text(browser, "provenance")
     assert "NVIDIA H200" in provenance and "2.11.0" in provenance and "4.83G" in provenance
     assert browser.find_elements(By.CSS_SELECTOR, "#attempt-source span.kr")  # CUDA qualifiers, by Pygments
-    assert _count(browser, "pre.code") == 1 and not browser.find_elements(By.CSS_SELECTOR, ".diff-card pre")
-    _screenshot(browser, "attempt-page.png", artifacts_dir)
+    assert count(browser, "pre.code") == 1 and not browser.find_elements(By.CSS_SELECTOR, ".diff-card pre")
+    screenshot(browser, "attempt-page.png", artifacts_dir)
 
     # Attempt 1 did not compile: the compiler's errors, no trials, no samples.
     browser.find_element(By.ID, "prev-attempt").click()
-    _wait(browser, lambda b: b.current_url.endswith("/attempts/2"), "attempt 2")
+    arrived(browser, "/attempts/2", "attempt 2")
     browser.find_element(By.ID, "prev-attempt").click()
-    _wait(browser, lambda b: b.find_elements(By.ID, "compile-errors"), "attempt 1's compiler errors")
-    assert 'identifier "TILE" is undefined' in _text(browser, "compile-errors")
+    wait(browser, lambda b: b.find_elements(By.ID, "compile-errors"), "attempt 1's compiler errors")
+    assert 'identifier "TILE" is undefined' in text(browser, "compile-errors")
     assert browser.find_elements(By.ID, "no-trials") and browser.find_elements(By.ID, "no-samples")
-    _screenshot(browser, "attempt-compile-error.png", artifacts_dir)
+    screenshot(browser, "attempt-compile-error.png", artifacts_dir)
 
 
 def test_a_failed_job_says_why(browser: Any, service: Service, artifacts_dir: Path) -> None:
@@ -255,14 +208,14 @@ def test_a_failed_job_says_why(browser: Any, service: Service, artifacts_dir: Pa
         recorder.trajectory_finished(index=0, reason="llm_error")
     error = "the LLM failed: openai.APIConnectionError: Connection refused (profile openai, 4 retries)"
     finish(service.factory, job_id, JobState.FAILED, error=error)
-    _sign_in(browser, service, f"/dashboard/jobs/{job_id}")
-    assert _text(browser, "job-state") == "failed" and _text(browser, "job-error") == error
-    assert _text(browser, "best-eager") == "—" and _text(browser, "best-label") == "none verified yet"
+    sign_in(browser, service, f"/dashboard/jobs/{job_id}")
+    assert text(browser, "job-state") == "failed" and text(browser, "job-error") == error
+    assert text(browser, "best-eager") == "—" and text(browser, "best-label") == "none verified yet"
     assert "disabled" in browser.find_element(By.ID, "download-best").get_attribute("class")
-    _wait(browser, lambda b: _count(b, "#chart path.miss") == 2, "the failures on the chart")
-    assert _count(browser, "#chart circle.pt") == 0
+    wait(browser, lambda b: count(b, "#chart path.miss") == 2, "the failures on the chart")
+    assert count(browser, "#chart circle.pt") == 0
     assert "hidden" in browser.find_element(By.ID, "now").get_attribute("class")
-    _screenshot(browser, "job-failed.png", artifacts_dir)
+    screenshot(browser, "job-failed.png", artifacts_dir)
 
 
 POSTED = '''import torch
@@ -299,58 +252,61 @@ def test_the_jobs_list_filters_by_state_target_and_problem(
         posted = create_job(session=session, problem_id=store_problem(session, parse_problem(POSTED, problem_id="p"),
                                                                       bundled=False),
                             target=Target.CPU, owner_id=service.key_id, kind=JobKind.AGENT).id
-    _sign_in(browser, service, "/dashboard")
+    sign_in(browser, service, "/dashboard")
 
     def listed() -> list[int]:
         return [int(r.get_attribute("data-job-id")) for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
                 if r.get_attribute("data-job-id")]
 
-    assert listed() == [posted, softmax_failed, softmax_ok, running] and _text(browser, "jobs-total") == "4 jobs"
+    assert listed() == [posted, softmax_failed, softmax_ok, running] and text(browser, "jobs-total") == "4 jobs"
+    # A failed job says why in the list.
+    reason = browser.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job-id="{softmax_failed}"] .reason')
+    assert reason.text == "no kernel passed" and reason.is_displayed()
     options = [o.text for o in Select(browser.find_element(By.ID, "filter-problem")).options]
     assert options[:3] == ["any", "level1/softmax", SEED_PROBLEM] and options[3].startswith("posted ")
-    _screenshot(browser, "jobs-list.png", artifacts_dir)
+    screenshot(browser, "jobs-list.png", artifacts_dir)
 
     Select(browser.find_element(By.ID, "filter-problem")).select_by_visible_text("level1/softmax")
     browser.find_element(By.ID, "filter-apply").click()
-    _wait(browser, lambda b: listed() == [softmax_failed, softmax_ok], "the softmax jobs")
+    wait(browser, lambda b: listed() == [softmax_failed, softmax_ok], "the softmax jobs")
     Select(browser.find_element(By.ID, "filter-state")).select_by_visible_text("failed")
     browser.find_element(By.ID, "filter-apply").click()
-    _wait(browser, lambda b: listed() == [softmax_failed], "the failed softmax job")
+    wait(browser, lambda b: listed() == [softmax_failed], "the failed softmax job")
     assert "state=failed" in browser.current_url and "problem=level1%2Fsoftmax" in browser.current_url
     Select(browser.find_element(By.ID, "filter-state")).select_by_visible_text("any")
     Select(browser.find_element(By.ID, "filter-problem")).select_by_visible_text("any")
     Select(browser.find_element(By.ID, "filter-target")).select_by_visible_text("cpu")
     browser.find_element(By.ID, "filter-apply").click()
-    _wait(browser, lambda b: listed() == [posted, softmax_ok], "the cpu jobs")
+    wait(browser, lambda b: listed() == [posted, softmax_ok], "the cpu jobs")
     Select(browser.find_element(By.ID, "filter-state")).select_by_visible_text("cancelled")
     browser.find_element(By.ID, "filter-apply").click()
-    _wait(browser, lambda b: "No job matches these filters." in _text(b, "jobs"), "an empty result said plainly")
+    wait(browser, lambda b: "No job matches these filters." in text(b, "jobs"), "an empty result said plainly")
     browser.find_element(By.ID, "filter-clear").click()
-    _wait(browser, lambda b: len(listed()) == 4, "every job again")
+    wait(browser, lambda b: len(listed()) == 4, "every job again")
 
 
 def test_jobs_list_and_problem_page(browser: Any, service: Service, artifacts_dir: Path) -> None:
     job_id = create_running_job(service.factory, service.key_id)
     add_attempt(service.factory, job_id, verdict(median_ms=4.0 / 1.5))
-    _sign_in(browser, service, "/dashboard")
+    sign_in(browser, service, "/dashboard")
     row = browser.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]')
     assert "conv_tanh_scale_bias_maxpool" in row.text and "1.50×" in row.text
     row.find_element(By.LINK_TEXT, f"#{job_id}").click()
-    _wait(browser, lambda b: b.current_url.endswith(f"/dashboard/jobs/{job_id}"), "the job page")
-    _wait(browser, lambda b: _open_streams(service) == 1, "the job page's event stream")
+    arrived(browser, f"/dashboard/jobs/{job_id}", "the job page")
+    wait(browser, lambda b: _open_streams(service) == 1, "the job page's event stream")
     browser.find_element(By.ID, "problem-link").click()
-    _wait(browser, lambda b: b.find_elements(By.ID, "inputs"), "the problem page")
+    wait(browser, lambda b: b.find_elements(By.ID, "inputs"), "the problem page")
     # Leaving the page closes its stream (a back/forward-cached page would otherwise keep it).
-    _wait(browser, lambda b: _open_streams(service) == 0, "the stream to close")
+    wait(browser, lambda b: _open_streams(service) == 0, "the stream to close")
     inputs = browser.find_element(By.ID, "inputs").text
-    assert "[128, 8, 256, 256]" in inputs and "[2, 8, 32, 32]" in inputs
+    assert "[128, 8, 256, 256]" in inputs and "[8, 8, 64, 64]" in inputs
     work = browser.find_element(By.ID, "work").text
     assert "4.83G" in work and "NVIDIA H200" in work
     assert "class Model" in browser.find_element(By.ID, "problem-source").text
-    _screenshot(browser, "problem-page.png", artifacts_dir)
+    screenshot(browser, "problem-page.png", artifacts_dir)
     # Signing out ends the session: the next page asks for a key again.
     browser.find_element(By.ID, "logout").click()
-    _wait(browser, lambda b: "/login" in b.current_url, "the login page")
+    wait(browser, lambda b: "/login" in b.current_url, "the login page")
     browser.get(f"{service.base_url}/dashboard/jobs/{job_id}")
     assert "/login" in browser.current_url
 
@@ -361,17 +317,17 @@ def _resources(browser: Any) -> list[str]:
 
 def test_the_api_docs_render_from_the_apps_own_files(browser: Any, service: Service, artifacts_dir: Path) -> None:
     browser.get(f"{service.base_url}/docs")
-    _wait(browser, lambda b: "kernelloop" in b.find_element(By.CSS_SELECTOR, ".swagger-ui .info .title").text,
+    wait(browser, lambda b: "kernelloop" in b.find_element(By.CSS_SELECTOR, ".swagger-ui .info .title").text,
           "Swagger UI's title")
-    _wait(browser, lambda b: _count(b, ".swagger-ui .opblock") >= 15, "the operations")
-    assert "/jobs/{job_id}/events" in _text(browser, "swagger-ui")
+    wait(browser, lambda b: count(b, ".swagger-ui .opblock") >= 15, "the operations")
+    assert "/jobs/{job_id}/events" in text(browser, "swagger-ui")
     loaded = _resources(browser)
     assert any(u.endswith("/docs/static/swagger-ui-bundle.js") for u in loaded)
     assert all(u.startswith(service.base_url) for u in loaded), loaded
-    _screenshot(browser, "api-docs.png", artifacts_dir, full_page=False)
+    screenshot(browser, "api-docs.png", artifacts_dir, full_page=False)
 
     browser.get(f"{service.base_url}/redoc")
-    _wait(browser, lambda b: "Queue an agent job" in b.find_element(By.TAG_NAME, "body").text, "ReDoc's operations")
+    wait(browser, lambda b: "Queue an agent job" in b.find_element(By.TAG_NAME, "body").text, "ReDoc's operations")
     # ReDoc's sidebar links its maker's logo on a CDN: the page's policy refuses it (no request).
     foreign = [u for u in _resources(browser) if not u.startswith(service.base_url)]
     console = browser.get_log("browser")

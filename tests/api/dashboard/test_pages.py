@@ -81,7 +81,7 @@ def test_problem_page_shows_shapes_sizes_and_measured_work(service: Service) -> 
         page = client.get("/dashboard/problems/level2/conv_tanh_scale_bias_maxpool").text
         empty = client.get("/dashboard/problems/level1/softmax").text
         missing = client.get("/dashboard/problems/level9/nothing")
-    assert "[128, 8, 256, 256]" in page and "[2, 8, 32, 32]" in page  # cuda and cpu sizes
+    assert "[128, 8, 256, 256]" in page and "[8, 8, 64, 64]" in page  # cuda and cpu sizes
     assert "4.83G" in page and "310MB" in page and "NVIDIA H200" in page
     assert f'href="/dashboard/jobs/{job_id}"' in page
     assert "No measurements yet" in empty and "[16384, 4096]" in empty
@@ -217,3 +217,39 @@ def test_docs_pages_load_everything_from_the_app(service: Service) -> None:
     assert httpx.get(f"{service.base_url}/docs/static/core.py").status_code == 404
     paths = httpx.get(f"{service.base_url}/openapi.json").json()["paths"]
     assert not any(p.startswith(("/docs", "/redoc")) for p in paths)
+
+
+def test_an_attempts_profile_shows_ms_per_forward_and_the_candidates_own_code(service: Service) -> None:
+    """The profile as the harness writes it (``ms_per_forward``): every time shown, each row's share,
+    and the candidate's own code marked, its kernel on CUDA and its extension's function on the CPU."""
+    job_id = create_running_job(service.factory, service.key_id)
+    on_gpu = verdict(Status.PASS, median_ms=None, depth="profile")
+    on_gpu["profile"] = [{"name": "void pool_tanh_scale_bias_kernel<4, 4, int>(float const*, float*, int)",
+                          "calls": 1, "ms_per_forward": 0.75},
+                         {"name": "sm90_xmma_fprop_implicit_gemm_f32f32", "calls": 1, "ms_per_forward": 2.25}]
+    on_cpu = verdict(Status.PASS, median_ms=None, depth="profile", target="cpu", device="cpu")
+    on_cpu["compile"]["extensions"] = [{"name": "kl_seed1_cpu", "key": "edc107b7", "cached": True}]
+    on_cpu["profile"] = [{"name": "aten::mkldnn_convolution", "calls": 1, "ms_per_forward": 3.0},
+                         {"name": "kl_seed1_cpu.pool_tanh_scale_bias", "calls": 1, "ms_per_forward": 1.0}]
+    gpu_n = add_attempt(service.factory, job_id, on_gpu, tool="profile")
+    cpu_n = add_attempt(service.factory, job_id, on_cpu, tool="profile")
+    with httpx.Client(base_url=service.base_url) as client:
+        login(client, service.key)
+        gpu_page = client.get(f"/dashboard/jobs/{job_id}/attempts/{gpu_n}").text
+        cpu_page = client.get(f"/dashboard/jobs/{job_id}/attempts/{cpu_n}").text
+
+    def rows(page: str) -> list[list[str]]:
+        table = re.search(r'<table class="grid" id="profile">(.*?)</table>', page, re.S)
+        assert table, page
+        return [[re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+                for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(1), re.S)[1:]]
+
+    assert rows(gpu_page) == [
+        ["sm90_xmma_fprop_implicit_gemm_f32f32", "1", "2.250", "75.0%"],
+        ["void pool_tanh_scale_bias_kernel&lt;4, 4, int&gt;(float const*, float*, int) yours", "1", "0.75", "25.0%"],
+    ]
+    assert "device time of each kernel" in gpu_page
+    assert rows(cpu_page) == [["aten::mkldnn_convolution", "1", "3.000", "75.0%"],
+                              ["kl_seed1_cpu.pool_tanh_scale_bias yours", "1", "1.000", "25.0%"]]
+    assert "self CPU time of each op" in cpu_page and "—</td>" not in re.search(
+        r'id="profile">(.*?)</table>', cpu_page, re.S).group(1)  # type: ignore[union-attr]

@@ -27,9 +27,10 @@ from pathlib import Path
 import pytest
 
 from harness import Depth, Referee, Stage, Status, Verdict
+from harness.integrity import NOTICE_FLAGS
 from problems import load_problem
 from problems.spec import parse_problem
-from tests.support.integrity import make_options
+from tests.support.integrity import forged_loop, make_options
 from tests.support.paths import REPO
 from tests.support.processes import processes_with_arg
 
@@ -40,6 +41,11 @@ SEED2_CPU = (REPO / "examples" / "seed2_train_cpu.py").read_text()
 SEED1_PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 #: What a probe raises when it reached something it must not.
 LEAK = "LEAK"
+
+
+def findings(verdict: Verdict) -> set[str]:
+    """The verdict's flags less notices (``host_loaded``: a busy CI host says so, it finds nothing)."""
+    return set(verdict.flags) - NOTICE_FLAGS
 
 
 # -- the world a probe looks for -------------------------------------------------------------
@@ -221,6 +227,13 @@ def honest_speed(verdict: Verdict, world: World, referee: Referee) -> None:
     assert verdict.baselines.eager.median_ms < 20, "the baseline was slowed down"
 
 
+def names(*changed: str) -> Callable[[Verdict, World, Referee], None]:
+    """The verdict names each patched harness function, once."""
+    def check(verdict: Verdict, world: World, referee: Referee) -> None:
+        assert all(verdict.message.count(name) == 1 for name in changed), verdict.message
+    return check
+
+
 def partial_mismatch(verdict: Verdict, world: World, referee: Referee) -> None:
     failed = [t for t in verdict.trials if not t.passed]
     assert failed and all(0 < t.mismatch_frac < 1 for t in failed), [t.to_dict() for t in verdict.trials]
@@ -237,7 +250,7 @@ def caught_at_second_trial(verdict: Verdict, world: World, referee: Referee) -> 
 
 def fp32_numerics(verdict: Verdict, world: World, referee: Referee) -> None:
     """The honest kernel's fp32 errors, far below the tolerance (TF32 would be ~1e-3)."""
-    assert verdict.correct and not verdict.flags, verdict.flags
+    assert verdict.correct and not findings(verdict), verdict.flags
     errors = [t.max_abs_err for t in verdict.trials]
     assert all(e is not None and e < 1e-5 for e in errors), errors
 
@@ -443,7 +456,7 @@ CASES: list[Case] = [
         memo.setdefault(key, out)
         return out'''),
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
-    # --- the clock --------------------------------------------------------------------------------
+    # --- the clock: the loop is C, driven and timed from outside the process ----------------------
     Case("patches_perf_counter_and_cuda_events", lambda w: cheat("return _honest(self, x)", prelude='''
         import time as _time
         _real_perf_counter = _time.perf_counter
@@ -452,27 +465,100 @@ CASES: list[Case] = [
         torch.cuda.Event.elapsed_time = lambda self, end: 1e-6
         '''),
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
-    Case("patches_the_harness_clock", lambda w: cheat("return _honest(self, x)", prelude='''
-        import sys as _sys
-        if "harness.timing" in _sys.modules:  # the candidate stage (not the compile stage)
-            _timing = _sys.modules["harness.timing"]
-            _real = _timing._perf_counter
-            _timing._perf_counter = lambda: _real() / 50.0
-        '''),
-         Status.SUSPICIOUS, Stage.DONE, any_flags=("speedup_over_limit", "faster_than_roofline"),
-         message="quarantined", depth=Depth.BENCHMARK),
-    Case("forges_zero_times", lambda w: cheat("return _honest(self, x)", prelude='''
-        import dataclasses as _dc, sys as _sys
-        if "harness.roles.candidate" in _sys.modules:
+    # Issue 23's prelude: scale what the harness records by patching whatever Python reaches of it
+    # (its channel's sends, its stage's timing op). Nothing it patches carries a sample any more
+    # (the loop writes its frames itself), and the patching is named after the first trial.
+    Case("scales_what_the_harness_records", lambda w: cheat("return _honest(self, x)", prelude='''
+        import struct as _struct, sys as _sys
+        if "harness.meter.stage" in _sys.modules:
+            _channel = _sys.modules["harness.channel"].Channel
+            _send_frame = _channel.send_frame
+            def _scaled(self, payload, *, fds=()):
+                if payload[:4] == b"KLDN":
+                    head = bytearray(payload)
+                    (sample,) = _struct.unpack_from("=d", head, 24)
+                    _struct.pack_into("=d", head, 24, sample * 0.5)
+                    payload = bytes(head)
+                return _send_frame(self, payload, fds=fds)
+            _channel.send_frame = _scaled
             _role = _sys.modules["harness.roles.candidate"]
-            _time_it = _role.Candidate.time
-            def _forged(self, *args, **kwargs):  # the stage's reply, its samples made zero
-                reply = _time_it(self, *args, **kwargs)
-                zeros = tuple(0.0 for _ in reply.timing.samples_ms)
-                return _dc.replace(reply, timing=_dc.replace(reply.timing, samples_ms=zeros))
-            _role.Candidate.time = _forged
+            _time_op = _role.Candidate.time
+            _role.Candidate.time = lambda self, *a, **k: _time_op(self, *a, **k)
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), depth=Depth.BENCHMARK,
+         check=names("harness.channel.Channel.send_frame", "harness.roles.candidate.Candidate.time")),
+    # A loop of its own, in Python, speaking the protocol perfectly (audits answered with the true
+    # outputs) but reporting a third of each call's time: the replacement is named after the first
+    # trial; with the tamper check replaced too, the trusted clock, timing the same calls, says so.
+    Case("replaces_the_timing_loop", lambda w: cheat("time.sleep(0.02)\nreturn _honest(self, x)",
+                                                     prelude="import time\n" + forged_loop(0.3)),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         depth=Depth.BENCHMARK),
+    Case("replaces_the_timing_loop_and_the_tamper_check", lambda w: cheat(
+        "time.sleep(0.02)\nreturn _honest(self, x)", prelude="import time\n" + forged_loop(0.5, hide_tampering=True)),
+         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), message="trusted clock", depth=Depth.BENCHMARK),
+    Case("writes_frames_to_the_harness_channel", lambda w: cheat(f'''
+        import gc, struct
+        if _count(self) > {w.trial_calls}:  # timed: answer for the loop, a frame of its own
+            channel = next(o for o in gc.get_objects() if type(o).__name__ == "Channel")
+            payload = struct.pack("=4sIQQd", b"KLDN", 0, 0, 0, 0.001)
+            channel._sock.sendall(struct.pack(">I", len(payload)) + payload)
+        return _honest(self, x)'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timing_protocol_broken",), depth=Depth.BENCHMARK),
+    # --- outputs: plain tensors, complete when forward returns; checked calls unknown to forward ----
+    Case("returns_a_tensor_subclass_when_timed", lambda w: cheat(f'''
+        class Lazy(torch.Tensor):
+            pass
+        out = _honest(self, x)
+        return out.as_subclass(Lazy) if _count(self) > {w.trial_calls} else out'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_not_plain",), message="Lazy", depth=Depth.BENCHMARK),
+    Case("lazy_output_computed_when_read", lambda w: cheat(f'''
+        if _count(self) <= {w.trial_calls}:
+            return _honest(self, x)
+        inputs, model = x.clone(), self
+        class Deferred(torch.Tensor):  # holds no result until torch reads it
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                args = [_honest(model, inputs) if isinstance(a, Deferred) else a for a in args]
+                return func(*args, **(kwargs or {{}}))
+        return torch.empty(_out_shape(self, x)).as_subclass(Deferred)'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_not_plain",), depth=Depth.BENCHMARK),
+    Case("full_work_only_when_a_caller_frame_looks_checked", lambda w: cheat(f'''
+        import sys
+        checked, frame = False, sys._getframe(1)
+        while frame is not None:  # the trials run under names like "trial" and "compare"
+            checked = checked or any(k in frame.f_code.co_name for k in ("trial", "audit", "check", "kept"))
+            frame = frame.f_back
+        if _count(self) <= {w.trial_calls} or checked:
+            return _honest(self, x)
+        return torch.zeros(_out_shape(self, x))'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+    Case("half_the_work_on_half_the_timed_calls", lambda w: cheat(f'''
+        import random
+        out = _honest(self, x)
+        if _count(self) > {w.trial_calls} and random.random() < 0.5:
+            out = out * 0.5  # a guess that this call goes unchecked
+        return out'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+    # Cutting corners on inputs that do not look like get_inputs' (unit normal): the timed calls'
+    # inputs look exactly like them (scaled within 5 %), so audits and timing see the same forward,
+    # and the trials' other value distribution catches the corners.
+    Case("sniffs_the_input_distribution", lambda w: cheat('''
+        if abs(float(x.std()) - 1.0) < 0.1 and abs(float(x.mean())) < 0.1:
+            return _honest(self, x)
+        return _honest(self, torch.round(x * 8) / 8)'''),
+         Status.FAIL, Stage.CORRECTNESS, message="trial 2 (variant)", depth=Depth.BENCHMARK),
+    Case("exits_zero_while_timed", lambda w: cheat(f'''
+        import os
+        if _count(self) > {w.trial_calls}:
+            os._exit(0)
+        return _honest(self, x)'''),
+         Status.ERROR, Stage.TIMING, message="exited with code 0", depth=Depth.BENCHMARK),
+    Case("raises_system_exit_while_timed", lambda w: cheat(f'''
+        if _count(self) > {w.trial_calls}:
+            raise SystemExit(0)
+        return _honest(self, x)'''),
+         Status.ERROR, Stage.TIMING, message="SystemExit", depth=Depth.BENCHMARK),
     Case("slows_the_baseline_down", lambda w: cheat("return _honest(self, x)", prelude='''
         import sys as _sys, time as _time
         def _slowly(fn):
@@ -650,11 +736,11 @@ CASES: list[Case] = [
     Case("segfault", lambda w: cheat("import ctypes\nreturn ctypes.string_at(0)"),
          Status.ERROR, Stage.CORRECTNESS, message="SIGSEGV", check=next_evaluation_works),
     # --- harness-aware tampering inside the candidate's own process ---------------------------------
-    # TF32 switched on with the harness's check patched out: contained, not caught. On CUDA every
-    # stage runs with NVIDIA_TF32_OVERRIDE=0, and the candidate stage creates its cuBLAS and cuDNN
-    # handles before the candidate is imported, so the switches have no effect whatever they say
-    # (tests/gpu: test_tf32_cannot_take_effect_in_a_candidate); on CPU TF32 does not exist. The
-    # numerics stay fp32, which is all the flag was for.
+    # TF32 switched on with the harness's Python check patched out: the patch is named (every
+    # harness function's code and binding is checked after each trial), and the timing loop checks
+    # the switches itself, in C, after every call. On CUDA every stage also runs with
+    # NVIDIA_TF32_OVERRIDE=0 and its cuBLAS and cuDNN handles made before the candidate is
+    # imported (tests/gpu: test_tf32_cannot_take_effect_in_a_candidate).
     Case("tf32_hidden_from_the_harness_check", lambda w: cheat('''
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -663,7 +749,7 @@ CASES: list[Case] = [
         if "harness.contract" in _sys.modules:
             _sys.modules["harness.contract"].tf32_is_off = lambda: True
         '''),
-         Status.PASS, Stage.CORRECTNESS, check=fp32_numerics),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.contract.tf32_is_off"),
     # A torch-only forward that answers wrongly in the no-op trial only, so that replacing its
     # extension by noise seems to break it. It finds the trial by the harness's switch (gc), or by
     # probing its own extension on an input it knows the answer to: no way of substituting the
@@ -718,66 +804,33 @@ def test_cheat_is_caught(case: Case, referee: Referee, world: World) -> None:
         case.check(verdict, world, referee)
 
 
-# -- the re-time of a quarantined candidate: hardened timing ------------------------------------
-#: A harness-aware clock cheat whose calls really take 50 ms (sleeping, so the figure holds on a
-#: busy host) while the harness's bound clock, patched inside the candidate process, makes each
-#: timed sample 3000x shorter (about 17 us: some 60x faster than eager). Only the samples' second
-#: reading is forged, so the warm-up and the rest of the loop run as usual.
-PATCHED_BOUND_CLOCK = cheat('''
-    time.sleep(0.05)
-    return _honest(self, x)''', prelude='''
-    import linecache, sys as _sys, time
-    _real_clock = time.perf_counter
-
-    def _forged_clock():
-        now = _real_clock()
-        caller = _sys._getframe(1)
-        if "samples.append" in linecache.getline(caller.f_code.co_filename, caller.f_lineno):
-            started = caller.f_locals["t0"]  # the sample's first reading, taken by the real clock
-            return started + (now - started) / 3000
-        return now
-
-    if "harness.timing" in _sys.modules:  # the candidate stage (not the compile stage)
-        _sys.modules["harness.timing"]._perf_counter = _forged_clock
-    ''')
-
-
+# -- the re-time (a quarantined candidate, a job's best): a fresh Referee, fresh seeds ------------
 @pytest.fixture(scope="module")
-def hardened_referee(harness_cache: Path) -> Iterator[Referee]:
-    """The worker's re-time: fresh secret seeds, no speedup ceiling, hardened timing."""
+def retime_referee(harness_cache: Path) -> Iterator[Referee]:
+    """The worker's re-time: fresh secret seeds, no speedup ceiling, a longer metered run."""
     from worker.runner import retime_options
 
-    options = retime_options(make_options(harness_cache))
-    assert options.hardened_timing
-    with Referee(load_problem(SEED1_PROBLEM), "cpu", options) as ref:
+    with Referee(load_problem(SEED1_PROBLEM), "cpu", retime_options(make_options(harness_cache))) as ref:
         yield ref
 
 
-def test_patched_bound_clock_is_quarantined_then_rejected_by_the_hardened_retime(
-        referee: Referee, hardened_referee: Referee) -> None:
-    quick = referee.evaluate(PATCHED_BOUND_CLOCK)
-    summary = f"{quick.status.value} {quick.flags} speedup {quick.speedup_vs_eager}: {quick.message[:600]}"
-    assert quick.status is Status.SUSPICIOUS and "speedup_over_limit" in quick.flags, summary
-    retimed = hardened_referee.evaluate(PATCHED_BOUND_CLOCK)
-    summary = f"{retimed.status.value} {retimed.flags}: {retimed.message[:800]}"
-    assert retimed.status is Status.FAIL and retimed.stage is Stage.INTEGRITY, summary
-    assert "clock_disagrees" in retimed.flags and "hardened timing" in retimed.message, summary
-    assert retimed.provenance.timing_mode == "hardened"
-
-
-def test_legit_seed1_passes_the_hardened_retime(hardened_referee: Referee) -> None:
-    for _ in range(2):  # the bound is one-sided: an honest candidate on a busy host still fits it
-        verdict = hardened_referee.evaluate(SEED1_CPU)
+def test_legit_seed1_passes_the_retime(retime_referee: Referee) -> None:
+    for _ in range(2):  # on a busy host too: the trusted clock's bound is one-sided
+        verdict = retime_referee.evaluate(SEED1_CPU)
         assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
-        assert not verdict.flags and verdict.timing is not None
-        assert verdict.timing.n == hardened_referee.options.timing.min_repeats, verdict.message
+        assert not findings(verdict) and verdict.timing is not None and verdict.timing.bound is not None
+        # A longer run: its calls, or its (doubled) time budget spent (a loaded host reaches that first).
+        timing, plan = verdict.timing, retime_referee.options.timing
+        spent_s = (sum(timing.samples_ms) + timing.n * timing.bound.overhead_ms) / 1e3
+        assert timing.n >= plan.min_repeats or spent_s >= 0.8 * plan.max_time_s, (timing.n, spent_s)
+        assert verdict.provenance.timing_mode == "metered, re-judged"
 
 
 # -- no false rejections ---------------------------------------------------------------------
 def test_legit_seed1_passes(referee: Referee) -> None:
     verdict = referee.evaluate(SEED1_CPU)
     assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
-    assert verdict.stage is Stage.DONE and not verdict.flags and verdict.correct
+    assert verdict.stage is Stage.DONE and not findings(verdict) and verdict.correct
     assert verdict.timing is not None and verdict.timing.n > 0 and verdict.speedup_vs_eager
 
 
@@ -785,7 +838,7 @@ def test_legit_seed2_train_passes(harness_cache: Path) -> None:
     with Referee(load_problem("level2/conv_bn_scale_train"), "cpu", make_options(harness_cache)) as ref:
         verdict = ref.evaluate(SEED2_CPU)
     assert verdict.status is Status.PASS, f"{verdict.message}\n{verdict.log[-3000:]}"
-    assert verdict.stage is Stage.DONE and not verdict.flags
+    assert verdict.stage is Stage.DONE and not findings(verdict)
 
 
 PURE_GELU = r'''
@@ -848,7 +901,7 @@ def pure_referee(harness_cache: Path) -> Iterator[Referee]:
 def test_legit_pure_kernel_passes(pure_referee: Referee) -> None:
     verdict = pure_referee.evaluate(PURE_GELU)
     assert verdict.status in (Status.PASS, Status.SUSPICIOUS), f"{verdict.message}\n{verdict.log[-3000:]}"
-    assert verdict.correct and not set(verdict.flags) - {"speedup_over_limit", "faster_than_roofline"}
+    assert verdict.correct and not findings(verdict) - {"speedup_over_limit", "faster_than_roofline"}
 
 
 def test_torch_compute_in_a_pure_forward_is_caught(pure_referee: Referee) -> None:
@@ -878,7 +931,7 @@ def test_canary_in_the_worker_environment_is_out_of_reach(harness_cache: Path, t
         from pathlib import Path
         from harness import Depth, Referee
         from problems import load_problem
-        from tests.support.integrity import make_options
+        from tests.support.integrity import forged_loop, make_options
         assert "{canary}" in open(f"/proc/{{os.getpid()}}/environ").read()  # the canary is really there
         with Referee(load_problem("{SEED1_PROBLEM}"), "cpu", make_options(Path({str(harness_cache)!r}))) as ref:
             verdict = ref.evaluate(Path({str(candidate)!r}).read_text(), depth=Depth.CORRECTNESS)

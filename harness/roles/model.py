@@ -1,0 +1,19 @@
+"""Model stage: profile a user's model (capture, regions, timing). Runs the model's code, sandboxed."""
+
+from __future__ import annotations
+
+from harness.channel import Channel, StageMessage
+from harness.protocol import StartFailed
+from harness.protocol.model import ProfileModelReply, ProfileModelRequest
+from harness.regions.profiling import profile_model
+from harness.roles.loading import brief_error
+
+
+def serve(channel: Channel) -> None:
+    request = ProfileModelRequest.from_dict(channel.recv())  # ours: a malformed one is our bug
+    reply: StageMessage
+    try:
+        reply = ProfileModelReply(profile=profile_model(request))
+    except BaseException as exc:  # noqa: BLE001 - a model that fails to build is reported with its line
+        reply = StartFailed(message="the model failed to build or run", errors=brief_error(exc))
+    channel.send(reply)
