@@ -35,7 +35,7 @@ from harness.draft import (
 from harness.integrity import DECISIVE_FLAGS, Flag
 from harness.lazybuilds import LazyBuilds, lazy_where
 from harness.meter.build import install_meter
-from harness.meter.clock import ClockCheck, check_clock
+from harness.meter.clock import Calibration, ClockCheck, check_clock
 from harness.meter.drive import AuditedOutput, CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
 from harness.options import Depth, HarnessOptions, Target
@@ -62,9 +62,10 @@ from problems.spec import Policy, Problem
 
 __all__ = ["CandidateSteps", "RunContext"]
 
-#: Metered runs of one candidate at most: a second only when the first disagreed with the trusted
-#: clock even against a fresh calibration (an honest run hit by a burst of load on the host).
-_METERED_RUNS = 2
+#: Metered runs of one candidate at most, each twice as long as the one before: another only when
+#: the last disagreed with the trusted clock even against a fresh calibration (an honest run on a
+#: host loaded until none of its calls ran through: more calls, more chances of one that did).
+_METERED_RUNS = 3
 
 #: The verdict message of a timing reply that is not one (what the timing step has always said).
 MALFORMED_TIMING = "the timing stage sent a malformed reply"
@@ -335,11 +336,19 @@ class CandidateSteps:
         results = self.context.reference.compare(items, self.workdir, tuple(a.fd for a in audits))
         return all(r.passed for r in results)
 
+    def _calibrated_again(self) -> Calibration:
+        """The loop's cost measured again with the candidate's processes stopped: threads it left
+        spinning would load the host the calibration measures, and widen what its next run is
+        allowed. Where its tree cannot be stopped, the calibration stays as it was."""
+        reference = self.context.reference
+        with self.process.paused() as alone:
+            return reference.calibration(again=alone)
+
     def timing(self, draft: Draft) -> Verdict:
         """The metered timing loop: the trusted side picks each call's inputs, times its round
         trip and audits calls it picks after they returned. A run whose samples the trusted clock
-        does not explain is checked against a fresh calibration, then run once more, twice as
-        long; a second disagreement fails (``clock_disagrees``)."""
+        does not explain is checked against a fresh calibration, then run again, twice as long,
+        up to `_METERED_RUNS` runs; the last one's disagreement fails (``clock_disagrees``)."""
         reference = self.context.reference
         plan = CallPlan.from_timing(self.options.timing, len(reference.timing_sets), audits=True,
                                     seed_forward=self.context.problem.random)
@@ -362,7 +371,7 @@ class CandidateSteps:
                 break
             check = check_clock(run.timed, reference.calibration())
             if not check.agrees:
-                check = check_clock(run.timed, reference.calibration(again=True))
+                check = check_clock(run.timed, self._calibrated_again())
             if check.agrees:
                 break
             plan = plan.longer(len(run.timed))

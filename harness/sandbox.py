@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 
@@ -36,6 +37,7 @@ __all__ = [
     "host_private_paths",
     "kill_all_stages",
     "kill_stages",
+    "paused_tree",
     "protect_current_process",
     "read_tail",
     "visible_under_run",
@@ -53,6 +55,8 @@ _STAGE_PACKAGES = ("harness", "problems")
 #: ancestor of one) would take the system away from the stage.
 _SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",
                                        "/proc", "/sys", "/var", "/tmp", "/run", "/nix", "/snap"))
+#: How long `StageProcess.paused` tries to stop a stage's whole tree (it forks, or wakes itself).
+_PAUSE_S = 2.0
 #: Every stage this process started and has not killed yet (`kill_all_stages`).
 _LIVE: set[StageProcess] = set()
 _LIVE_LOCK = threading.Lock()
@@ -132,6 +136,61 @@ def kill_all_stages() -> int:
         stages = list(_LIVE)
     kill_stages(stages)
     return len(stages)
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command's name (which may hold spaces and parentheses):
+    state, parent, ...; empty once the process is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _state(pid: int) -> str:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else "X"
+
+
+def _tree(root: int) -> frozenset[int]:
+    """Every descendant of ``root`` (one pass over /proc; the warden adopts orphans, so a stage's
+    processes stay under it whatever they do)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and len(fields := _stat_fields(int(entry.name))) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree: set[int] = set()
+    frontier = [root]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, ()) if c not in tree]
+        tree.update(frontier)
+    return frozenset(tree)
+
+
+@contextlib.contextmanager
+def paused_tree(root: int) -> Iterator[bool]:
+    """Every descendant of ``root`` stopped (SIGSTOP: none of its threads runs, and it cannot be
+    caught), continued after (SIGCONT). Yields whether the whole tree stopped within `_PAUSE_S`
+    (a tree that forks or continues itself is signalled again until it settles). Why: threads a
+    candidate left spinning while the reference calibrates the loop would load the host that the
+    calibration measures, and widen what the candidate's next run is allowed."""
+    deadline = time.monotonic() + _PAUSE_S
+    stopped = False
+    try:
+        while not stopped and time.monotonic() < deadline:
+            tree = _tree(root)
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            # Settled: the same tree, every process in it stopped (or dead) after the signals.
+            stopped = all(_state(pid) in "TtZX" for pid in tree) and _tree(root) == tree
+            if not stopped:
+                time.sleep(0.001)
+        yield stopped
+    finally:
+        for pid in _tree(root):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def read_tail(path: Path, limit: int) -> str:
@@ -227,6 +286,11 @@ class StageProcess:
 
     def log_tail(self, limit: int) -> str:
         return read_tail(self.log_path, limit)
+
+    def paused(self) -> contextlib.AbstractContextManager[bool]:
+        """Every process of the stage stopped while the trusted side measures the host alone
+        (`paused_tree`); the warden runs on."""
+        return paused_tree(self._proc.pid)
 
     def kill(self) -> None:
         """End the stage and every descendant (the warden kills what it adopted)."""

@@ -10,9 +10,9 @@ two figures of each call leaves the kernel's own noise out; what remains is the 
 only ever lengthens a round trip, so gaps have a floor and a tail. Three bounds, all per call:
 
 - the least gap: a forgery of every call shifts every gap, the least disturbed call's too; an
-  honest run's least gap is a call that ran through, whatever the load (the calibration's lowest
-  gap likewise), so it is held tightly, within ``max(ABSOLUTE_SLACK_MS, RELATIVE_SLACK × the
-  median sample, LOOP_SLACK × the loop's cost)``;
+  honest run's least gap is a call that ran through, whatever the load, so it is held tightly
+  against what the least of as many calibration calls reached (`Calibration.clean_for`), within
+  ``max(ABSOLUTE_SLACK_MS, RELATIVE_SLACK × the median sample, LOOP_SLACK × the loop's cost)``;
 - the floor (the gaps' `FLOOR_QUANTILE`), from below: gaps much *shorter* than the harness's loop
   needs around a call (its inputs, its flush, its capture) mean a loop that is not the harness's
   answered;
@@ -25,7 +25,9 @@ through and calls that waited out a scheduler slice, and the floor of a run of t
 by several slices from run to run (which is why the least gap, not the floor, holds a forgery of
 every call; allowing it the spread too let a 0.9 forgery of a 183 ms CPU kernel pass on a noisy
 host, so it is not: on a host oversubscribed until no call of a run runs through, an honest run
-can be refused, after a fresh calibration and a rerun twice as long). Every verdict carries the
+can be refused, after a fresh calibration and reruns twice and four times as long). The candidate's
+processes are stopped while the loop is calibrated again (`harness.sandbox.StageProcess.paused`):
+its threads would load the host the calibration measures. Every verdict carries the
 allowance of the bound it was held to (`harness.verdict.ClockBound`, docs/integrity.md).
 """
 
@@ -74,20 +76,34 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
 @dataclass(frozen=True)
 class Calibration:
     """The loop's own cost per call, measured with the reference model in the reference process:
-    its gaps' lowest (a call that ran through) and median, and their spread. After a fresh
-    calibration (the host's load changed), ``clean_ms`` is the higher of the two lowest gaps and
-    ``least_clean_ms`` the lower: a candidate's least gap is held above the one, its floor below
-    the other."""
+    its gaps, their median and their spread. After a fresh calibration (the host's load changed),
+    ``gaps`` is the upper envelope of both calibrations' (quantile by quantile, the higher) and
+    ``least_clean_ms`` the lowest gap either saw: a candidate's least gap is held above the one,
+    its floor below the other."""
 
-    clean_ms: float
+    #: Ascending.
+    gaps: tuple[float, ...]
     overhead_ms: float
     spread_ms: float
     calls: int
     least_clean_ms: float | None = None
 
     @property
+    def clean_ms(self) -> float:
+        """The lowest gap: a call that ran through."""
+        return self.gaps[0]
+
+    @property
     def lowest_clean_ms(self) -> float:
         return self.clean_ms if self.least_clean_ms is None else self.least_clean_ms
+
+    def clean_for(self, calls: int) -> float:
+        """The gap the luckiest of ``calls`` calls is held to: the calibration's at the quantile
+        ``1 / (calls + 1)`` (where the least of that many draws lies), its lowest when it made no
+        more calls than that. Forty calibration calls against a candidate's ten: the fourth lowest;
+        on a quiet host they differ by microseconds, on a saturated one the least of ten calls
+        rarely reaches the least of forty."""
+        return self.gaps[min(len(self.gaps) - 1, len(self.gaps) // (calls + 1))]
 
     @classmethod
     def from_calls(cls, calls: Sequence[MeteredCall]) -> Calibration:
@@ -96,14 +112,16 @@ class Calibration:
             raise ValueError("a calibration needs timed calls")
         centre = statistics.median(gaps)
         spread = 1.4826 * statistics.median(abs(g - centre) for g in gaps) if len(gaps) > 1 else 0.0
-        return cls(clean_ms=gaps[0], overhead_ms=centre, spread_ms=spread, calls=len(gaps))
+        return cls(gaps=tuple(gaps), overhead_ms=centre, spread_ms=spread, calls=len(gaps))
 
     def widest(self, other: Calibration) -> Calibration:
-        """Both calibrations' window (conditions changed between them): the larger figures, and
-        the lower of their lowest gaps beside the higher."""
-        return Calibration(max(self.clean_ms, other.clean_ms), max(self.overhead_ms, other.overhead_ms),
-                           max(self.spread_ms, other.spread_ms), self.calls + other.calls,
-                           least_clean_ms=min(self.lowest_clean_ms, other.lowest_clean_ms))
+        """Both calibrations' window (conditions changed between them): the larger figures, each
+        quantile's higher gap, and the lowest gap of either."""
+        size = max(len(self.gaps), len(other.gaps))
+        envelope = tuple(max(self.gaps[i * len(self.gaps) // size], other.gaps[i * len(other.gaps) // size])
+                         for i in range(size))
+        return Calibration(envelope, max(self.overhead_ms, other.overhead_ms), max(self.spread_ms, other.spread_ms),
+                           self.calls + other.calls, least_clean_ms=min(self.lowest_clean_ms, other.lowest_clean_ms))
 
 
 @dataclass(frozen=True)
@@ -146,7 +164,7 @@ def check_clock(calls: Sequence[MeteredCall], calibration: Calibration) -> Clock
     held = max(ABSOLUTE_SLACK_MS, RELATIVE_SLACK * median_sample, LOOP_SLACK * calibration.overhead_ms)
     noisy = max(held, SPREAD_FACTOR * calibration.spread_ms)
     short = min(0.0, _quantile(gaps, FLOOR_QUANTILE) - calibration.lowest_clean_ms)
-    least = gaps[0] - calibration.clean_ms
+    least = gaps[0] - calibration.clean_for(len(gaps))
     median = statistics.median(gaps) - calibration.overhead_ms
     too_short = short < -noisy
     # The figures of the bound that broke, in this order; the median's when all held.

@@ -5,11 +5,12 @@ referee has always given it (its fault, at the step it was in). The metered loop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,10 @@ class FakeProcess:
     def kill(self) -> None:
         self.killed = True
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[bool]:
+        yield True
+
     def close(self) -> None:
         self.killed = True
 
@@ -151,7 +156,7 @@ class FakeReference:
 
     def calibration(self, *, again: bool = False) -> Calibration:
         # The scripted loop does nothing around a call: its gaps have no floor to speak of.
-        return Calibration(clean_ms=0.0, overhead_ms=0.1, spread_ms=0.05, calls=10)
+        return Calibration(gaps=(0.0,), overhead_ms=0.1, spread_ms=0.05, calls=10)
 
 
 FACTS = VerdictFacts(target=Target.CPU, problem_sha256="ab" * 32, mode="train", policy="mixed", atol=None, rtol=None,

@@ -156,6 +156,17 @@ def test_the_trusted_clock_bounds_the_samples_call_by_call() -> None:
     # least gap, held as tightly as on a quiet host.
     every = check_clock(_calls(*[(2.0, 5.2)] * 2, *[(2.0, 9.2)] * 8), loaded)
     assert not every.agrees and round(every.excess_ms, 6) == 3.0 and round(every.allowed_ms, 6) == 1.1
+    # Forty calibration calls of which three ran through: the least of ten calls is held to the
+    # fourth lowest gap (where the least of ten draws lies), the least of forty to the lowest.
+    forty = Calibration.from_calls(_calls(*[(1.0, 1.2)] * 3, *[(1.0, 3.2)] * 37))
+    assert (round(forty.clean_for(10), 6), round(forty.clean_for(40), 6)) == (2.2, 0.2)
+    assert check_clock(_calls(*[(5.0, 7.3)] * 10), forty).agrees
+    assert not check_clock(_calls(*[(5.0, 7.3)] * 40), forty).agrees
+    assert not check_clock(_calls(*[(2.0, 7.3)] * 10), forty).agrees  # 3 ms of every call forged
+    # Calibrated again with fewer calls: quantile by quantile, the higher gap of the two.
+    envelope = forty.widest(Calibration.from_calls(_calls(*[(1.0, 1.7)] * 10)))
+    assert len(envelope.gaps) == 40 and round(envelope.clean_ms, 6) == 0.7 and round(envelope.gaps[-1], 6) == 2.2
+    assert round(envelope.lowest_clean_ms, 6) == 0.2 and envelope.calls == 50
     # A sample longer than its whole round trip is no clock at all.
     impossible = check_clock(_calls(*[(5.0, 5.2)] * 9, (50.0, 5.2)), calibration)
     assert not impossible.agrees and "more time than their whole round trip" in impossible.detail()

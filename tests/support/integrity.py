@@ -24,18 +24,22 @@ def make_options(cache: Path, **changes: object) -> HarnessOptions:
     return base.replace(**changes)
 
 
-def forged_loop(scale: float, *, hide_tampering: bool = False, device: str = "cpu") -> str:
+def forged_loop(scale: float, *, hide_tampering: bool = False, spin_between_runs: int = 0,
+                device: str = "cpu") -> str:
     """Module code for a candidate that replaces the harness's timing loop, in its own process, by
     one written in Python: it speaks the loop's protocol perfectly (every call's inputs loaded as
     the real loop loads them, audits answered with sealed memfds of the true outputs) and reports
     each call's true time times ``scale``. ``hide_tampering``: the tamper check is replaced too.
-    What is left to catch it is the trusted clock."""
+    ``spin_between_runs``: that many processes burn the CPU from the end of each run to the start
+    of the next (while the referee calibrates the loop again, to widen the allowance). What is left
+    to catch it is the trusted clock."""
     return f'''
 import sys as _sys
 if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compile stage
     import fcntl as _fcntl, json as _json, os as _os, socket as _socket, struct as _struct, time as _time
     _stage = _sys.modules["harness.meter.stage"]
     _GO = _struct.Struct("=4sIQQQQII")
+    _spinners = []
 
     def _forged_run(self, channel, fn, sets, *, flush):
         sock = channel._sock
@@ -58,8 +62,15 @@ if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compil
         device, held, last, calls = torch.device("{device}"), None, 0, 0
         while True:
             (size,) = _struct.unpack(">I", read_exact(4))
+            while _spinners:
+                _os.kill(_spinners.pop(), 9)
             _, flags, call, seed, forward_seed, nonce, index, _ = _GO.unpack(read_exact(size))
             if flags & 2:
+                for _ in range({spin_between_runs!r}):
+                    if (pid := _os.fork()) == 0:
+                        while True:
+                            pass
+                    _spinners.append(pid)
                 return calls
             if flags & 1:
                 data = held.detach().cpu().contiguous().numpy().tobytes()

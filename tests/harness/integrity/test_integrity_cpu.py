@@ -497,6 +497,14 @@ CASES: list[Case] = [
     Case("replaces_the_timing_loop_and_the_tamper_check", lambda w: cheat(
         "time.sleep(0.02)\nreturn _honest(self, x)", prelude="import time\n" + forged_loop(0.5, hide_tampering=True)),
          Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), message="trusted clock", depth=Depth.BENCHMARK),
+    # The same loop and hidden check, forging a fifth of each call, with processes that burn the
+    # CPU between runs: while the referee calibrates the loop again after a disagreement, to widen
+    # the allowance of the next run (it passed 4 of 4 at 0.9 before the candidate's processes were
+    # stopped during that calibration). Stopped, they load nothing.
+    Case("spins_while_the_loop_is_calibrated_again", lambda w: cheat(
+        "time.sleep(0.02)\nreturn _honest(self, x)",
+        prelude="import time\n" + forged_loop(0.8, hide_tampering=True, spin_between_runs=3)),
+         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), message="trusted clock", depth=Depth.BENCHMARK),
     Case("writes_frames_to_the_harness_channel", lambda w: cheat(f'''
         import gc, struct
         if _count(self) > {w.trial_calls}:  # timed: answer for the loop, a frame of its own
