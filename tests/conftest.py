@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 
 #: Database fixtures (SQLite, PostgreSQL, Redis) shared by the store, API, worker and tenancy tests.
 #: Builders and helpers are modules of `tests.support` (its docstring says which holds what).
-pytest_plugins = ["tests.support.databases"]
+#: Only where the service's packages are installed: a GPU host runs ``pytest -m gpu tests/gpu`` with
+#: torch alone (elsewhere a test that needs a database fails for want of its fixture, never skips).
+pytest_plugins = ["tests.support.databases"] if importlib.util.find_spec("sqlalchemy") else []
 
 # One OpenMP thread per sandboxed stage (the variable is on the harness's environment allowlist):
 # on a 2-core CI machine shared with other jobs, OpenMP barriers waiting for a descheduled thread

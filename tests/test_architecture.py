@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 import tomllib
 from collections import defaultdict
@@ -364,3 +365,16 @@ def test_what_a_gpu_host_imports_of_tests_support_is_stdlib_only() -> None:
              if module.split(".")[0] not in sys.stdlib_module_names
              and module.removeprefix(f"{SUPPORT}.") not in GPU_HOST_SUPPORT]
     assert wrong == [], "\n".join(wrong)
+
+
+def test_the_gpu_tests_collect_where_only_torch_is_installed() -> None:
+    """A GPU host has torch and pytest, not the service's packages: ``pytest -m gpu tests/gpu`` must
+    collect there as is (the databases plugin once imported sqlalchemy for every run)."""
+    blocked = ("sqlalchemy", "alembic", "fastapi", "celery", "redis", "pydantic", "pydantic_settings", "store",
+               "api", "worker")
+    script = (f"import sys\nsys.modules.update(dict.fromkeys({blocked!r}))\nimport pytest\n"
+              "sys.exit(pytest.main(['-q', '--collect-only', '-m', 'gpu', '-p', 'no:cacheprovider', 'tests/gpu']))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    collected = re.search(r"(\d+) tests? collected", done.stdout)
+    assert collected is not None and int(collected.group(1)) > 0, done.stdout[-2000:]

@@ -264,14 +264,6 @@ CASES: list[Case] = [
         out = _honest(self, x)
         return out.as_subclass(Lazy) if _count(self) > {n} else out'''),
          Status.FAIL, Stage.INTEGRITY, flags=("timed_output_not_plain",), depth=Depth.BENCHMARK),
-    # The input kept resident in L2 across the flush by a persisting access-policy window on
-    # forward's stream: after every call the loop makes persisting lines normal again and sets
-    # no L2 aside for them, so the window carries nothing across the flush, and setting the L2
-    # aside again in every call is time spent outside the timed window that the trusted clock
-    # counts (233 us a call on the H200, session 7): rejected.
-    Case("keeps_its_input_in_l2_across_the_flush", lambda n: cheat(
-        "_persist(x)\nreturn _honest(self, x)", prelude=PERSISTING_L2),
-         Status.FAIL, Stage.INTEGRITY, flags=("clock_disagrees",), depth=Depth.BENCHMARK),
     Case("tf32_switched_on", lambda n: cheat('''
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -334,6 +326,32 @@ def test_cuda_cheat_is_caught(case: Case, referee: Referee) -> None:
     assert case.message.lower() in verdict.message.lower(), summary
     if case.check is not None:
         case.check(verdict, referee)
+
+
+def test_an_input_kept_in_l2_across_the_flush_gains_nothing(referee: Referee) -> None:
+    """The input kept resident in L2 across the flush by a persisting access-policy window on
+    forward's stream: after every call the loop makes persisting lines normal again and sets no L2
+    aside for them, so the window carries nothing across the flush. What setting the L2 aside again
+    costs around each call (233 us on the H200 in session 7) is close to the trusted clock's
+    allowance (half the loop's ~350 us), so it is either rejected (`clock_disagrees`) or timed as
+    what it is: never faster than the same kernel without the window (0.1 % is the H200's
+    run-to-run spread; 3 % allowed)."""
+    honest = referee.evaluate(SEED1_CUDA, depth=Depth.BENCHMARK)
+    verdict = referee.evaluate(cheat("_persist(x)\nreturn _honest(self, x)", prelude=PERSISTING_L2),
+                               depth=Depth.BENCHMARK)
+    bound = verdict.timing.bound if verdict.timing else None
+    _report({"case": "keeps_its_input_in_l2_across_the_flush", "status": verdict.status.value,
+             "flags": list(verdict.flags), "median_ms": verdict.timing.median_ms if verdict.timing else None,
+             "honest_median_ms": honest.timing.median_ms if honest.timing else None,
+             "excess_us": round(1e3 * bound.excess_ms) if bound else None,
+             "allowed_us": round(1e3 * bound.allowed_ms) if bound else None})
+    summary = f"{verdict.status.value} {verdict.stage.value} {verdict.flags}: {verdict.message[:1500]}"
+    assert honest.status is Status.PASS and honest.timing is not None, honest.message
+    if verdict.status is Status.FAIL:
+        assert verdict.stage is Stage.INTEGRITY and "clock_disagrees" in verdict.flags, summary
+    else:
+        assert verdict.status is Status.PASS and verdict.timing is not None, summary
+        assert verdict.timing.median_ms >= 0.97 * honest.timing.median_ms, (verdict.timing, honest.timing)
 
 
 # -- the re-time (a quarantined candidate, a job's best): a fresh Referee, fresh seeds ------------
