@@ -55,7 +55,7 @@ _STAGE_PACKAGES = ("harness", "problems")
 #: ancestor of one) would take the system away from the stage.
 _SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",
                                        "/proc", "/sys", "/var", "/tmp", "/run", "/nix", "/snap"))
-#: How long `StageProcess.paused` tries to stop a stage's whole tree (it forks, or wakes itself).
+#: How long `paused_tree` tries to stop a stage's whole tree (it forks, or wakes itself).
 _PAUSE_S = 2.0
 #: Every stage this process started and has not killed yet (`kill_all_stages`).
 _LIVE: set[StageProcess] = set()
