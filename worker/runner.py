@@ -361,12 +361,17 @@ def _has_best(recorder: StoreRecorder) -> bool:
         return get_job(session=session, job_id=recorder.job_id).best_attempt_id is not None
 
 
-def _retime_referee(problem: Problem, job: _JobData, options: HarnessOptions, recorder: StoreRecorder,
-                    referee_factory: RefereeFactory) -> RefereeEvaluator:
-    """A fresh Referee (fresh reference and candidate processes, fresh secret seeds) for a re-time."""
+def _retimed(source: str, problem: Problem, job: _JobData, options: HarnessOptions, recorder: StoreRecorder,
+             referee_factory: RefereeFactory) -> Verdict:
+    """``source`` benchmarked by a fresh Referee (fresh reference and candidate processes, fresh
+    secret seeds, a longer run), closed after."""
     referee = referee_factory(problem, job.target, retime_options(options))
     referee.on_stage = recorder.stage
-    return RefereeEvaluator(referee, cache_dir=options.cache_dir, device_key=current_device_key(job.target.value))
+    evaluator = RefereeEvaluator(referee, cache_dir=options.cache_dir, device_key=current_device_key(job.target.value))
+    try:
+        return evaluator.evaluate(source, Depth.BENCHMARK)
+    finally:
+        evaluator.close()
 
 
 def _rejudge_best(problem: Problem, job: _JobData, options: HarnessOptions, recorder: StoreRecorder,
@@ -385,11 +390,7 @@ def _rejudge_best(problem: Problem, job: _JobData, options: HarnessOptions, reco
             recorder.set_best(candidate.attempt_id)
             return ""
         recorder.progress("rejudge", n=candidate.n)
-        evaluator = _retime_referee(problem, job, options, recorder, referee_factory)
-        try:
-            verdict = evaluator.evaluate(candidate.source, Depth.BENCHMARK)
-        finally:
-            evaluator.close()
+        verdict = _retimed(candidate.source, problem, job, options, recorder, referee_factory)
         attempt_id = recorder.rejudged(of=candidate, tool=RETIME_TOOL, verdict=verdict)
         if verdict.is_verified:
             recorder.set_best(attempt_id)
@@ -415,11 +416,7 @@ def _retime(
         if recorder.cancelled():
             return
         recorder.progress("retime", source_sha256=candidate.source_sha256)
-        evaluator = _retime_referee(problem, job, options, recorder, referee_factory)
-        try:
-            verdict = evaluator.evaluate(candidate.source, Depth.BENCHMARK)
-        finally:
-            evaluator.close()
+        verdict = _retimed(candidate.source, problem, job, options, recorder, referee_factory)
         recorder.attempt(trajectory=candidate.trajectory, tool=RETIME_TOOL, source=candidate.source,
                          parent_sha256=candidate.source_sha256, verdict=verdict)
 
