@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox import paused_tree
+from tests.support.processes import descendants
 
 #: A warden's stand-in (it only waits), with a child that spins in two threads and forks a
 #: grandchild that spins too, then setsid()s: the whole tree stays under the root all the same.
@@ -45,33 +46,23 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def _descendants(root: int) -> list[int]:
-    children = {int(p.name): int(p.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
-                for p in Path("/proc").iterdir() if p.name.isdigit() and p.joinpath("stat").exists()}
-    tree, frontier = [], [root]
-    while frontier:
-        frontier = [pid for pid, parent in children.items() if parent in frontier]
-        tree += frontier
-    return tree
-
-
 @pytest.fixture
 def spinning_tree() -> Iterator[subprocess.Popen[bytes]]:
     root = subprocess.Popen([sys.executable, "-c", _TREE], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
-        while len(_descendants(root.pid)) < 2 and time.monotonic() < deadline:
+        while len(descendants(root.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         yield root
     finally:
-        for pid in _descendants(root.pid):  # before the root dies: orphans leave its tree
+        for pid in descendants(root.pid):  # before the root dies: orphans leave its tree
             os.kill(pid, 9)
         root.kill()
         root.wait()
 
 
 def test_a_paused_tree_burns_no_cpu_and_runs_again_after(spinning_tree: subprocess.Popen[bytes]) -> None:
-    tree = _descendants(spinning_tree.pid)
+    tree = descendants(spinning_tree.pid)
     assert len(tree) == 2
     with paused_tree(spinning_tree.pid) as stopped:
         assert stopped and all(_state(pid) == "T" for pid in tree)

@@ -7,36 +7,45 @@ import os
 from pathlib import Path
 
 
-def stage_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
-    """Live sandbox processes (wardens and roles; only ``role``'s stage when given) descending
-    from ``root_pid`` (default: us)."""
-    root_pid = root_pid or os.getpid()
-    parents: dict[int, int] = {}
-    commands: dict[int, str] = {}
+def _parents() -> dict[int, tuple[int, str]]:
+    """Every process's parent and state, from one pass over /proc."""
+    found: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            commands.pop(int(entry), None)
+        found[int(entry)] = (int(fields[1]), fields[0])
+    return found
 
-    def descends(pid: int) -> bool:
-        seen = set()
-        while pid in parents and pid not in seen:
-            if parents[pid] == root_pid:
-                return True
-            seen.add(pid)
-            pid = parents[pid]
-        return False
 
+def descendants(root_pid: int, parents: dict[int, tuple[int, str]] | None = None) -> list[int]:
+    """Every descendant of ``root_pid``, zombies too (``parents``: a `_parents` already read)."""
+    parents = _parents() if parents is None else parents
+    tree: list[int] = []
+    frontier = {root_pid}
+    while frontier:
+        frontier = {pid for pid, (parent, _) in parents.items() if parent in frontier and pid not in tree}
+        tree += frontier
+    return tree
+
+
+def stage_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
+    """Live sandbox processes (wardens and roles; only ``role``'s stage when given) descending
+    from ``root_pid`` (default: us)."""
+    states = _parents()
     wanted = (f"harness.roles {role} ",) if role else ("harness.roles", "warden.py")
-    return [pid for pid, cmd in commands.items() if any(w in cmd for w in wanted) and descends(pid)]
+    found = []
+    for pid in descendants(root_pid or os.getpid(), states):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if states.get(pid, (0, "Z"))[1] != "Z" and any(w in command for w in wanted):
+            found.append(pid)
+    return found
 
 
 def processes_with(marker: str) -> list[int]:
