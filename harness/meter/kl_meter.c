@@ -659,6 +659,25 @@ typedef struct {
     uint32_t pad;
 } go_frame;
 
+/* The next GO frame from the trusted side: 0, or -1 with a Python error set. */
+static int read_go(int fd, go_frame *go) {
+    unsigned char prefix[4];
+    if (read_exact(fd, prefix, 4) < 0) {
+        PyErr_SetString(PyExc_ConnectionError, "the trusted side closed the channel");
+        return -1;
+    }
+    uint32_t len = ((uint32_t)prefix[0] << 24) | ((uint32_t)prefix[1] << 16) | ((uint32_t)prefix[2] << 8) | prefix[3];
+    if (len != GO_BYTES) {
+        PyErr_Format(PyExc_ConnectionError, "a frame of %u bytes where a GO frame was expected", len);
+        return -1;
+    }
+    if (read_exact(fd, go, sizeof *go) < 0 || memcmp(go->magic, "KLGO", 4) != 0) {
+        PyErr_SetString(PyExc_ConnectionError, "a malformed GO frame");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *meter_run(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"fd", "fn", "buffers", "sets", "generator", "forward_generators", "device", "cuda",
                             "stream", "flush_ptr", "flush_words", NULL};
@@ -700,21 +719,8 @@ static PyObject *meter_run(PyObject *self, PyObject *args, PyObject *kwargs) {
     int failed = (r == NULL);
     int stop = 0;
     while (!failed && !stop) {
-        unsigned char prefix[4];
         go_frame go;
-        if (read_exact(s.fd, prefix, 4) < 0) {
-            PyErr_SetString(PyExc_ConnectionError, "the trusted side closed the channel");
-            failed = 1;
-            break;
-        }
-        uint32_t len = ((uint32_t)prefix[0] << 24) | ((uint32_t)prefix[1] << 16) | ((uint32_t)prefix[2] << 8) | prefix[3];
-        if (len != GO_BYTES) {
-            PyErr_Format(PyExc_ConnectionError, "a frame of %u bytes where a GO frame was expected", len);
-            failed = 1;
-            break;
-        }
-        if (read_exact(s.fd, &go, sizeof go) < 0 || memcmp(go.magic, "KLGO", 4) != 0) {
-            PyErr_SetString(PyExc_ConnectionError, "a malformed GO frame");
+        if (read_go(s.fd, &go) < 0) {
             failed = 1;
             break;
         }
@@ -733,10 +739,8 @@ static PyObject *meter_run(PyObject *self, PyObject *args, PyObject *kwargs) {
     /* Wait for the STOP (or an audit) after a failure the candidate caused, so the trusted side
      * always ends the conversation. */
     while (!failed && stop) {
-        unsigned char prefix[4];
         go_frame go;
-        if (read_exact(s.fd, prefix, 4) < 0 || read_exact(s.fd, &go, sizeof go) < 0) {
-            PyErr_SetString(PyExc_ConnectionError, "the trusted side closed the channel");
+        if (read_go(s.fd, &go) < 0) {
             failed = 1;
             break;
         }
