@@ -18,17 +18,15 @@ library only; `harness.reference.ReferenceClient` decides.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import json
-import os
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.recordfile import RecordFile
 from harness.verdict import Baselines, Timing
-from harness.wire import JsonObject, Reader, WireError
+from harness.wire import JsonObject, Reader
 
 __all__ = ["AGREEMENT_RATIO", "MAX_RETAKES", "RECORD_LIMIT", "BaselineRecord", "RecordedFigure", "agrees",
            "describe", "fastest", "machine_id", "measure_consistently"]
@@ -105,38 +103,17 @@ class BaselineRecord:
     """
 
     def __init__(self, directory: Path, key: str, request: str) -> None:
-        self.path = directory / "record" / f"{key}-{machine_id()}.json"
+        self._file = RecordFile(directory / "record" / f"{key}-{machine_id()}.json",
+                                parse=RecordedFigure.from_dict, dump=RecordedFigure.to_dict, limit=RECORD_LIMIT)
         self.request = request
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if we die
-            yield
-
-    def _read(self) -> list[RecordedFigure]:
-        try:
-            raw = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return []
-        figures = []
-        for item in raw if isinstance(raw, list) else ():
-            with contextlib.suppress(WireError, ValueError, TypeError, KeyError):
-                figures.append(RecordedFigure.from_dict(item))
-        return figures
 
     def earlier(self) -> list[RecordedFigure]:
         """The figures other requests recorded (what a new one is judged by)."""
-        return [f for f in self._read() if f.request != self.request]
+        return [f for f in self._file.read() if f.request != self.request]
 
     def add(self, baselines: Baselines) -> None:
         """Record a figure this request measured (noisy ones too: they are what the machine did)."""
-        with self._locked():
-            figures = [*self._read(), RecordedFigure(baselines, self.request)][-RECORD_LIMIT:]
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps([f.to_dict() for f in figures]))
-            tmp.replace(self.path)
+        self._file.append(RecordedFigure(baselines, self.request))
 
     def agreeing(self, baselines: Baselines) -> bool:
         """Whether ``baselines`` agrees with the fastest figure other requests recorded (other work

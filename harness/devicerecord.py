@@ -13,8 +13,6 @@ measures again. Standard library only: `harness.reference.ReferenceClient` reads
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -25,7 +23,8 @@ from pathlib import Path
 from harness.baselinerecord import machine_id
 from harness.devices import DeviceSpecs
 from harness.provenance import HARNESS_VERSION
-from harness.wire import JsonObject, Reader, WireError
+from harness.recordfile import RecordFile
+from harness.wire import JsonObject, Reader
 
 __all__ = ["SETTLE_AFTER", "DeviceRecord", "Measurement"]
 
@@ -73,18 +72,11 @@ class DeviceRecord:
                     "harness": HARNESS_VERSION, "recipe": _RECIPE, "env": dict(sorted(environment.items())),
                     "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
         key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
-        self.path = directory / f"{target}-{key}.json"
+        self._file = RecordFile(directory / f"{target}-{key}.json", parse=Measurement.from_dict,
+                                dump=Measurement.to_dict, limit=2 * SETTLE_AFTER)
 
     def measurements(self) -> list[Measurement]:
-        try:
-            raw = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return []
-        found = []
-        for item in raw if isinstance(raw, list) else ():
-            with contextlib.suppress(WireError, ValueError, TypeError, KeyError):
-                found.append(Measurement.from_dict(item))
-        return found
+        return self._file.read()
 
     def settled(self) -> bool:
         """Whether no job needs to measure any more."""
@@ -104,10 +96,4 @@ class DeviceRecord:
                        measured_bandwidth=max(m.specs.measured_bandwidth for m in found))
 
     def add(self, measurement: Measurement) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if we die
-            found = [*self.measurements(), measurement][-2 * SETTLE_AFTER:]
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps([m.to_dict() for m in found]))
-            tmp.replace(self.path)
+        self._file.append(measurement)
