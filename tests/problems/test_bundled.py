@@ -300,8 +300,14 @@ def _child_check(problem: Problem, shape_index: int) -> dict[str, Any]:
         shape=list(out.shape), dtype=str(out.dtype).removeprefix("torch."), ms=1000 * min(first_s, second_s)
     )
     # Not bit-exact: torch's CPU kernels split work by thread, and a vectorised and a scalar tail
-    # (e.g. of tanh) differ in the last ulp. Determinism means far inside the tolerance.
-    same = torch.equal(out, again) if not out.is_floating_point() else torch.allclose(out, again, rtol=1e-6, atol=1e-7)
+    # (e.g. of tanh) differ in the last ulp, which a cancellation turns into an absolute error of
+    # the output's scale times an ulp (CI saw it in gelu_tanh's 0.5 x (1 + tanh(...)) at x near -5,
+    # out near 0). Determinism means far inside the tolerance, at the output's scale.
+    if out.is_floating_point():
+        scale = out.abs().max().item() if out.numel() else 0.0
+        same = torch.allclose(out, again, rtol=1e-6, atol=1e-6 * max(scale, 1e-3))
+    else:
+        same = torch.equal(out, again)
     if not same:
         errors.append("two forwards on the same inputs differ")
     floating = out.is_floating_point()
