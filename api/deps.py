@@ -47,6 +47,7 @@ __all__ = [
     "SubmissionWriterDep",
     "VerifiedKeys",
     "browser_key",
+    "lookup_api_key",
 ]
 
 API_KEY_HEADER = "X-API-Key"
@@ -145,7 +146,7 @@ class VerifiedKeys:
         future: asyncio.Future[ApiKey | None] = asyncio.get_running_loop().create_future()
         self._pending[digest] = future
         try:
-            key = await run_in_threadpool(_verify_key, factory, plaintext)
+            key = await run_in_threadpool(lookup_api_key, factory, plaintext)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when no one else waited
@@ -209,7 +210,8 @@ def _key_from_cookie(request: Request, factory: sessionmaker[Session]) -> ApiKey
     return browser_key(request, factory)
 
 
-def _verify_key(factory: sessionmaker[Session], plaintext: str) -> ApiKey | None:
+def lookup_api_key(factory: sessionmaker[Session], plaintext: str) -> ApiKey | None:
+    """`store.verify_api_key` in a short session of its own, uncached (`VerifiedKeys` caches it)."""
     with session_scope(factory) as session:
         return verify_api_key(session=session, plaintext=plaintext)
 

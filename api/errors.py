@@ -17,6 +17,8 @@ parser) keep their own types; `install_error_handlers` maps them at the edge::
     starlette HTTPException        its status, code from the status (e.g. 413 body_too_large,
                                    400 invalid_json for a body that is not UTF-8)
     anything else                  500     internal_error (logged; no detail leaks)
+
+The one HTML answer: the dashboard's `PageNotFound` becomes its not-found page (404).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.schemas import ErrorPublic
-from harness.wire import JsonObject, JsonValue
 from problems import ProblemFormatError
 from store import IllegalTransition, NotFound
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = [
     "ApiError",
@@ -220,10 +222,15 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map exceptions to ``{"detail", "code"}`` responses (the only place that does)."""
+    """Map exceptions to ``{"detail", "code"}`` responses, and `PageNotFound` to the dashboard's
+    not-found page (the only place that does)."""
+    # Imported here: the dashboard's module imports this one (through `api.deps`).
+    from api.dashboard.browser import PageNotFound, page_not_found_response
+
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(IllegalTransition, _illegal_transition)
+    app.add_exception_handler(PageNotFound, page_not_found_response)
     app.add_exception_handler(ProblemFormatError, _problem_format)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_exception)

@@ -8,17 +8,18 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject, JsonValue
 from store._sql import bump_counter
 from store.errors import NotFound
 from store.jobs import add_job_usage
 from store.models import Message, Trajectory, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
 from store.states import TrajectoryState
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = [
     "append_message",
     "create_trajectory",
+    "last_messages",
     "list_messages",
     "list_trajectories",
     "set_trajectory_state",
@@ -179,3 +180,15 @@ def list_messages(
     if trajectory_index is not None:
         stmt = stmt.where(Trajectory.index == trajectory_index)
     return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda m: m.id)
+
+
+def last_messages(*, session: Session, job_id: int, limit: int) -> list[Message]:
+    """A job's newest ``limit`` messages (all trajectories), in the order they were stored."""
+    stmt = (
+        select(Message)
+        .join(Trajectory, Message.trajectory_id == Trajectory.id)
+        .where(Trajectory.job_id == job_id)
+        .order_by(Message.id.desc())
+        .limit(limit)
+    )
+    return list(reversed(list(session.scalars(stmt))))

@@ -1,10 +1,18 @@
 """What every dashboard route shares: the signed-in browser (`BrowserDep`: the session cookie's
 key and its CSRF token, or a redirect to ``/login`` that comes back), the HTML response with the
 pages' security headers, and the not-found page. A new page's route module takes these three
-(see `api.routes.dashboard` and `api.routes.dashboard_insights`)."""
+(see `api.routes.dashboard` and `api.routes.dashboard_insights`).
+
+A page of one job takes `OwnedJob`: the path's job if the browser's key may see it, checked by
+`api.services.get_owned_job` as the JSON routes check it, else the not-found page (404, never
+403: another key's job and a missing one look the same). A page whose not-found text names
+something else (an attempt of the job, a model run) wraps its lookups in `not_found_as_page`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 from urllib.parse import quote
 
@@ -12,12 +20,23 @@ from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse
 from starlette.exceptions import HTTPException
 
+from api import services
 from api.dashboard import pages
 from api.dashboard.session import codec_for, read_session
-from api.deps import SessionFactoryDep, browser_key
-from store import ApiKey
+from api.deps import JobId, SessionDep, SessionFactoryDep, browser_key
+from store import ApiKey, Job, NotFound
 
-__all__ = ["PAGE_HEADERS", "Browser", "BrowserDep", "html_page", "not_found_page"]
+__all__ = [
+    "PAGE_HEADERS",
+    "Browser",
+    "BrowserDep",
+    "OwnedJob",
+    "PageNotFound",
+    "html_page",
+    "not_found_as_page",
+    "not_found_page",
+    "page_not_found_response",
+]
 
 #: Security headers of every page: no framing (clickjacking), scripts and styles from here only.
 PAGE_HEADERS = {
@@ -73,3 +92,38 @@ def not_found_page(browser: Browser, what: str) -> HTMLResponse:
         csrf=browser.csrf,
     )
     return html_page(page, 404)
+
+
+class PageNotFound(Exception):
+    """What a page shows does not exist, or belongs to another key: `page_not_found_response`
+    answers it (`api.errors.install_error_handlers` installs it), so a dependency can end a
+    request with the not-found page."""
+
+    def __init__(self, browser: Browser, what: str) -> None:
+        super().__init__(f"{what} not found")
+        self.browser = browser
+        self.what = what
+
+
+async def page_not_found_response(_request: Request, exc: Exception) -> HTMLResponse:
+    assert isinstance(exc, PageNotFound)
+    return not_found_page(exc.browser, exc.what)
+
+
+@contextmanager
+def not_found_as_page(browser: Browser, what: str) -> Iterator[None]:
+    """The store's `NotFound` in the block (another key's row included) as the not-found page of ``what``."""
+    try:
+        yield
+    except NotFound:
+        raise PageNotFound(browser, what) from None
+
+
+def _owned_job(job_id: JobId, browser: BrowserDep, session: SessionDep) -> Job:
+    with not_found_as_page(browser, f"Job {job_id}"):
+        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
+    return job
+
+
+#: The path's ``job_id`` job, read in the request's session, if the browser's key may see it.
+OwnedJob = Annotated[Job, Depends(_owned_job)]

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from display import finite, fmt_ms, fmt_usd
-from harness.wire import Reader
 from store import Attempt, Job, UsagePoint
+from vocabulary.wire import Reader
 
-__all__ = ["Chart", "JobCharts", "Label", "Line", "Mark", "Polyline", "baselines_ms", "job_charts", "roofline_chart",
-           "usage_chart"]
+__all__ = ["Chart", "JobCharts", "Label", "Line", "Mark", "Polyline", "baselines_ms", "compile_line", "job_charts",
+           "roofline_chart", "usage_chart"]
 
 
 @dataclass(frozen=True)
@@ -337,6 +337,15 @@ def baselines_ms(attempts: Sequence[Attempt]) -> tuple[float | None, float | Non
         if eager is not None or compiled is not None:
             return eager, compiled
     return None, None
+
+
+def compile_line(attempts: Sequence[Attempt]) -> float | None:
+    """eager_ms / compile_ms: where torch.compile sits on a chart of speedups over eager."""
+    for attempt in reversed(attempts):
+        eager, compiled = attempt.read_verdict().baselines_ms
+        if eager is not None and compiled is not None and compiled > 0:
+            return eager / compiled
+    return None
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from api.dashboard.highlight import DiffLine, count_changes, diff_lines
+from api.dashboard.views import Diff
 from display import fmt_ms, fmt_pct, fmt_speedup
-from harness.verdict import Verdict
 from store import Attempt
+from vocabulary.verdict import Verdict
 
 __all__ = ["Comparison", "FigureRow", "compare_attempts"]
 
@@ -25,18 +25,14 @@ class FigureRow:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Attempts ``a_n`` and ``b_n``: their figures, and the diff from ``a``'s source to ``b``'s."""
+
     a_n: int
     b_n: int
     a_status: str
     b_status: str
     rows: tuple[FigureRow, ...]
-    lines: tuple[DiffLine, ...]
-    added: int
-    removed: int
-
-    @property
-    def identical(self) -> bool:
-        return not self.lines
+    diff: Diff
 
 
 def _lower_wins(a: float | None, b: float | None) -> str:
@@ -70,7 +66,5 @@ def compare_attempts(a: Attempt, b: Attempt) -> Comparison:
                   f"{b.compile_s:.1f}" if b.compile_s is not None else "—", _lower_wins(a.compile_s, b.compile_s)),
         FigureRow("message", va.message or "—", vb.message or "—"),
     )
-    lines = diff_lines(a.source, b.source)
-    added, removed = count_changes(lines)
     return Comparison(a_n=a.seq, b_n=b.seq, a_status=a.status.value, b_status=b.status.value, rows=rows,
-                      lines=lines, added=added, removed=removed)
+                      diff=Diff.between(a.source, b.source))

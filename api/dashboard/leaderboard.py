@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from display import problem_label
-from harness.verdict import Verdict
 from store import LeaderboardRow
+from vocabulary.verdict import Verdict
 
 __all__ = ["LeaderEntry", "LeaderGroup", "ModelBest", "leaderboard_groups", "model_label"]
 

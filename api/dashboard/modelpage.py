@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from api.model_schemas import ModelRunPublic
-from harness.modelreport import ApplyReport
-from harness.regionplan import ModelProfile
+from vocabulary.modelreport import ApplyReport
+from vocabulary.regionplan import ModelProfile
 
 __all__ = ["Bar", "breakdown", "outcomes"]
 

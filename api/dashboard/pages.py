@@ -8,7 +8,7 @@ escapes what it wraps). Numbers are formatted by the filters below the way
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -26,21 +26,21 @@ from api.dashboard.views import (
     EventView,
     TimelineEntry,
     TrajectoryView,
+    work_figures,
 )
 from api.schemas import AttemptPublic, BestSummary, JobPublic
 from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd, problem_label
 from display.timings import TimeToVerdict
 from display.timings import fmt_seconds as fmt_stage_seconds
-from harness.verdict import LANE_STAGES
-from harness.wire import JsonObject
-from store import JobProblem, JobState, Target
+from store import JobProblem, JobState, ProblemJobWork, Target
+from vocabulary.stages import LANE_STAGES
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "BudgetBar",
     "Chrome",
     "JobFilters",
     "LocalKeyHint",
-    "WorkFigures",
     "attempt_page",
     "job_page",
     "jobs_page",
@@ -311,24 +311,6 @@ def attempt_page(*, job: JobPublic, attempt: AttemptView, owner: str, csrf: str)
 # -- problems --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class WorkFigures:
-    """What the referee measured about a problem on one device (from a stored verdict)."""
-
-    target: str
-    device: str
-    flops: float | None
-    min_bytes: float | None
-    sol_ms: float | None
-    eager_ms: float | None
-    compile_ms: float | None
-    job_id: int
-
-    @property
-    def intensity(self) -> float | None:
-        return self.flops / self.min_bytes if self.flops and self.min_bytes else None
-
-
 def _shape(shape: Sequence[int] | None) -> str:
     return "—" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -344,11 +326,11 @@ def problem_page(
     rtol: float | None,
     sha256: str,
     facts: ProblemFacts,
-    work: Iterable[WorkFigures],
-    job_ids: Sequence[int],
+    jobs: Sequence[ProblemJobWork],
     owner: str,
     csrf: str,
 ) -> str:
+    """A problem: its declarations, sizes and source, and what its visible ``jobs`` (newest first) measured."""
     names = sorted(set(facts.constants) | set(facts.cpu_constants))
     sizes = [
         (n, facts.constants.get(n, "—"), facts.cpu_constants.get(n, "—"),
@@ -359,5 +341,5 @@ def problem_page(
     return render(
         "problem.html", title=name, chrome=Chrome(owner, csrf), name=name, description=description, source=source,
         mode=mode, policy=policy, tolerance=tolerance, sha=sha256[:16] + "…", facts=facts, shape=_shape,
-        work=list(work), sizes=sizes, job_ids=job_ids[:8],
+        work=work_figures(jobs), sizes=sizes, job_ids=[j.job_id for j in jobs[:8]],
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.verdict import Verdict
+from vocabulary.verdict import Verdict
 
 __all__ = ["ProfileLine", "profile_lines"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from harness.wire import Reader
+from vocabulary.wire import Reader
 
 __all__ = [
     "COOKIE_NAME",

@@ -2,8 +2,9 @@
 
 The routes (`api.routes.dashboard`) read the store; this module turns what they read into the
 values the templates (`api.dashboard.pages`) render: the messages timeline of a job, its
-trajectories as chart series, the events that say what the worker is doing now, and an
-attempt's verdict as tables and a plot. Nothing here touches the database or HTML.
+trajectories as chart series, the events that say what the worker is doing now, an
+attempt's verdict as tables and a plot and its diffs, and what a problem's jobs measured of its
+work. Nothing here touches the database or HTML.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from typing import Any
 from api.dashboard.highlight import DiffLine, count_changes, diff_lines
 from api.dashboard.profiles import ProfileLine, profile_lines
 from display import finite
-from harness.verdict import Status, Verdict
-from harness.wire import JsonObject
-from store import Attempt, JobEvent, Message, Trajectory, tool_call_names
+from store import Attempt, Job, JobEvent, Message, ProblemJobWork, Trajectory, tool_call_names
+from vocabulary.verdict import Status, Verdict
+from vocabulary.wire import JsonObject
 
 __all__ = [
+    "MAX_PAGE_ATTEMPTS",
     "MESSAGE_FULL_CHARS",
     "MESSAGE_PREVIEW_CHARS",
+    "AttemptDiff",
     "AttemptView",
     "Diff",
     "EventView",
@@ -34,14 +37,19 @@ __all__ = [
     "SamplePlot",
     "TimelineEntry",
     "TrajectoryView",
+    "WorkFigures",
     "attempt_view",
+    "elapsed_s",
     "event_views",
     "mark_kind",
     "sample_plot",
     "timeline",
     "trajectory_views",
+    "work_figures",
 ]
 
+#: Attempts a job's page and charts show (newer ones still arrive live); a job past this is unusual.
+MAX_PAGE_ATTEMPTS = 2000
 #: Characters of a message shown in the timeline before it is opened.
 MESSAGE_PREVIEW_CHARS = 240
 #: Characters of a message shown when opened (the whole of it is at ``/jobs/{id}/messages``).
@@ -50,6 +58,14 @@ MESSAGE_FULL_CHARS = 8000
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def elapsed_s(job: Job, now: datetime) -> float | None:
+    """Seconds the job has run (until ``now`` while it runs); ``None`` before it started."""
+    if job.started_at is None:
+        return None
+    end = job.finished_at or now
+    return max(0.0, (end - job.started_at).total_seconds())
 
 
 # -- chart marks ---------------------------------------------------------------------------------
@@ -251,7 +267,8 @@ def sample_plot(verdict: Verdict) -> SamplePlot | None:
     """The candidate's timing samples beside eager's and ``torch.compile``'s; ``None`` if untimed."""
     named = [("candidate", "cand", verdict.timing)]
     if verdict.baselines is not None:
-        named += [("eager", "eager", verdict.baselines.eager), ("torch.compile", "compile", verdict.baselines.compiled)]
+        named += [("eager", "eager", verdict.baselines.eager),
+                  ("torch.compile", "compile", verdict.baselines.torch_compile)]
     present = [(name, css, t) for name, css, t in named if t is not None and t.samples_ms]
     if verdict.timing is None or not present:
         return None
@@ -290,25 +307,36 @@ def sample_plot(verdict: Verdict) -> SamplePlot | None:
 
 @dataclass(frozen=True)
 class Diff:
-    """A unified diff of this attempt's source against another attempt's."""
+    """A unified diff from an old source to a new one (the "−" lines are the old one's)."""
 
-    against: str  # "parent" or "best"
-    other_n: int
     lines: tuple[DiffLine, ...]
     added: int
     removed: int
+
+    @classmethod
+    def between(cls, old: str, new: str) -> Diff:
+        lines = diff_lines(old, new)
+        added, removed = count_changes(lines)
+        return cls(lines=lines, added=added, removed=removed)
 
     @property
     def identical(self) -> bool:
         return not self.lines
 
 
-def _diff(against: str, other: Attempt | None, source: str) -> Diff | None:
+@dataclass(frozen=True)
+class AttemptDiff:
+    """An attempt's source against another attempt's (the other one is the diff's "−" side)."""
+
+    against: str  # "parent" or "best"
+    other_n: int
+    diff: Diff
+
+
+def _attempt_diff(against: str, other: Attempt | None, source: str) -> AttemptDiff | None:
     if other is None:
         return None
-    lines = diff_lines(other.source, source)
-    added, removed = count_changes(lines)
-    return Diff(against=against, other_n=other.seq, lines=lines, added=added, removed=removed)
+    return AttemptDiff(against=against, other_n=other.seq, diff=Diff.between(other.source, source))
 
 
 @dataclass(frozen=True)
@@ -329,7 +357,7 @@ class AttemptView:
     provenance: tuple[tuple[str, str], ...]
     parent_n: int | None
     best_n: int | None
-    diffs: tuple[Diff, ...] = field(default=())
+    diffs: tuple[AttemptDiff, ...] = field(default=())
     plot: SamplePlot | None = None
     previous_n: int | None = None
     next_n: int | None = None
@@ -362,8 +390,8 @@ def attempt_view(
     index_of = {t.id: t.index for t in trajectories}
     diffs = tuple(
         d for d in (
-            _diff("parent", parent, attempt.source),
-            _diff("best", best if best is not None and best.id != attempt.id else None, attempt.source),
+            _attempt_diff("parent", parent, attempt.source),
+            _attempt_diff("best", best if best is not None and best.id != attempt.id else None, attempt.source),
         ) if d is not None
     )
     return AttemptView(
@@ -376,3 +404,42 @@ def attempt_view(
         previous_n=attempt.seq - 1 if attempt.seq > 1 else None,
         next_n=attempt.seq + 1 if attempt.seq < attempts_count else None, profile=profile_lines(verdict),
     )
+
+
+# -- a problem's measured work ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkFigures:
+    """What the referee measured about a problem on one device (from a stored verdict)."""
+
+    target: str
+    device: str
+    flops: float | None
+    min_bytes: float | None
+    sol_ms: float | None
+    eager_ms: float | None
+    compile_ms: float | None
+    job_id: int
+
+    @property
+    def intensity(self) -> float | None:
+        return self.flops / self.min_bytes if self.flops and self.min_bytes else None
+
+
+def work_figures(jobs: Iterable[ProblemJobWork]) -> tuple[WorkFigures, ...]:
+    """Per (target, device): FLOPs, bytes and baselines from the first of ``jobs`` (newest first) that measured them."""
+    figures: dict[tuple[str, str], WorkFigures] = {}
+    for job in jobs:
+        verdict = job.verdict
+        if verdict is None:
+            continue
+        ident = (verdict.provenance.target or job.target.value, verdict.provenance.device or "?")
+        if ident in figures:
+            continue
+        eager_ms, compile_ms = verdict.baselines_ms
+        figures[ident] = WorkFigures(
+            target=ident[0], device=ident[1], flops=verdict.flops, min_bytes=verdict.min_bytes,
+            sol_ms=verdict.sol_ms, eager_ms=eager_ms, compile_ms=compile_ms, job_id=job.job_id,
+        )
+    return tuple(figures.values())

@@ -2,9 +2,10 @@
 
 ``/login`` exchanges an API key for the cookie of `api.dashboard.session`; the pages (the jobs
 list with its filters, a job, an attempt, a problem) read the store like the JSON routes (a key
-sees its own jobs, an admin all), and the job page updates itself from ``/jobs/{id}/events`` and
-``/jobs/{id}`` (which accept the cookie too). None of these routes is in the OpenAPI schema: they
-are HTML for people, not an API.
+sees its own jobs, an admin all: `OwnedJob` checks a page's job as they check theirs), and the
+job page updates itself from ``/jobs/{id}/events`` and ``/jobs/{id}`` (which accept the cookie
+too). None of these routes is in the OpenAPI schema: they are HTML for people, not an API. Routes
+only: the queries are `store`'s, what the pages show is built in `api.dashboard.views`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from api import services
 from api.dashboard import pages, views
-from api.dashboard.browser import BrowserDep, html_page, not_found_page
-from api.dashboard.charts import baselines_ms, job_charts
+from api.dashboard.browser import BrowserDep, OwnedJob, html_page, not_found_as_page, not_found_page
+from api.dashboard.charts import baselines_ms, compile_line, job_charts
 from api.dashboard.highlight import highlight, stylesheet
 from api.dashboard.problem_facts import read_facts
 from api.dashboard.session import (
@@ -37,31 +37,25 @@ from api.dashboard.session import (
     read_session,
     set_session_cookie,
 )
-from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep
+from api.deps import MAX_ID, JobId, SessionDep, SessionFactoryDep, lookup_api_key
 from api.schemas import AttemptPublic, JobPublic
 from api.timings import job_time_to_verdict
-from harness.wire import Reader
 from store import (
-    MAX_PAGE_SIZE,
-    ApiKey,
     Attempt,
-    Job,
     JobState,
-    Message,
-    NotFound,
     Target,
     events_after,
+    first_attempts,
     get_attempt,
     job_timings,
-    list_attempts,
+    last_messages,
     list_job_problems,
     list_jobs,
-    list_messages,
     list_trajectories,
-    session_scope,
+    problem_work,
     usage_points,
-    verify_api_key,
 )
+from vocabulary.wire import Reader
 
 __all__ = ["router"]
 
@@ -72,16 +66,14 @@ _STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; cha
 _STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in _STATIC_TYPES} if STATIC_DIR.is_dir() else {}
 #: The highlighter's stylesheet, made by Pygments from its style (not a file of ours).
 PYGMENTS_CSS = "pygments.css"
-#: Attempts shown on a job page (newer ones still arrive live); a job past this is unusual.
-MAX_PAGE_ATTEMPTS = 2000
 #: Messages in a job page's timeline (the newest; the rest are at /jobs/{id}/messages).
 MAX_PAGE_MESSAGES = 600
 #: Stored events the page's script replays to say what the worker is doing now (the current
 #: attempt's steps, the last message): enough for a cold start's header build and baselines.
 RECENT_EVENTS = 60
 JOBS_PER_PAGE = 50
-#: Jobs scanned for a problem page's measurements (the newest first).
-PROBLEM_JOBS_SCANNED = 200
+
+
 def _safe_next(value: str | None) -> str:
     """A local path to go back to after signing in; anything else (another site) becomes /dashboard."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or "\n" in value:
@@ -132,11 +124,6 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items() if values}
 
 
-def _check_key(factory: SessionFactoryDep, plaintext: str) -> ApiKey | None:
-    with session_scope(factory) as session:
-        return verify_api_key(session=session, plaintext=plaintext)
-
-
 @router.post("/login")
 async def login(request: Request, factory: SessionFactoryDep) -> Response:
     """Exchange an API key for a session cookie, then go back where the browser came from."""
@@ -157,7 +144,7 @@ async def login(request: Request, factory: SessionFactoryDep) -> Response:
     if not expected or not secrets.compare_digest(expected, form.get(CSRF_FIELD, "")):
         return again("The form expired; sign in again.", 400)
     plaintext = form.get("api_key", "").strip()
-    key = await run_in_threadpool(_check_key, factory, plaintext) if plaintext else None
+    key = await run_in_threadpool(lookup_api_key, factory, plaintext) if plaintext else None
     if key is None:
         return again("That key is unknown or revoked.", 401)
     response = RedirectResponse(next_path, status_code=303)
@@ -194,7 +181,7 @@ def jobs_list(
 
     The filter form sends every field, an empty one meaning "any".
     """
-    owner = None if browser.key.is_admin else browser.key.id
+    owner = browser.owner_filter
     try:
         filters = pages.JobFilters(state=JobState(state) if state else None,
                                    target=Target(target) if target else None, problem=problem or None)
@@ -213,77 +200,34 @@ def jobs_list(
     return html_page(body)
 
 
-def all_attempts(session: Session, job_id: int) -> list[Attempt]:
-    found: list[Attempt] = []
-    after = 0
-    while len(found) < MAX_PAGE_ATTEMPTS:
-        page = list_attempts(session=session, job_id=job_id, after_n=after, limit=MAX_PAGE_SIZE)
-        found.extend(page.items)
-        if page.next_cursor is None:
-            break
-        after = page.next_cursor
-    return found[:MAX_PAGE_ATTEMPTS]
-
-
-def _compile_line(attempts: list[Attempt]) -> float | None:
-    """eager_ms / compile_ms: where torch.compile sits on a chart of speedups over eager."""
-    for attempt in reversed(attempts):
-        eager, compiled = attempt.read_verdict().baselines_ms
-        if eager is not None and compiled is not None and compiled > 0:
-            return eager / compiled
-    return None
-
-
-def _elapsed_s(job: Job) -> float | None:
-    if job.started_at is None:
-        return None
-    end = job.finished_at or datetime.now(UTC)
-    return max(0.0, (end - job.started_at).total_seconds())
-
-
-def _messages(session: Session, job_id: int) -> list[Message]:
-    found: list[Message] = []
-    after = 0
-    while True:
-        page = list_messages(session=session, job_id=job_id, after_id=after, limit=MAX_PAGE_SIZE)
-        found.extend(page.items)
-        if page.next_cursor is None:
-            break
-        after = page.next_cursor
-        found = found[-MAX_PAGE_MESSAGES:]
-    return found[-MAX_PAGE_MESSAGES:]
-
-
 @router.get("/dashboard/jobs/{job_id}")
-def job_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+def job_view(job: OwnedJob, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
     """One job, live: attempts, the speedup chart, the agent's messages, what runs now, the best kernel."""
-    try:
-        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}")
     # The event id first, then the rest: anything missing from the page has a later event.
     last_event_id = job.last_event_id
+    now = datetime.now(UTC)
     public = JobPublic.from_job(job)
-    attempts = all_attempts(session, job_id)
-    trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
-    recent = events_after(session=session, job_id=job_id, after_id=max(0, last_event_id - RECENT_EVENTS),
+    attempts = first_attempts(session=session, job_id=job.id, limit=views.MAX_PAGE_ATTEMPTS)
+    trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job.id))
+    recent = events_after(session=session, job_id=job.id, after_id=max(0, last_event_id - RECENT_EVENTS),
                           limit=RECENT_EVENTS)
+    messages = last_messages(session=session, job_id=job.id, limit=MAX_PAGE_MESSAGES)
     body = pages.job_page(
         job=public,
         attempts=[AttemptPublic.from_attempt(a) for a in attempts],
         trajectories=trajectories,
-        timeline=views.timeline(_messages(session, job_id), attempts, trajectories),
+        timeline=views.timeline(messages, attempts, trajectories),
         recent_events=views.event_views(e for e in recent if e.id <= last_event_id),
         best_source=job.best_attempt.source if job.best_attempt is not None else None,
         last_event_id=last_event_id,
-        compile_line=_compile_line(attempts),
-        elapsed_s=_elapsed_s(job),
-        charts=job_charts(job, attempts, usage_points(session=session, job_id=job_id), now=datetime.now(UTC)),
-        timings=job_time_to_verdict(job_timings(session=session, job_id=job_id)),
+        compile_line=compile_line(attempts),
+        elapsed_s=views.elapsed_s(job, now),
+        charts=job_charts(job, attempts, usage_points(session=session, job_id=job.id), now=now),
+        timings=job_time_to_verdict(job_timings(session=session, job_id=job.id)),
         baselines=baselines_ms(attempts),
         owner=browser.owner,
         csrf=browser.csrf,
-        now=datetime.now(UTC),
+        now=now,
     )
     return html_page(body)
 
@@ -295,10 +239,8 @@ def model_run_view(run_id: Annotated[int, PathParam(ge=1, le=MAX_ID)], browser: 
     from api import modelruns
     from api.dashboard import modelpage
 
-    try:
+    with not_found_as_page(browser, f"Model run {run_id}"):
         run = modelruns.get_owned_model_run(session=session, key=browser.key, run_id=run_id)
-    except NotFound:
-        return not_found_page(browser, f"Model run {run_id}")
     return html_page(pages.model_page(run=run, bars=modelpage.breakdown(run), outcomes=modelpage.outcomes(run),
                                       owner=browser.owner, csrf=browser.csrf))
 
@@ -308,11 +250,9 @@ def attempt_view(
     job_id: JobId, n: Annotated[int, PathParam(ge=1, le=MAX_ID)], browser: BrowserDep, session: SessionDep
 ) -> HTMLResponse:
     """One attempt: figures, compiler errors, trials, timing samples, provenance, source and diffs."""
-    try:
+    with not_found_as_page(browser, f"Attempt {n} of job {job_id}"):
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
         attempt = get_attempt(session=session, job_id=job_id, n=n)
-    except NotFound:
-        return not_found_page(browser, f"Attempt {n} of job {job_id}")
     parent = session.get(Attempt, attempt.parent_id) if attempt.parent_id is not None else None
     trajectories = views.trajectory_views(list_trajectories(session=session, job_id=job_id))
     view = views.attempt_view(attempt, parent=parent, best=job.best_attempt, trajectories=trajectories,
@@ -322,44 +262,14 @@ def attempt_view(
 
 
 @router.get("/dashboard/jobs/{job_id}/best.html")
-def best_fragment(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+def best_fragment(job: OwnedJob) -> HTMLResponse:
     """The best kernel's highlighted source, as an HTML fragment for the live page."""
-    try:
-        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}")
     best = job.best_attempt
     if best is None:
         return html_page('<span class="muted">No verified kernel yet.</span>')
     response = html_page(highlight(best.source))
     response.headers["X-Attempt-N"] = str(best.seq)
     return response
-
-
-def _work_figures(session: Session, key: ApiKey, sha256: str) -> tuple[list[pages.WorkFigures], list[int]]:
-    """Per (target, device): FLOPs, bytes and baselines from the newest verdicts of visible jobs."""
-    owner = None if key.is_admin else key.id
-    page = list_jobs(session=session, owner_id=owner, limit=PROBLEM_JOBS_SCANNED)
-    jobs = [j for j in page.items if j.problem.sha256 == sha256]
-    figures: dict[tuple[str, str], pages.WorkFigures] = {}
-    for job in jobs:
-        candidates = [job.best_attempt] if job.best_attempt is not None else []
-        candidates += list_attempts(session=session, job_id=job.id, limit=20).items
-        for attempt in candidates:
-            verdict = attempt.read_verdict()
-            if verdict.flops is None and verdict.min_bytes is None:
-                continue
-            provenance = verdict.provenance
-            ident = (provenance.target or job.target.value, provenance.device or "?")
-            if ident in figures:
-                break
-            eager_ms, compile_ms = verdict.baselines_ms
-            figures[ident] = pages.WorkFigures(
-                target=ident[0], device=ident[1], flops=verdict.flops, min_bytes=verdict.min_bytes,
-                sol_ms=verdict.sol_ms, eager_ms=eager_ms, compile_ms=compile_ms, job_id=job.id,
-            )
-            break
-    return list(figures.values()), [j.id for j in jobs]
 
 
 @router.get("/dashboard/problems/{problem_id:path}")
@@ -370,32 +280,29 @@ def problem_view(
     problem = services.find_bundled_problem(problem_id)
     if problem is None:
         return not_found_page(browser, f"Problem {problem_id!r}")
-    work, job_ids = _work_figures(session, browser.key, problem.sha256)
     body = pages.problem_page(
         name=problem.id, description=problem.description, source=problem.source, mode=problem.mode.value,
         policy=problem.policy.value, atol=problem.atol, rtol=problem.rtol, sha256=problem.sha256,
-        facts=read_facts(problem.source), work=work, job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
+        facts=read_facts(problem.source),
+        jobs=problem_work(session=session, sha256=problem.sha256, owner_id=browser.owner_filter),
+        owner=browser.owner, csrf=browser.csrf,
     )
     return html_page(body)
 
 
 @router.get("/dashboard/jobs/{job_id}/problem")
-def job_problem_view(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+def job_problem_view(job: OwnedJob, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
     """The problem of one job (a posted source has no bundled page)."""
-    try:
-        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}")
     stored = job.problem
     declarations = Reader(stored.declarations or {}, f"problem {stored.id}'s declarations")
-    work, job_ids = _work_figures(session, browser.key, stored.sha256)
     body = pages.problem_page(
-        name=stored.bundled_id or f"problem of job {job_id}",
+        name=stored.bundled_id or f"problem of job {job.id}",
         description=declarations.text("description", ""),
         source=stored.source, mode=declarations.text("mode", "train"),
         policy=declarations.text("policy", "mixed"), atol=declarations.optional_number("atol"),
-        rtol=declarations.optional_number("rtol"), sha256=stored.sha256, facts=read_facts(stored.source), work=work,
-        job_ids=job_ids, owner=browser.owner, csrf=browser.csrf,
+        rtol=declarations.optional_number("rtol"), sha256=stored.sha256, facts=read_facts(stored.source),
+        jobs=problem_work(session=session, sha256=stored.sha256, owner_id=browser.owner_filter),
+        owner=browser.owner, csrf=browser.csrf,
     )
     return html_page(body)
 

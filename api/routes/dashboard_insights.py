@@ -12,15 +12,15 @@ from fastapi.responses import HTMLResponse
 
 from api import services
 from api.dashboard import insight_pages, pages
-from api.dashboard.browser import BrowserDep, html_page, not_found_page
+from api.dashboard.browser import BrowserDep, OwnedJob, html_page, not_found_as_page
 from api.dashboard.charts import job_charts
 from api.dashboard.compare import compare_attempts
 from api.dashboard.leaderboard import leaderboard_groups
+from api.dashboard.views import MAX_PAGE_ATTEMPTS
 from api.deps import MAX_ID, JobId, SessionDep
-from api.routes.dashboard import all_attempts
 from api.schemas import JobPublic
 from api.timings import job_time_to_verdict
-from store import NotFound, Target, get_attempt, job_timings, leaderboard_rows, list_job_problems, usage_points
+from store import Target, first_attempts, get_attempt, job_timings, leaderboard_rows, list_job_problems, usage_points
 
 __all__ = ["router"]
 
@@ -57,7 +57,8 @@ def compare(
     """Two attempts of a job side by side (``?n=3&n=5``, as the attempts table's ticks send them:
     the first is the diff's "−" side)."""
     picked = list(dict.fromkeys(i for i in n if 1 <= i <= MAX_ID))
-    try:
+    pair = f" or its attempts {picked[0]} and {picked[1]}" if len(picked) == 2 else ""
+    with not_found_as_page(browser, f"Job {job_id}{pair}"):
         job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
         if len(picked) != 2:
             page = pages.message_page(
@@ -66,32 +67,21 @@ def compare(
                      f"(this asked for {len(picked)}).")
             return html_page(page, 400)
         first, second = (get_attempt(session=session, job_id=job_id, n=i) for i in picked)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}" + (f" or its attempts {picked[0]} and {picked[1]}"
-                                                          if len(picked) == 2 else ""))
     body = insight_pages.compare_page(job=JobPublic.from_job(job), comparison=compare_attempts(first, second),
                                       owner=browser.owner, csrf=browser.csrf)
     return html_page(body)
 
 
 @router.get("/dashboard/jobs/{job_id}/charts.html")
-def charts_fragment(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+def charts_fragment(job: OwnedJob, session: SessionDep) -> HTMLResponse:
     """The job's roofline and usage charts, as an HTML fragment for the live page."""
-    try:
-        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}")
-    charts = job_charts(job, all_attempts(session, job_id), usage_points(session=session, job_id=job_id),
-                        now=datetime.now(UTC))
+    attempts = first_attempts(session=session, job_id=job.id, limit=MAX_PAGE_ATTEMPTS)
+    charts = job_charts(job, attempts, usage_points(session=session, job_id=job.id), now=datetime.now(UTC))
     return html_page(insight_pages.job_charts_fragment(charts=charts))
 
 
 @router.get("/dashboard/jobs/{job_id}/timings.html")
-def timings_fragment(job_id: JobId, browser: BrowserDep, session: SessionDep) -> HTMLResponse:
+def timings_fragment(job: OwnedJob, session: SessionDep) -> HTMLResponse:
     """The job's time to verdict (`api.timings`), as an HTML fragment for the live page."""
-    try:
-        job = services.get_owned_job(session=session, key=browser.key, job_id=job_id)
-    except NotFound:
-        return not_found_page(browser, f"Job {job_id}")
-    timings = job_time_to_verdict(job_timings(session=session, job_id=job_id))
+    timings = job_time_to_verdict(job_timings(session=session, job_id=job.id))
     return html_page(insight_pages.job_timings_fragment(job=JobPublic.from_job(job), timings=timings))

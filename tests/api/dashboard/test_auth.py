@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 from api import NullDispatcher, create_app
 from api.dashboard.session import COOKIE_NAME, CSRF_HEADER
 from config import Settings
-from harness import Status
 from store import JobState, revoke_api_key, session_scope
 from tests.support.dashboard import (
     Service,
@@ -26,6 +25,7 @@ from tests.support.dashboard import (
     migrated_factory,
     verdict,
 )
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -92,6 +92,34 @@ def test_cookie_reads_json_sse_and_downloads_of_own_jobs_only(service: Service) 
     with httpx.Client(base_url=service.base_url) as bob:
         login(bob, bob_key)
         assert [j["id"] for j in bob.get("/jobs").json()["items"]] == [bobs_job]
+
+
+#: Every dashboard page of one job, after ``/dashboard/jobs/{id}``.
+JOB_PAGES = ("", "/attempts/1", "/best.html", "/problem", "/compare?n=1&n=2", "/charts.html", "/timings.html")
+
+
+def test_every_page_of_a_job_answers_another_keys_job_as_a_missing_one(service: Service) -> None:
+    bob_id, bob_key = create_key(service.factory, "bob")
+    bobs_job = create_running_job(service.factory, bob_id)
+    add_attempt(service.factory, bobs_job, verdict(median_ms=2.0))
+    add_attempt(service.factory, bobs_job, verdict(median_ms=1.0))
+    missing = bobs_job + 1000
+
+    def answer(client: httpx.Client, job_id: int, page: str) -> tuple[int, str]:
+        """The status and the page, its job id left out (the two jobs' pages differ only there)."""
+        response = client.get(f"/dashboard/jobs/{job_id}{page}")
+        return response.status_code, re.sub(rf"\b([Jj]ob) {job_id}\b", r"\1 …", response.text)
+
+    with httpx.Client(base_url=service.base_url) as bob:
+        login(bob, bob_key)
+        for page in JOB_PAGES:
+            assert answer(bob, bobs_job, page)[0] == 200, page
+    with httpx.Client(base_url=service.base_url) as alice:
+        login(alice, service.key)
+        for page in JOB_PAGES:
+            refused = answer(alice, bobs_job, page)
+            assert refused[0] == 404 and "belongs to another key" in refused[1], page
+            assert refused == answer(alice, missing, page), page  # 404, never 403: no job id is revealed
 
 
 def test_cookie_posts_need_the_csrf_token_headers_do_not(service: Service) -> None:
