@@ -31,7 +31,7 @@ RUN python3 -m venv "$VIRTUAL_ENV" \
 
 WORKDIR /app
 # Dependencies first (a layer that survives code edits), then the code, installed editable so that
-# migrations/ and examples/ (the replay provider's candidates) stay beside the packages.
+# migrations/ and examples/ (the scripted provider's candidates) stay beside the packages.
 COPY pyproject.toml README.md ./
 RUN mkdir -p problems harness agent store worker api cli config display vocabulary migrations \
  && pip install ".[service]" && pip uninstall -y kernelloop

@@ -20,10 +20,10 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-## The main job on the embedded default: the offline replay LLM optimises seed problem 1, every
+## The main job on the embedded default: the offline scripted LLM optimises seed problem 1, every
 ## attempt judged by the sandboxed referee and stored in SQLite.
 demo: setup
-	$(VENV)/bin/kernelloop optimize level2/conv_tanh_scale_bias_maxpool --llm replay --target $(TARGET)
+	$(VENV)/bin/kernelloop optimize level2/conv_tanh_scale_bias_maxpool --llm scripted --target $(TARGET)
 
 ## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
 test: setup

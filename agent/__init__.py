@@ -2,26 +2,28 @@
 
 Public surface::
 
-    from agent import run_job, JobSpec, Budgets, JobResult, Evaluator, Recorder, SerialEvaluator
+    from agent import run_job, JobSpec, JobResult, Evaluator, Recorder, SerialEvaluator
+    from vocabulary.budgets import Budgets
 
 `run_job` needs an `Evaluator` (a `harness.Referee`), a `Recorder` (the worker's, over the store)
 and an LLM provider (built from the job's `config.settings.LLMProfile` unless one is passed).
-Importing this package needs torch-free stdlib plus the harness's result types; the ``openai``
+Importing this package needs torch-free stdlib plus the shared `vocabulary`; the ``openai``
 package is imported only when an ``openai`` provider is built.
 
-Owns: the job's values (`JobSpec`, `Budgets`, `StopReason`, `JobResult`, `CandidateRecord`:
+Owns: the job's values (`JobSpec`, `StopReason`, `JobResult`, `CandidateRecord`:
 `agent.job`), the tools and their feedback, the one infra-retry policy (`agent.retry`), the
 `Evaluator`/`Recorder` protocols it is driven through.
-May import: `harness` (its value types; `Referee` only to type the default evaluator), `problems`,
-`config` (the LLM profile), the standard library, and ``openai`` lazily.
+May import: `vocabulary` (the verdict and its parts), `harness` (`Referee` only, to type the
+default evaluator), `problems`, `config` (the LLM profile), the standard library, and ``openai``
+lazily.
 In and out: a `JobSpec` comes in; `Verdict` values come from the `Evaluator`; everything that
 happens goes out through the `Recorder` (verdicts as `Verdict`s), and `run_job` returns a
 `JobResult` whose best and quarantined candidates are `CandidateRecord`s. JSON only towards the
-LLM: the history's messages and the tool schemas are `harness.wire.JsonObject`s
+LLM: the history's messages and the tool schemas are `vocabulary.wire.JsonObject`s
 (`agent.providers.base.Message`, read through `message_calls`, `call_function`, `text_field`).
 """
 
-from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.loop import run_job, trajectory_plan
 from agent.protocols import Evaluator, Recorder
 from agent.providers import (
@@ -40,7 +42,6 @@ from agent.tools import TOOL_SCHEMAS, ToolName, source_sha256
 __all__ = [
     "TOOL_SCHEMAS",
     "AssistantTurn",
-    "Budgets",
     "CandidateRecord",
     "ContextOverflow",
     "Evaluator",

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.causes import grouped_kernel_errors
-from harness.devices import DeviceSpecs
-from harness.integrity import Flag
-from harness.verdict import Status, Timing, Trial, Verdict
+from vocabulary.causes import grouped_kernel_errors
+from vocabulary.devices import DeviceSpecs
+from vocabulary.flags import Flag
+from vocabulary.timing import Timing
+from vocabulary.verdict import Status, Trial, Verdict
 
 __all__ = [
     "FLAG_MEANING",
@@ -292,8 +293,8 @@ def _timing_lines(verdict: Verdict, timing: Timing, best_ms: float | None) -> li
     if baselines is not None and baselines.eager is not None:
         lines.append(f"vs eager PyTorch {_fmt_ms(baselines.eager.median_ms)}: "
                      f"{_fmt_speedup(verdict.speedup_vs_eager)}")
-    if baselines is not None and baselines.compiled is not None:
-        lines.append(f"vs torch.compile {_fmt_ms(baselines.compiled.median_ms)}: "
+    if baselines is not None and baselines.torch_compile is not None:
+        lines.append(f"vs torch.compile {_fmt_ms(baselines.torch_compile.median_ms)}: "
                      f"{_fmt_speedup(verdict.speedup_vs_compile)}")
     for note in baselines.notes if baselines is not None else ():
         lines.append(f"baseline note: {note}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from agent.feedback import AttemptNote
 from agent.providers.base import Message, call_function, estimate_tokens, message_calls, text_field
-from harness.wire import JsonValue
+from vocabulary.wire import JsonValue
 
 __all__ = [
     "HIGH_WATER",

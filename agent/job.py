@@ -6,15 +6,15 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from harness.verdict import Verdict
-from harness.wire import JsonObject
+from vocabulary.budgets import Budgets
+from vocabulary.verdict import Verdict
+from vocabulary.wire import JsonObject
 
 if TYPE_CHECKING:
     from config.settings import LLMProfile
     from problems.spec import Problem
 
 __all__ = [
-    "Budgets",
     "CandidateRecord",
     "Failure",
     "JobResult",
@@ -85,43 +85,6 @@ class Failure(StrEnum):
     INTERNAL = "internal"
     #: The job was cancelled.
     CANCELLED = "cancelled"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Budgets:
-    """Limits per trajectory (turns, tool calls, as in the seeds) and per job (the rest).
-
-    The agent is told its budgets; it has no defaults of its own. The service's defaults are its
-    settings' (`config.Settings`, ``KERNELLOOP_DEFAULT_*``), applied once, when a job is created
-    (`api.submissions.resolve_budgets`), so a job stores the budgets it runs under.
-
-    Args:
-        turns: assistant messages per trajectory.
-        tool_calls: tool calls per trajectory (infra failures are not charged).
-        max_tokens: prompt + completion tokens over the whole job.
-        max_cost_usd: over the whole job, from the profile's prices.
-        wall_clock_s: for the whole job.
-        target_speedup: stop the job once a verified candidate is this much faster than eager.
-    """
-
-    turns: int
-    tool_calls: int
-    max_tokens: int
-    max_cost_usd: float
-    wall_clock_s: float
-    target_speedup: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("turns", "tool_calls", "max_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Budgets.{name} must be at least 1")
-        if self.max_cost_usd < 0 or self.wall_clock_s <= 0:
-            raise ValueError("Budgets.max_cost_usd must be >= 0 and wall_clock_s > 0")
-        if self.target_speedup is not None and self.target_speedup <= 0:
-            raise ValueError("Budgets.target_speedup must be positive")
-
-    def to_dict(self) -> JsonObject:
-        return asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agent.history import History, HistoryTooLong, SummaryFacts
-from agent.job import Budgets, CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
+from agent.job import CandidateRecord, Failure, JobResult, JobSpec, StopReason, Totals, TrajectoryResult
 from agent.prompt import problem_message, system_prompt
 from agent.protocols import Evaluator, Recorder
 from agent.providers import make_provider
@@ -41,9 +41,10 @@ from agent.providers.base import (
 )
 from agent.serial import SerialEvaluator
 from agent.tools import Ledger, ToolExecutor, source_sha256, tool_schemas
-from harness.devices import DeviceSpecs
 from harness.evaluate import Referee
-from harness.verdict import Verdict
+from vocabulary.budgets import Budgets
+from vocabulary.devices import DeviceSpecs
+from vocabulary.verdict import Verdict
 
 __all__ = ["MONITOR_INTERVAL_S", "STRATEGIES", "TEMPERATURES", "run_job", "trajectory_plan"]
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from agent.feedback import gpu_summary
 from agent.playbook import playbook
-from harness.devices import DeviceSpecs
+from vocabulary.devices import DeviceSpecs
 
 if TYPE_CHECKING:
-    from agent.job import Budgets
     from problems.spec import Problem
+    from vocabulary.budgets import Budgets
 
 __all__ = ["budget_summary", "contract_text", "problem_message", "system_prompt"]
 

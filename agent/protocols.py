@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from harness.devices import DeviceSpecs
-    from harness.options import Depth
-    from harness.verdict import Verdict
-    from harness.wire import JsonObject
+    from vocabulary.devices import DeviceSpecs
+    from vocabulary.evaluation import Depth
+    from vocabulary.verdict import Verdict
+    from vocabulary.wire import JsonObject
 
 __all__ = ["Evaluator", "Recorder"]
 

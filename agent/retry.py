@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from harness.verdict import ErrorKind, Verdict
+from vocabulary.verdict import ErrorKind, Verdict
 
 __all__ = ["INFRA_RETRY", "NO_RETRY", "InfraRetry"]
 

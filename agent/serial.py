@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from agent.protocols import Evaluator
 
 if TYPE_CHECKING:
-    from harness.devices import DeviceSpecs
-    from harness.options import Depth
-    from harness.verdict import Verdict
+    from vocabulary.devices import DeviceSpecs
+    from vocabulary.evaluation import Depth
+    from vocabulary.verdict import Verdict
 
 __all__ = ["SerialEvaluator"]
 

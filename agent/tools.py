@@ -21,11 +21,11 @@ from agent.job import CandidateRecord
 from agent.protocols import Evaluator, Recorder
 from agent.providers.base import ToolCall
 from agent.retry import INFRA_RETRY, InfraRetry
-from harness.devices import DeviceSpecs
-from harness.options import Depth
-from harness.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
-from harness.wire import JsonObject
 from problems.spec import MAX_SOURCE_BYTES
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict, source_sha256
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "DEPTH_OF",

@@ -7,8 +7,8 @@ metrics. It reads and writes `store` and enqueues work; it never executes proble
 Owns: HTTP and its schemas (`api.schemas`: pydantic models, the OpenAPI contract), the dashboard,
 submission batching, live event streams.
 May import: `store`, `config`, `problems` (static checks only), `display` (the dashboard's number
-formats), `harness`'s value modules (`harness.verdict`, `harness.wire`: nothing that starts a
-process), and of the agent only `agent.providers.replay`'s script table (a replay job without a
+formats), `vocabulary` (the shared value types: `Verdict`, `EventType`, `JsonObject` …; never
+the harness itself), and of the agent only `agent.providers.scripted`'s script table (a scripted job without a
 script is refused before it is queued); never `worker` (tests/test_architecture.py pins it).
 In and out: JSON requests come in (pydantic models, `api.schemas`) and become store writes and
 queued jobs; store rows go out as JSON responses (the stored JSON passed through typed as

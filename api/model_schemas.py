@@ -8,10 +8,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas import BestSummary, BudgetsInput
-from harness.options import Target
-from harness.regionplan import ModelProfile, amdahl
 from problems import MAX_SOURCE_BYTES
 from store import JsonField, ModelRun, RegionJob
+from vocabulary.evaluation import Target
+from vocabulary.regionplan import ModelProfile, amdahl
 
 __all__ = ["ModelRegionPublic", "ModelRunCreate", "ModelRunPublic"]
 
@@ -95,9 +95,7 @@ class ModelRunPublic(BaseModel):
                 instances=len(region.instances) if region else 0, job_id=job.id if job else None,
                 job_state=job.state.value if job else None,
                 job={"id": job.id, "state": job.state.value, "attempts": job.attempts_count,
-                     "best": BestSummary(n=best.seq, median_ms=best.median_ms, speedup_vs_eager=best.speedup_vs_eager,
-                                         speedup_vs_compile=best.speedup_vs_compile).model_dump()
-                     if best is not None else None,
+                     "best": BestSummary.from_attempt(best).model_dump(mode="json") if best is not None else None,
                      "links": {"self": f"/jobs/{job.id}", "dashboard": f"/dashboard/jobs/{job.id}"}}
                 if job is not None else None))
         return cls(

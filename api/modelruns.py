@@ -9,18 +9,19 @@ to do (`--top`, `regions`). The run's budgets are split among its regions by sha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.dispatch import Dispatcher, DispatchError
 from api.errors import InvalidInput, QueueUnavailable, QuotaExceeded
 from api.model_schemas import ModelRunCreate, ModelRunPublic
-from api.services import check_profile_key, check_replay_script, check_text, resolve_profile
+from api.services import check_profile_key, check_script, check_text, resolve_profile
 from api.submissions import QUOTA_WINDOW, resolve_budgets
 from config import Settings
-from harness.regionplan import ModelProfile, select_regions, share_weights
-from harness.wire import WireError
 from problems import ProblemFormatError, parse_problem
 from store import (
+    SPLIT_BUDGETS,
     ApiKey,
     ModelRun,
     NewModelRegion,
@@ -36,6 +37,8 @@ from store import (
     split_budgets,
     utcnow,
 )
+from vocabulary.regionplan import ModelProfile, select_regions, share_weights
+from vocabulary.wire import WireError
 
 __all__ = ["cancel_owned_model_run", "get_owned_model_run", "submit_model_run"]
 
@@ -76,13 +79,10 @@ def submit_model_run(*, factory: sessionmaker[Session], dispatcher: Dispatcher, 
     weights = share_weights({r.name: r.share for r in chosen})
     with session_scope(factory) as session:
         cost_left = key_cost_left(session=session, api_key_id=key.id)
-    resolved = resolve_budgets(body.budgets, settings, cost_left=cost_left)
-    total = resolved.model_dump() if resolved is not None else {}
-    per_job_defaults = {"tool_calls": settings.default_tool_calls, "max_tokens": settings.default_max_tokens,
-                        "wall_clock_s": settings.default_wall_clock_s}
-    for name, default in per_job_defaults.items():
-        if getattr(body.budgets, name) is None:
-            total[name] = default * len(chosen)
+    # A run's default for what is split over its regions: a job's default for each of them.
+    defaults = settings.default_budgets()
+    per_run = replace(defaults, **{name: getattr(defaults, name) * len(chosen) for name in SPLIT_BUDGETS})
+    total = resolve_budgets(body.budgets, per_run, cost_left=cost_left).to_dict()
     budgets = split_budgets(total, weights)
     for region in chosen:
         try:
@@ -90,7 +90,7 @@ def submit_model_run(*, factory: sessionmaker[Session], dispatcher: Dispatcher, 
         except ProblemFormatError as exc:
             raise InvalidInput(f"region {region.name}'s source is not a problem: {exc}",
                                code="invalid_profile") from None
-        check_replay_script(llm_profile, settings, problem.id, target)
+        check_script(llm_profile, settings, problem.id, target)
         regions.append(NewModelRegion(name=region.name, share=region.share, source=region.source,
                                       declarations={k: v for k, v in problem.to_dict().items() if k != "source"},
                                       budgets=budgets[region.name]))

@@ -9,14 +9,15 @@ put where it does not belong ("api_key") is an error instead of being silently d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, fields
 from datetime import datetime
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from harness.wire import Reader
 from problems import MAX_SOURCE_BYTES, Problem
 from store import Attempt, Job, JobKind, JobState, JsonField, Message, Target
+from vocabulary.figures import AttemptFigures
 
 __all__ = [
     "MAX_TRAJECTORIES",
@@ -36,7 +37,6 @@ __all__ = [
     "Page",
     "ProblemDetail",
     "ProblemPublic",
-    "ResolvedBudgets",
 ]
 
 T = TypeVar("T")
@@ -178,34 +178,33 @@ class Page(BaseModel, Generic[T]):
     total: int | None = Field(default=None, description="Counted for job listings; histories grow while read.")
 
 
-class ResolvedBudgets(BaseModel):
-    turns: int
-    tool_calls: int
-    max_tokens: int
-    max_cost_usd: float
-    wall_clock_s: float
-    target_speedup: float | None = None
-
-
 class ProblemRefPublic(BaseModel):
     bundled_id: str | None = Field(description="The bundled id, or null for a posted source.")
     sha256: str
 
 
-class BestSummary(BaseModel):
+def _model_of(values: Any, name: str) -> type[BaseModel]:
+    """A pydantic model with the fields of frozen dataclass ``values`` (their types and defaults):
+    the API's schemas are built from the shared vocabulary's types, not written again."""
+    hints = get_type_hints(values)
+    definitions: dict[str, Any] = {f.name: (hints[f.name], ... if f.default is MISSING else f.default)
+                                   for f in fields(values)}
+    return create_model(name, **definitions)
+
+
+#: An attempt's figures as the API writes them (`vocabulary.figures.AttemptFigures`).
+AttemptFiguresPublic = _model_of(AttemptFigures, "AttemptFigures")
+
+
+class BestSummary(AttemptFiguresPublic):  # type: ignore[misc, valid-type]
     n: int
-    median_ms: float | None
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
     eager_ms: float | None = Field(default=None, description="Eager PyTorch's median time, the speedup's base.")
     compile_ms: float | None = Field(default=None, description="torch.compile's median time (null: not timed).")
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> BestSummary:
-        figures = Reader(attempt.verdict or {}, "the best attempt's verdict").nested("baselines", optional=True)
-        return cls(n=attempt.seq, median_ms=attempt.median_ms, speedup_vs_eager=attempt.speedup_vs_eager,
-                   speedup_vs_compile=attempt.speedup_vs_compile, eager_ms=figures.optional_number("eager_ms"),
-                   compile_ms=figures.optional_number("compile_ms"))
+        eager_ms, compile_ms = attempt.read_verdict().baselines_ms
+        return cls(**vars(attempt.figures), n=attempt.seq, eager_ms=eager_ms, compile_ms=compile_ms)
 
 
 class JobPublic(BaseModel):
@@ -280,46 +279,21 @@ class CancelPublic(BaseModel):
     job: JobPublic
 
 
-class AttemptPublic(BaseModel):
+class AttemptPublic(AttemptFiguresPublic):  # type: ignore[misc, valid-type]
     id: int
     n: int = Field(description="The attempt's number within its job: the `n` of /jobs/{id}/attempts/{n}.")
     trajectory_id: int | None
     parent_id: int | None = Field(description="The `id` of the attempt this one was edited from.")
     tool: str
-    status: str
-    stage: str
-    error_kind: str | None
-    correct: bool
-    median_ms: float | None
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    pct_of_sol: float | None
-    compile_s: float | None
     sha256: str
     message: str
     created_at: datetime
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
-        return AttemptPublic(
-            id=attempt.id,
-            n=attempt.seq,
-            trajectory_id=attempt.trajectory_id,
-            parent_id=attempt.parent_id,
-            tool=attempt.tool,
-            status=attempt.status.value,
-            stage=attempt.stage,
-            error_kind=attempt.error_kind.value if attempt.error_kind else None,
-            correct=attempt.correct,
-            median_ms=attempt.median_ms,
-            speedup_vs_eager=attempt.speedup_vs_eager,
-            speedup_vs_compile=attempt.speedup_vs_compile,
-            pct_of_sol=attempt.pct_of_sol,
-            compile_s=attempt.compile_s,
-            sha256=attempt.sha256,
-            message=str((attempt.verdict or {}).get("message", "")),
-            created_at=attempt.created_at,
-        )
+        return cls(**vars(attempt.figures), id=attempt.id, n=attempt.seq, trajectory_id=attempt.trajectory_id,
+                   parent_id=attempt.parent_id, tool=attempt.tool, sha256=attempt.sha256,
+                   message=str((attempt.verdict or {}).get("message", "")), created_at=attempt.created_at)
 
 
 class AttemptDetail(AttemptPublic):

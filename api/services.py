@@ -17,7 +17,7 @@ import hashlib
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from agent.providers.replay import has_script, no_script_message
+from agent.providers.scripted import has_script, no_script_message
 from api.errors import InvalidInput
 from api.schemas import EvaluationCreate, JobCreate, JobPublic
 from api.submissions import QUOTA_WINDOW, PendingSubmission, SubmissionWriter
@@ -43,7 +43,7 @@ __all__ = [
     "cancel_owned_job",
     "check_candidate",
     "check_owned_job",
-    "check_replay_script",
+    "check_script",
     "check_text",
     "delete_owned_job",
     "find_bundled_problem",
@@ -208,18 +208,18 @@ def check_profile_key(profile_name: str, settings: Settings) -> None:
         raise InvalidInput(f"{message}; then restart the service", code="llm_key_missing")
 
 
-def check_replay_script(profile_name: str, settings: Settings, problem_id: str | None, target: Target) -> None:
-    """The replay LLM answers from a script per bundled problem and target: a job it has no script
+def check_script(profile_name: str, settings: Settings, problem_id: str | None, target: Target) -> None:
+    """The scripted LLM answers from a script per bundled problem and target: a job it has no script
     for is refused now, not failed later by the worker (a lookup of names; nothing is run).
 
     Raises:
-        InvalidInput: the profile is a replay one and there is no script.
+        InvalidInput: the profile is a scripted one and there is no script.
     """
-    if settings.llm_profiles[profile_name].provider != "replay":
+    if settings.llm_profiles[profile_name].provider != "scripted":
         return
     if problem_id is None or not has_script(problem_id, target.value):
         raise InvalidInput(no_script_message(problem_id or "a posted problem", target.value),
-                           code="no_replay_script")
+                           code="no_script")
 
 
 async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKey, body: JobCreate) -> JobPublic:
@@ -227,7 +227,7 @@ async def submit_job(*, writer: SubmissionWriter, settings: Settings, key: ApiKe
     problem = await _resolve_request_problem(body.problem_id, body.problem_source)
     profile, model = resolve_profile(body.llm_profile, body.llm_model, settings)
     target = body.target or Target(settings.default_target)
-    check_replay_script(profile, settings, problem.id if body.problem_id is not None else None, target)
+    check_script(profile, settings, problem.id if body.problem_id is not None else None, target)
     check_profile_key(profile, settings)
     return await writer.submit(
         PendingSubmission(

@@ -37,7 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.metrics import RequestMetrics
 from store import JobEvent, JobHead, JobState, NotFound, events_after, get_job, job_heads, session_scope
-from vocabulary import EventType
+from vocabulary.events import EventType
 
 __all__ = ["EventHub", "StreamOptions", "format_comment", "format_event", "job_event_stream"]
 

@@ -49,9 +49,8 @@ from api.dispatch import Dispatcher, DispatchError
 from api.errors import ApiError, QueueUnavailable, QuotaExceeded, Unauthorized
 from api.metrics import RequestMetrics
 from api.middleware import add_server_timing
-from api.schemas import BudgetsInput, JobPublic, ResolvedBudgets
+from api.schemas import BudgetsInput, JobPublic
 from config import Settings
-from harness.wire import JsonObject
 from problems import Problem
 from store import (
     ApiKey,
@@ -70,6 +69,7 @@ from store import (
     session_scope,
     utcnow,
 )
+from vocabulary.budgets import Budgets
 
 __all__ = ["QUOTA_WINDOW", "PendingSubmission", "SubmissionWriter", "resolve_budgets"]
 
@@ -100,32 +100,16 @@ class PendingSubmission:
     marks: dict[str, float] = field(default_factory=dict, repr=False)
 
 
-def resolve_budgets(budgets: BudgetsInput | None, settings: Settings, *,
-                    cost_left: float | None) -> ResolvedBudgets | None:
-    """The job's budgets: the request's, else the server's defaults; the cost bounded by the key's
-    cap. ``None`` when the request names none and no cap bounds it (the worker applies its defaults)."""
-    if budgets is None:
-        if cost_left is None:
-            return None
-        budgets = BudgetsInput()  # the defaults, so that the key's cap bounds this job too
-    max_cost = settings.default_max_cost_usd if budgets.max_cost_usd is None else budgets.max_cost_usd
+def resolve_budgets(budgets: BudgetsInput | None, defaults: Budgets, *, cost_left: float | None) -> Budgets:
+    """The job's budgets, resolved once, here: the request's, else ``defaults`` (the service's,
+    `config.Settings.default_budgets`); the cost bounded by the key's cap. The job stores every one
+    of them (``target_speedup`` null when unset)."""
+    requested = (budgets or BudgetsInput()).model_dump(exclude_none=True)
+    resolved = replace(defaults, **requested)
     if cost_left is not None:
         # The key's cost cap bounds every job: a job may spend at most what the key has left.
-        max_cost = min(max_cost, cost_left)
-    return ResolvedBudgets(
-        turns=budgets.turns or settings.default_turns,
-        tool_calls=budgets.tool_calls or settings.default_tool_calls,
-        max_tokens=budgets.max_tokens or settings.default_max_tokens,
-        max_cost_usd=max_cost,
-        wall_clock_s=budgets.wall_clock_s or settings.default_wall_clock_s,
-        target_speedup=budgets.target_speedup,
-    )
-
-
-def _budgets_column(budgets: ResolvedBudgets | None) -> JsonObject | None:
-    """What ``jobs.budgets`` stores: every resolved budget by name (``target_speedup`` null when
-    unset), or nothing (the column's ``{}``)."""
-    return budgets.model_dump() if budgets is not None else None
+        resolved = replace(resolved, max_cost_usd=min(resolved.max_cost_usd, cost_left))
+    return resolved
 
 
 def _quota_refusal(item: PendingSubmission, limits: KeyLimits, usage: KeyUsage, taken: int) -> ApiError | None:
@@ -328,8 +312,8 @@ class SubmissionWriter:
                 kind=item.kind,
                 llm_profile=item.llm_profile,
                 llm_model=item.llm_model,
-                budgets=_budgets_column(resolve_budgets(
-                    item.budgets, self._settings, cost_left=cost_left.get(item.key.id) if item.charge_cost else None)),
+                budgets=resolve_budgets(item.budgets, self._settings.default_budgets(),
+                                        cost_left=cost_left.get(item.key.id) if item.charge_cost else None).to_dict(),
                 trajectories_count=item.trajectories,
                 candidate_source=item.candidate_source,
             )

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pydantic import BaseModel, Field
 
 from display.timings import AttemptSeconds, KindSummary, StagePercentiles, TimeToVerdict, time_to_verdict
-from harness.verdict import AttemptKind
 from store import JobTimings
+from vocabulary.verdict import AttemptKind
 
 __all__ = ["AttemptTimingPublic", "JobTimingsPublic", "job_time_to_verdict"]
 

@@ -55,8 +55,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from harness import Depth, HarnessOptions, Referee, warm_headers  # noqa: E402
+from harness import HarnessOptions, Referee, warm_headers  # noqa: E402
 from problems import load_problem  # noqa: E402
+from vocabulary.evaluation import Depth  # noqa: E402
 
 _PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 

@@ -1,6 +1,6 @@
 """The conversation's size per turn under a small context window: 30 turns, distinct 1.4 KB sources.
 
-A scripted vLLM server (`tests.support.doubles.VLLMServer`, started with ``--max-model-len 16384``, prefix
+A fake vLLM server (`tests.support.doubles.VLLMServer`, started with ``--max-model-len 16384``, prefix
 caching reported) plays a model that sends a new ~1.4 KB candidate every turn; a fake evaluator
 judges them (every third one verified, faster each time, so the best moves). The real loop and
 the real ``openai`` client talk to it. For every request the server received it records:
@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent import Budgets, JobSpec, run_job
+from agent import JobSpec, run_job
 from agent.providers.openai_chat import OpenAIProvider
 from config.settings import LLMProfile
 from problems import load_problem
 from tests.support.doubles import Call, FakeCandidate, FakeEvaluator, MemoryRecorder, Reply, VLLMServer
+from vocabulary.budgets import Budgets
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
@@ -125,7 +126,7 @@ def run() -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     s = report["summary"]
     lines = [f"# Context window: {s['turns']} turns, distinct {SOURCE_BYTES} B sources, {WINDOW}-token window",
-             "", f"Reply reserve {MAX_OUTPUT} tokens; server-counted tokens (scripted vLLM, prefix caching on).", "",
+             "", f"Reply reserve {MAX_OUTPUT} tokens; server-counted tokens (fake vLLM, prefix caching on).", "",
              "| turn | request KB | prompt tokens | cached tokens | messages | append-only | best present | "
              "latest present |", "| ---: | ---: | ---: | ---: | ---: | :---: | :---: | :---: |"]
     for r in report["rows"]:

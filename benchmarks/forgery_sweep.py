@@ -30,10 +30,12 @@ import platform
 import time
 from pathlib import Path
 
-from harness import Depth, HarnessOptions, Referee, Status, Timeouts, TimingOptions, Verdict
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
 from harness.options import DEFAULT_CACHE_DIR
 from problems.spec import parse_problem
 from tests.support.integrity import forged_loop
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import Status, Verdict
 
 FACTORS = (0.3, 0.5, 0.7, 0.9)
 WAYS = ("python", "loop", "loop+hide")

@@ -3,7 +3,7 @@
 An agent attempt pays a compile and an evaluation; this measures both on a stated mix of
 candidates, with LLM latency excluded:
 
-- **mix**: the replay scripts' candidates (draft with a compile error, wrong, slow, fast) of the
+- **mix**: the scripted LLM's candidates (draft with a compile error, wrong, slow, fast) of the
   seed problems on the target, which are the examples and variants of them, plus variants of the
   fast examples that change the C++/CUDA source hash (a comment line; on CUDA also the block size):
   20-22 candidates. Several share one extension build byte for byte (as an agent's Python-only edits do).
@@ -20,7 +20,7 @@ candidates, with LLM latency excluded:
   has just compiled, so its compile part is the *re-evaluation compile* (no stage: the builds are
   known by source hash). Each attempt's seconds per stage are its verdicts' own
   (`Verdict.stage_seconds`: the compile's, then the lane evaluation's), the overhead is the lane
-  evaluation's wall beyond its stages, and its kind is `harness.verdict.attempt_kind` (compile
+  evaluation's wall beyond its stages, and its kind is `vocabulary.verdict.attempt_kind` (compile
   error, wrong, correct, fast). A candidate whose compile fails ends there (the agent gets the
   errors; its attempt is over). attempts/hour = candidates / pipeline wall * 3600; verdicts per
   lane-hour = candidates / their lane seconds * 3600 (`display.timings`: the p50/p95 table per
@@ -30,8 +30,8 @@ candidates, with LLM latency excluded:
 - **PCH off** (``--pch-off-samples``): a few cold compiles again with precompiled headers disabled
   (another builds cache, ``HarnessOptions(pch=False)``), for the side-by-side.
 
-Runs with torch and the standard library only (no service dependencies): the replay candidates
-are read from ``agent/providers/replay_candidates.py`` by path, without importing ``agent``.
+Runs with torch and the standard library only (no service dependencies): the scripted LLM's
+candidates are read from ``agent/providers/scripted_candidates.py`` by path, without importing ``agent``.
 Every phase stops starting new work when ``--limit-s`` is near; what was skipped is reported.
 
     python -m benchmarks.iterations --target cuda --out benchmarks/results/iterations_cuda --limit-s 330
@@ -64,9 +64,11 @@ if str(REPO) not in sys.path:
 from benchmarks.stage_floors import FLOOR_NOTES, host_device_bandwidth, output_bytes, stage_floors  # noqa: E402
 from display.timings import AttemptSeconds, TimeToVerdict, percentile, time_to_verdict  # noqa: E402
 from harness.evaluate import Referee  # noqa: E402
-from harness.options import Depth, HarnessOptions, Target, TimingOptions  # noqa: E402
-from harness.verdict import StageSeconds, Verdict, attempt_kind  # noqa: E402
+from harness.options import HarnessOptions, TimingOptions  # noqa: E402
 from problems.registry import load_problem  # noqa: E402
+from vocabulary.evaluation import Depth, Target  # noqa: E402
+from vocabulary.stages import StageSeconds  # noqa: E402
+from vocabulary.verdict import Verdict, attempt_kind  # noqa: E402
 
 SEED1 = "level2/conv_tanh_scale_bias_maxpool"
 SEED2_TRAIN = "level2/conv_bn_scale_train"
@@ -96,10 +98,10 @@ class Candidate:
     results: dict[str, Any] = field(default_factory=dict)
 
 
-def _replay_candidates() -> Any:
-    """``agent/providers/replay_candidates.py`` loaded by path (``agent`` itself is not imported)."""
-    path = REPO / "agent" / "providers" / "replay_candidates.py"
-    spec = importlib.util.spec_from_file_location("_kl_bench_replay_candidates", path)
+def _scripted_candidates() -> Any:
+    """``agent/providers/scripted_candidates.py`` loaded by path (``agent`` itself is not imported)."""
+    path = REPO / "agent" / "providers" / "scripted_candidates.py"
+    spec = importlib.util.spec_from_file_location("_kl_bench_scripted_candidates", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -116,14 +118,14 @@ def comment_variant(source: str, note: str) -> str:
 
 
 def build_mix(target: str, examples: Path = REPO / "examples") -> list[Candidate]:
-    replay = _replay_candidates()
+    scripted = _scripted_candidates()
     mix: list[Candidate] = []
     problems = (SEED1, SEED2_TRAIN, SEED2_EVAL)
     for problem in problems:
-        for key, build in replay.CANDIDATES[(problem, target)].items():
+        for key, build in scripted.CANDIDATES[(problem, target)].items():
             source = build(examples)
             mix.append(Candidate(f"{_SHORT[problem]}/{key}", problem, source, split=key != "draft",
-                                 origin=f"replay script {problem} ({target}) candidate {key!r}"))
+                                 origin=f"scripted LLM's {problem} ({target}) candidate {key!r}"))
     for problem, example in _FAST_EXAMPLES[target].items():
         source = (examples / example).read_text()
         for k in (1, 2) if target == "cuda" else (1, 2, 3, 4):

@@ -21,21 +21,13 @@ from __future__ import annotations
 import time
 
 from agent import Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
-from harness import (
-    Baselines,
-    CompileResult,
-    Depth,
-    HarnessOptions,
-    Stage,
-    StageListener,
-    Status,
-    Target,
-    Timing,
-    Trial,
-    Verdict,
-)
-from harness.devices import DeviceSpecs
-from harness.provenance import Provenance
+from harness import HarnessOptions, StageListener
+from vocabulary.builds import CompileResult
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth, Target
+from vocabulary.provenance import Provenance
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status, Trial, Verdict
 
 __all__ = ["CANDIDATE", "EVENTS_PER_JOB", "STEP_S", "DoubleReferee", "run_job"]
 
@@ -51,7 +43,7 @@ _VERDICT = Verdict(
     compile=CompileResult(ok=True, seconds=0.0),
     trials=(Trial(seed_index=0, passed=True, max_abs_err=0.0, mean_abs_err=0.0, mismatch_frac=0.0),),
     timing=Timing(samples_ms=(1.0, 1.0, 1.0)),
-    baselines=Baselines(eager=Timing(samples_ms=(2.0, 2.0, 2.0)), compiled=None),
+    baselines=Baselines(eager=Timing(samples_ms=(2.0, 2.0, 2.0)), torch_compile=None),
     depth="benchmark",
     provenance=Provenance(device="cpu", harness="load-double"),
 )

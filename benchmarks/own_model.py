@@ -28,14 +28,15 @@ import time
 from pathlib import Path
 
 from benchmarks.own_model_kernels import kernel_for
-from harness import HarnessOptions, Target
+from harness import HarnessOptions
 from harness.modelapply import apply_kernels
 from harness.modelextract import extract_regions
-from harness.modelreport import KernelChoice
 from harness.modelstage import profile_model
 from harness.patchsource import patched_source
-from harness.regionplan import select_regions
 from problems import parse_problem
+from vocabulary.evaluation import Target
+from vocabulary.modelreport import KernelChoice
+from vocabulary.regionplan import select_regions
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from harness.regionplan import Region
+from vocabulary.regionplan import Region
 
 __all__ = ["kernel_for"]
 

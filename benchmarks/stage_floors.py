@@ -26,8 +26,8 @@ import torch
 
 from harness.compare import flatten_output
 from harness.roles.loading import load_problem_module
-from harness.verdict import Verdict
 from problems import Problem
+from vocabulary.verdict import Verdict
 
 __all__ = ["FLOOR_NOTES", "host_device_bandwidth", "output_bytes", "stage_floors"]
 

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness import ErrorKind, Status, Target, Verdict
+from vocabulary.evaluation import Target
+from vocabulary.verdict import ErrorKind, Status, Verdict
 
 __all__ = ["LLM_HELP", "default_target", "fmt_number", "render_verdict", "split_llm", "verdict_exit_code"]
 
@@ -22,7 +23,7 @@ __all__ = ["LLM_HELP", "default_target", "fmt_number", "render_verdict", "split_
 #: an option takes, and wraps as a terminal of any width, or a pipe, expects.)
 HELP_STYLE: dict[str, Any] = {"rich_markup_mode": None, "add_completion": False}
 #: ``--llm`` of ``optimize`` and ``submit``: the same words, the same meaning.
-LLM_HELP = "an LLM profile (replay, openai, …), optionally PROFILE:MODEL (openai:gpt-4o)"
+LLM_HELP = "an LLM profile (scripted, openai, …), optionally PROFILE:MODEL (openai:gpt-4o)"
 
 #: The exit status of a command that judged one candidate (`eval`, `replay`).
 EXIT_PASS, EXIT_CANDIDATE_FAILED, EXIT_ERROR = 0, 1, 2
@@ -74,7 +75,7 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
                               f"{k.spill_stores or 0} B spill stores, {k.spill_loads or 0} B spill loads")
         if verdict.compile.errors and not verdict.compile.ok:
             console.print(verdict.compile.errors, markup=False, highlight=False)
-        for failure in verdict.compile.swallowed:  # the true cause of what follows (harness.causes)
+        for failure in verdict.compile.swallowed:  # the true cause of what follows (vocabulary.causes)
             console.print(f"[red]build failed, caught by the candidate:[/] {failure.name}"
                           + (f" (lazily, in {failure.lazy.value})" if failure.lazy else ""))
             console.print(failure.errors, markup=False, highlight=False)
@@ -94,8 +95,9 @@ def render_verdict(verdict: Verdict, console: Console) -> None:
         table.add_row("candidate", fmt_number(verdict.timing.median_ms, ".4f"),
                       fmt_number(verdict.timing.iqr_ms, ".4f"), str(verdict.timing.n), "")
         if verdict.baselines:
-            for name, timing, speedup in (("eager", verdict.baselines.eager, verdict.speedup_vs_eager),
-                                          ("torch.compile", verdict.baselines.compiled, verdict.speedup_vs_compile)):
+            baselines = verdict.baselines
+            for name, timing, speedup in (("eager", baselines.eager, verdict.speedup_vs_eager),
+                                          ("torch.compile", baselines.torch_compile, verdict.speedup_vs_compile)):
                 if timing is not None:
                     table.add_row(name, fmt_number(timing.median_ms, ".4f"), fmt_number(timing.iqr_ms, ".4f"),
                                   str(timing.n), fmt_number(speedup, ".2f", "x"))

@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session
 from cli.client.columns import Column, plain_columns
 from cli.common import HELP_STYLE
 from config import Settings, load_settings
-from harness.wire import JsonObject
 from store import (
     ApiKey,
     NotFound,
@@ -39,6 +38,7 @@ from store import (
 )
 from store.migrate import upgrade
 from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
+from vocabulary.wire import JsonObject
 
 __all__ = ["LocalKey", "ensure_local_key", "keys_app"]
 

@@ -15,10 +15,12 @@ from rich.text import Text
 from cli.client.columns import Column, show_rows
 from cli.client.output import err, out
 from cli.common import HELP_STYLE, default_target, fmt_number, render_verdict, verdict_exit_code
-from harness import HarnessOptions, Target, Verdict
+from harness import HarnessOptions
 from harness.admission import admit
 from harness.retime import evaluate_with_retime
 from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
+from vocabulary.evaluation import Target
+from vocabulary.verdict import Verdict
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
                   no_args_is_help=True, **HELP_STYLE)

@@ -27,11 +27,12 @@ from rich.table import Table
 
 from cli.common import default_target
 from display import fmt_ms, fmt_pct, fmt_speedup
-from harness import HarnessOptions, Target
-from harness.modelreport import ApplyReport, KernelChoice
+from harness import HarnessOptions
 from harness.modelstage import ModelFailed, profile_model
-from harness.regionplan import DEFAULT_COVERAGE, ModelProfile, Region, select_regions
 from problems import Problem, ProblemFormatError, parse_problem
+from vocabulary.evaluation import Target
+from vocabulary.modelreport import ApplyReport, KernelChoice
+from vocabulary.regionplan import DEFAULT_COVERAGE, ModelProfile, Region, select_regions
 
 __all__ = ["load_model", "model_app", "profile_or_exit", "render_profile", "render_report"]
 

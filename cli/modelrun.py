@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from cli.common import default_target
+from cli.common import LLM_HELP, default_target
 from cli.model import CacheOpt, GainsOpt, TargetOpt, load_model, profile_or_exit, render_profile, render_report
 from display import fmt_pct, fmt_speedup
-from harness.regionplan import DEFAULT_COVERAGE, Region, select_regions, share_weights
-from harness.wire import JsonObject
+from vocabulary.regionplan import DEFAULT_COVERAGE, Region, select_regions, share_weights
+from vocabulary.wire import JsonObject
 
 __all__ = ["optimize_model"]
 
@@ -58,7 +58,7 @@ def _table(rows: list[dict[str, Any]], title: str) -> Table:
 
 def optimize_model(
     file: Annotated[Path, typer.Argument(help="the model file (Model, get_inputs, get_init_inputs)")],
-    llm: Annotated[str, typer.Option(help="an LLM profile (replay, openai, …), optionally PROFILE:MODEL")] = "replay",
+    llm: Annotated[str, typer.Option(help=LLM_HELP)] = "scripted",
     target: TargetOpt = None,
     regions: Annotated[str | None, typer.Option(help="regions to optimise, comma-separated (default: the largest "
                                                      "until --coverage of the model's time)")] = None,
@@ -73,13 +73,12 @@ def optimize_model(
     cache_dir: CacheOpt = None,
 ) -> None:
     """Optimise FILE's hot regions here (one job each, one model run), then verify the patched model."""
-    from agent.providers.replay import has_script, no_script_message
+    from agent.providers.scripted import has_script, no_script_message
     from cli.keys import ensure_local_key
     from cli.model import _options, write_patched
     from cli.optimize import split_llm
     from config import load_settings
     from harness.modelextract import region_problem
-    from harness.modelreport import ApplyReport
     from store import (
         ModelRunState,
         NewModelRegion,
@@ -94,6 +93,7 @@ def optimize_model(
     )
     from store import Target as StoreTarget
     from store.migrate import upgrade
+    from vocabulary.modelreport import ApplyReport
     from worker.modelruns import best_kernels
     from worker.runner import run_claimed_job
 
@@ -108,7 +108,7 @@ def optimize_model(
     profile = profile_or_exit(model, target, options, compile_gains=compile_gains)
     chosen = _selection(profile, regions, top, coverage)
     problems = {r.name: region_problem(r, model.id) for r in chosen}
-    if settings.llm_profiles[profile_name].provider == "replay":
+    if settings.llm_profiles[profile_name].provider == "scripted":
         missing = [p for p in problems.values() if not has_script(p.id, target.value)]
         if missing:
             err.print(f"[red]error:[/red] {no_script_message(missing[0].id, target.value)}", highlight=False)

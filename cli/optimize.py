@@ -35,9 +35,9 @@ from cli.client.output import err as client_err
 from cli.client.view import JobView
 from cli.common import LLM_HELP, split_llm
 from config import Settings
-from harness import Target
-from harness.wire import JsonObject
 from problems import ProblemFormatError, UnknownProblemError, load_problem
+from vocabulary.evaluation import Target
+from vocabulary.wire import JsonObject
 
 # A terminal wraps long lines at its width; a pipe or a file gets them whole (`cli.client.output`).
 console, err = out, client_err
@@ -119,7 +119,7 @@ class _Interrupts:
 
 def optimize(
     problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
-    llm: Annotated[str, typer.Option(help=LLM_HELP)] = "replay",
+    llm: Annotated[str, typer.Option(help=LLM_HELP)] = "scripted",
     target: Annotated[Target | None, typer.Option("--target", "-t", help="cuda or cpu (default: cuda if present)")]
     = None,
     trajectories: Annotated[int, typer.Option(min=1, max=16, help="independent chats; best of all")] = 1,
@@ -141,7 +141,7 @@ def optimize(
 
     from api.errors import ApiError
     from api.schemas import BudgetsInput
-    from api.services import check_replay_script, resolve_profile
+    from api.services import check_script, resolve_profile
     from api.submissions import resolve_budgets
     from cli.common import default_target
     from cli.keys import ensure_local_key
@@ -169,7 +169,7 @@ def optimize(
     target = target or default_target()
     try:
         profile, model = resolve_profile(*split_llm(llm), settings)
-        check_replay_script(profile, settings, spec.id if spec.level is not None else None, StoreTarget(target.value))
+        check_script(profile, settings, spec.id if spec.level is not None else None, StoreTarget(target.value))
         requested = BudgetsInput(turns=turns, tool_calls=tool_calls, max_tokens=max_tokens, max_cost_usd=max_cost,
                                  wall_clock_s=wall_clock, target_speedup=target_speedup)
     except ApiError as exc:
@@ -194,14 +194,14 @@ def optimize(
     with _Interrupts().installed() as interrupts:
         with session_scope(factory) as session:
             # The budgets the API would give it, bounded by what the local key may still spend.
-            budgets = resolve_budgets(requested, settings,
+            budgets = resolve_budgets(requested, settings.default_budgets(),
                                       cost_left=key_cost_left(session=session, api_key_id=local_key.key_id))
             declarations = {k: v for k, v in spec.to_dict().items() if k != "source"}
             stored = get_or_create_problem(session=session, source=spec.source, declarations=declarations,
                                            bundled_id=spec.id if spec.level is not None else None)
             job = create_job(session=session, problem_id=stored.id, target=StoreTarget(target.value),
                              kind=JobKind.AGENT, llm_profile=profile, llm_model=model,
-                             budgets=budgets.model_dump() if budgets else None, trajectories_count=trajectories,
+                             budgets=budgets.to_dict(), trajectories_count=trajectories,
                              owner_id=local_key.key_id)
             job_id = job.id
         with session_scope(factory) as session:

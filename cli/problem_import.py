@@ -19,9 +19,9 @@ from typing import Any
 from harness.footprint import Footprint, format_bytes
 from harness.options import HarnessOptions
 from harness.sizing import Sizing, fit_cpu_sizes
-from harness.wire import JsonObject
 from problems.constants import Constant, Constants
 from problems.spec import Problem, ProblemFormatError, parse_problem
+from vocabulary.wire import JsonObject
 
 __all__ = ["ImportOutcome", "import_folder", "render_declarations"]
 

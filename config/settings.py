@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, JsonValue, SecretStr, field_validator, mo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from harness.options import default_cache_dir
+from vocabulary.budgets import Budgets
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -217,10 +218,16 @@ class Settings(BaseSettings):
     #: JSON in the environment: KERNELLOOP_LLM_PROFILES='{"local": {"base_url": "http://…/v1", …}}'.
     llm_profiles: dict[str, LLMProfile] = Field(default_factory=lambda: {
         # A script has no context window: its history is never compacted.
-        "replay": LLMProfile(provider="replay", model="replay", api_key_env=None, context_window=1 << 20),
+        "scripted": LLMProfile(provider="scripted", model="scripted", api_key_env=None, context_window=1 << 20),
         "openai": LLMProfile(context_window=128_000),
     })
-    default_llm_profile: str = "replay"
+    default_llm_profile: str = "scripted"
+
+    def default_budgets(self) -> Budgets:
+        """The service's one set of default budgets (``KERNELLOOP_DEFAULT_*``): what the API gives a
+        job for every budget its request leaves out."""
+        return Budgets(turns=self.default_turns, tool_calls=self.default_tool_calls, max_tokens=self.default_max_tokens,
+                       max_cost_usd=self.default_max_cost_usd, wall_clock_s=self.default_wall_clock_s)
 
     @property
     def resolved_database_url(self) -> str:

@@ -73,7 +73,7 @@ def problem_label(bundled_id: str | None, sha256: str) -> str:
 
 def llm_label(profile: str | None, model: str | None) -> str:
     """A job's LLM: the profile, and the model it asks for when that is not the profile's name
-    (``openai (gpt-4o)``, ``replay``); ``no LLM`` for an evaluation."""
+    (``openai (gpt-4o)``, ``scripted``); ``no LLM`` for an evaluation."""
     if not profile:
         return "no LLM"
     return profile if not model or model == profile else f"{profile} ({model})"

@@ -3,8 +3,8 @@ seconds per attempt kind, and verdicts per hour of lane time.
 
 One table, read the same on the dashboard's job page, in ``kernelloop bench`` reports and in
 ``benchmarks/iterations.py``. Values come in as plain names and seconds: an attempt's stages as
-`harness.verdict.StageSeconds.items()` gives them, its kind (`harness.verdict.attempt_kind`) and
-its lane seconds (`harness.verdict.StageSeconds.lane`); a job's queue wait (created → claimed)
+`vocabulary.stages.StageSeconds.items()` gives them, its kind (`vocabulary.verdict.attempt_kind`) and
+its lane seconds (`vocabulary.stages.StageSeconds.lane`); a job's queue wait (created → claimed)
 joins as the stage ``queue_wait``. A stage that did not run for an attempt (a cached compile, the
 baselines a job's later attempts reuse) is not a zero: each row says over how many attempts it ran.
 
@@ -36,7 +36,7 @@ QUEUE_WAIT = "queue_wait"
 #: The rows' order: the queue wait, then the referee's stages as they run (`StageSeconds`'s fields).
 STAGE_ORDER = (QUEUE_WAIT, "header_build", "reference_start", "baselines", "compile", "load", "correctness",
                "timing")
-#: `harness.verdict.AttemptKind`'s values, in the order the tables list them.
+#: `vocabulary.verdict.AttemptKind`'s values, in the order the tables list them.
 KIND_ORDER = ("compile_error", "wrong", "correct", "fast", "error")
 #: What the rows read as.
 _STAGE_LABELS = {QUEUE_WAIT: "queue wait", "header_build": "header build", "reference_start": "reference start",

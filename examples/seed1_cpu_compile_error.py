@@ -1,4 +1,4 @@
-"""Seed problem 1 on the CPU target -- a candidate that does NOT compile (tests, replay demo).
+"""Seed problem 1 on the CPU target -- a candidate that does NOT compile (tests, scripted demo).
 
 ``seed1_cpu.py`` with one C++ typo (``outt`` for ``out``): the compiler stops with an
 "'outt' was not declared in this scope" error at main.cpp:<line>, raised at import. The extension

@@ -1,4 +1,4 @@
-"""Seed problem 1 on the CPU target -- a WRONG candidate (for tests and the replay demo).
+"""Seed problem 1 on the CPU target -- a WRONG candidate (for tests and the scripted demo).
 
 Same C++ extension as ``seed1_cpu.py`` byte for byte (so it reuses that build); the bug is in
 Python: ``forward`` calls the convolution without ``self.conv.bias``, as if ``self.bias`` were the

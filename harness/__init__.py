@@ -3,16 +3,15 @@
 Importing this package needs only the standard library; the stage processes it starts import
 torch. Public surface::
 
-    from harness import evaluate, Referee, HarnessOptions, Target, Verdict, warm_headers
+    from harness import evaluate, Referee, HarnessOptions, warm_headers
 
-Owns: the evaluation (`Referee`, `evaluate`), its options (`HarnessOptions`, `Target`, `Depth`)
-and the typed contract every other package shares: `Verdict` and its parts (`harness.verdict`;
-the compile's `harness.builds`, the `harness.provenance`), with `Verdict.is_verified`, the one
-rule for "a verified kernel", and `source_sha256`; the integrity `Flag`s (`harness.integrity`).
-May import: `problems` (the problem format), the standard library and torch (torch only inside
-stage processes); nothing above it (agent, store, worker, api, cli, config).
+Owns: the evaluation (`Referee`, `evaluate`) and its options (`HarnessOptions`). What it takes and
+returns is the shared vocabulary's (`vocabulary`: `Target`, `Depth`, the `Verdict` and its parts,
+the integrity `Flag`s, stage events), which every other package reads without importing the referee.
+May import: `vocabulary`, `problems` (the problem format), the standard library and torch (torch
+only inside stage processes); nothing above it (agent, store, worker, api, cli, config).
 In and out: a problem, a candidate source, a target and options come in; a `Verdict` value goes
-out. JSON only at its edges, read through `harness.wire.Reader`: the private pipe to its stage
+out. JSON only at its edges, read through `vocabulary.wire.Reader`: the private pipe to its stage
 processes (`harness.channel`, messages typed in `harness.protocol`), the baselines cache, and
 `Verdict.to_dict()`/`from_dict()` for whoever stores it.
 
@@ -22,9 +21,9 @@ start, baselines and their cache, the timing loop's calibration, comparer), `bas
 (what the machine measured before: when a baseline is re-taken and when cached), `devicerecord`
 (the device's rates, measured once per machine), `compiler` (compile stages, the trusted builder,
 header warm-ups), `lazybuilds` (builds a candidate stage asks for while it runs), `candidaterun`
-(the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure), `causes`
-(what went wrong first), `assembly` (verdict, provenance, quarantine), `meter` (the metered timing
-loop: `frames`, `build`, `drive`, `clock`, `noise`), `admission` and `sizing` (problems),
+(the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure), `assembly`
+(verdict, provenance, quarantine), `meter` (the metered timing loop: `frames`, `build`, `drive`,
+`clock`, `noise`), `admission` and `sizing` (problems),
 `sandbox`, `sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages'
 limits). Stage side (torch): `roles` (one module per stage), `meter.stage` and `meter.local`,
 `contract`, `compare`, `transfer`, `roofline`, `footprint`, `buildcache`, `regions` (own models:
@@ -33,33 +32,19 @@ capture, regions, the patch runtime). Own models, driver side: `modelstage` (the
 """
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, cancel_all, evaluate, warm_headers
-from harness.options import Depth, HarnessOptions, Target, Timeouts, TimingOptions
-from harness.progress import StageEvent, StageListener, StageName, StagePhase
-from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
+from harness.options import HarnessOptions, Timeouts, TimingOptions
+from harness.progress import StageListener
 
 __version__ = HARNESS_VERSION
 
 __all__ = [
     "HARNESS_VERSION",
-    "Baselines",
-    "CompileResult",
-    "Depth",
-    "ErrorKind",
     "HarnessOptions",
     "Referee",
     "ReferenceFailed",
-    "Stage",
-    "StageEvent",
     "StageListener",
-    "StageName",
-    "StagePhase",
-    "Status",
-    "Target",
     "Timeouts",
-    "Timing",
     "TimingOptions",
-    "Trial",
-    "Verdict",
     "cancel_all",
     "evaluate",
     "warm_headers",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.channel import ChannelClosed, ChannelTimeout
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.problemstage import limit_message, problem_stage_spec
 from harness.protocol import StartFailed
 from harness.protocol.admission import (
@@ -27,9 +27,10 @@ from harness.protocol.admission import (
 from harness.sandbox import StageProcess
 from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
-from harness.wire import JsonObject, WireError
 from problems.constants import Constant, literal_sizes
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["SLOW_CPU_FORWARD_MS", "AdmissionCheck", "AdmissionReport", "admit", "measure_footprints", "suggestions_for"]
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.causes import cause_log, led_by_cause
 from harness.draft import Draft, Outcome
-from harness.integrity import FLAG_TEXT, Flag
-from harness.options import Target
 from harness.protocol.reference import ReferenceInfo
-from harness.provenance import HARNESS_VERSION, Provenance, Tolerance
-from harness.verdict import Status, Verdict
+from vocabulary.causes import cause_log, led_by_cause
+from vocabulary.evaluation import Target
+from vocabulary.flags import FLAG_TEXT, Flag
+from vocabulary.provenance import HARNESS_VERSION, Provenance, Tolerance
+from vocabulary.verdict import Status, Verdict
 
 __all__ = ["ROOFLINE_SLACK", "VerdictFacts", "assemble", "quarantine"]
 
@@ -81,7 +81,7 @@ def _provenance(facts: VerdictFacts, draft: Draft) -> Provenance:
 
 
 def _log(draft: Draft, log: str, limit: int) -> str:
-    """The true cause's errors (`harness.causes.cause_log`) first, then the tail of ``log``, within
+    """The true cause's errors (`vocabulary.causes.cause_log`) first, then the tail of ``log``, within
     ``limit`` characters."""
     lead = cause_log(draft.compile, draft.kernel_errors)[:limit]
     room = limit - len(lead) - 2 if lead else limit
@@ -92,7 +92,7 @@ def _log(draft: Draft, log: str, limit: int) -> str:
 def _host_loaded(draft: Draft) -> bool:
     """Whether the candidate's timing or a baseline it is compared with was taken on a loaded host."""
     baselines = draft.baselines
-    timings = (draft.timing, *((baselines.eager, baselines.compiled) if baselines is not None else ()))
+    timings = (draft.timing, *((baselines.eager, baselines.torch_compile) if baselines is not None else ()))
     return any(t is not None and t.host_loaded for t in timings)
 
 

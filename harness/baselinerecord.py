@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.recordfile import RecordFile
-from harness.verdict import Baselines, Timing
-from harness.wire import JsonObject, Reader
+from vocabulary.timing import Baselines, Timing
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["AGREEMENT_RATIO", "MAX_RETAKES", "RECORD_LIMIT", "BaselineRecord", "RecordedFigure", "agrees",
            "describe", "fastest", "machine_id", "measure_consistently"]
@@ -68,7 +68,7 @@ def _agree(a: Timing | None, b: Timing | None) -> bool:
 
 def agrees(a: Baselines, b: Baselines) -> bool:
     """Whether two baselines measurements agree (`AGREEMENT_RATIO`), eager and torch.compile."""
-    return _agree(a.eager, b.eager) and _agree(a.compiled, b.compiled)
+    return _agree(a.eager, b.eager) and _agree(a.torch_compile, b.torch_compile)
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ class RecordedFigure:
     @property
     def usable(self) -> bool:
         """Not noisy: a figure that can confirm another (or be confirmed)."""
-        return not _noisy(self.baselines.eager) and not (self.baselines.compiled is not None
-                                                         and _noisy(self.baselines.compiled))
+        return not _noisy(self.baselines.eager) and not (self.baselines.torch_compile is not None
+                                                         and _noisy(self.baselines.torch_compile))
 
     def to_dict(self) -> JsonObject:
         return {"request": self.request, "baselines": self.baselines.to_dict()}

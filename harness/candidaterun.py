@@ -32,14 +32,13 @@ from harness.draft import (
     with_metered_run,
     with_trial,
 )
-from harness.integrity import DECISIVE_FLAGS, Flag
 from harness.lazybuilds import LazyBuilds, lazy_where
 from harness.meter.build import install_meter
 from harness.meter.clock import Calibration, ClockCheck, check_clock
 from harness.meter.drive import AuditedOutput, CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
-from harness.options import Depth, HarnessOptions, Target
-from harness.progress import StageName, StageReporter
+from harness.options import HarnessOptions
+from harness.progress import StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
 from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
@@ -56,9 +55,13 @@ from harness.protocol.reference import CompareItem
 from harness.reference import ReferenceClient
 from harness.seeds import TrialSpec, derive_seed
 from harness.stagepool import StartedStage
-from harness.verdict import ClockBound, ErrorKind, Stage, Status, Verdict
-from harness.wire import JsonObject, WireError
 from problems.spec import Policy, Problem
+from vocabulary.evaluation import Depth, Target
+from vocabulary.flags import DECISIVE_FLAGS, Flag
+from vocabulary.stages import StageName
+from vocabulary.timing import ClockBound
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["CandidateSteps", "RunContext"]
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.wire import JsonObject
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "MAX_FRAME_FDS", "MAX_MESSAGE_BYTES", "Channel", "ChannelClosed", "ChannelTimeout", "Frame", "StageMessage",

@@ -25,13 +25,15 @@ from dataclasses import replace
 from harness.buildcache import build_directory, publish_staged
 from harness.buildcache.copies import current_pch_entries
 from harness.buildcache.records import BuildAnswer
-from harness.builds import CompileResult
 from harness.channel import ChannelClosed, ChannelTimeout
-from harness.options import HarnessOptions, Target
-from harness.progress import StageName, StageReporter
+from harness.options import HarnessOptions
+from harness.progress import StageReporter
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
 from harness.stagepool import StagePool, StageRole, StartedStage
-from harness.wire import JsonObject, WireError
+from vocabulary.builds import CompileResult
+from vocabulary.evaluation import Target
+from vocabulary.stages import StageName
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["PCH_FLAG_SETS", "CompileClient"]
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.baselinerecord import machine_id
-from harness.devices import DeviceSpecs
-from harness.provenance import HARNESS_VERSION
 from harness.recordfile import RecordFile
-from harness.wire import JsonObject, Reader
+from vocabulary.devices import DeviceSpecs
+from vocabulary.provenance import HARNESS_VERSION
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["SETTLE_AFTER", "DeviceRecord", "Measurement"]
 

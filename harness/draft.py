@@ -10,23 +10,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.builds import CompileResult
-from harness.causes import KernelError
-from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, PURE_ALLOWED_OPS, Flag
 from harness.meter.drive import MeteredRun
 from harness.meter.frames import DoneStatus
-from harness.options import Depth
 from harness.protocol.candidate import Loaded, TrialReply
 from harness.protocol.meter import MeterEnd
 from harness.protocol.reference import Compared
 from harness.sandboxspec import SandboxReport
 from harness.seeds import TrialSpec
-from harness.verdict import Baselines, ErrorKind, ProfileRow, Stage, Status, Timing, Trial
+from vocabulary.builds import CompileResult
+from vocabulary.causes import KernelError
+from vocabulary.evaluation import Depth
+from vocabulary.flags import DECISIVE_FLAGS, FLAG_TEXT, Flag
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, ProfileRow, Stage, Status, Trial
 
 __all__ = [
     "Draft", "Outcome", "decisive_outcome", "failed_trials", "metered_failure", "torch_ops_detail", "weights_note",
     "with_extension_check", "with_flags", "with_kernel_errors", "with_loaded", "with_metered_run", "with_trial",
 ]
+
+#: aten ops a "pure" forward may dispatch: allocation, views and metadata — no compute.
+PURE_ALLOWED_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t",
+    "expand", "squeeze", "unsqueeze", "select", "slice", "narrow", "detach", "alias", "lift_fresh",
+    "split", "split_with_sizes", "chunk", "unbind", "sym_size", "sym_stride", "sym_numel",
+    "is_contiguous", "_local_scalar_dense", "view_as", "expand_as", "flatten", "unflatten",
+})
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ class Draft:
     profile: tuple[ProfileRow, ...] = ()
     #: What the decisive flags found, beyond their text (the names a tamper check found).
     details: tuple[str, ...] = ()
-    #: Extension functions that raised while forward went on, by trial (`harness.causes`).
+    #: Extension functions that raised while forward went on, by trial (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
     #: How the candidate was taken that is no failure (`Verdict.notes`).
     notes: tuple[str, ...] = ()

@@ -20,24 +20,27 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from harness.assembly import VerdictFacts, assemble
-from harness.builds import CompileResult
 from harness.candidaterun import CandidateSteps, RunContext
 from harness.compiler import PCH_FLAG_SETS, CompileClient
-from harness.devices import DeviceSpecs
 from harness.draft import Draft, Outcome
 from harness.hints import static_hints
-from harness.options import Depth, HarnessOptions, Target
-from harness.progress import StageEvent, StageListener, StagePhase, StageReporter
+from harness.options import HarnessOptions
+from harness.progress import StageListener, StageReporter
 from harness.protocol.build import HeaderFlags
 from harness.protocol.reference import ReferenceInfo
-from harness.provenance import HARNESS_VERSION
 from harness.reference import ReferenceClient, ReferenceFailed
 from harness.sandbox import kill_all_stages, protect_current_process
 from harness.seeds import new_secret, plan_trials, secret_identity
 from harness.stagepool import CANCELLED_MESSAGE, StagePool, StageRole
 from harness.toolchain import cuda_unavailable
-from harness.verdict import Baselines, ErrorKind, Stage, StageSeconds, Status, Verdict
 from problems.spec import Problem, parse_problem
+from vocabulary.builds import CompileResult
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth, Target
+from vocabulary.provenance import HARNESS_VERSION
+from vocabulary.stages import StageEvent, StagePhase, StageSeconds
+from vocabulary.timing import Baselines
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 
 __all__ = ["CANCELLED_MESSAGE", "HARNESS_VERSION", "Referee", "ReferenceFailed", "cancel_all", "evaluate",
            "warm_headers"]

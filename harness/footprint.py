@@ -18,7 +18,7 @@ import torch
 from harness.compare import flatten_output
 from harness.contract import overridden
 from harness.protocol.admission import Footprint
-from harness.wire import JsonValue
+from vocabulary.wire import JsonValue
 
 __all__ = ["Footprint", "format_bytes", "measure", "over_budget", "refusal"]
 

@@ -13,8 +13,8 @@ import, where the compile stage builds it.
 
 Build time is compile time: the candidate run stops its step's clock while a build runs, and the
 verdict's compile section counts every lazy build (`merged`), marked with where it happened
-(`harness.builds.BuildPhase`). A failed build the candidate caught is a swallowed failure, named
-first in the verdict (`harness.causes`); one it did not catch ends the evaluation as a compile
+(`vocabulary.builds.BuildPhase`). A failed build the candidate caught is a swallowed failure, named
+first in the verdict (`vocabulary.causes`); one it did not catch ends the evaluation as a compile
 error (`propagated`). Standard library only.
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from harness.buildcache import copy_build, trim_compiler_errors
 from harness.buildcache.records import BuildAnswer
-from harness.builds import BuildFailure, BuildPhase, CompileResult, ExtensionBuild, KernelInfo
 from harness.protocol.build import Delegation
-from harness.wire import JsonObject
+from vocabulary.builds import BuildFailure, BuildPhase, CompileResult, ExtensionBuild, KernelInfo
+from vocabulary.wire import JsonObject
 
 __all__ = ["MAX_LAZY_BUILDS", "LazyBuilds", "lazy_where", "refusal_text"]
 

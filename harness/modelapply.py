@@ -5,7 +5,7 @@ a candidate of the user's model: trials on fresh seeds with the model's weights 
 contract's tolerance, timing against eager and ``torch.compile`` of the whole model. A region
 whose kernel breaks the whole model is found (each region alone, then the rest added one by one,
 largest first) and left out with the referee's reason; the report gives each region's own speedup,
-what the shares predict for the model (`harness.regionplan.amdahl`) and what the model measured.
+what the shares predict for the model (`vocabulary.regionplan.amdahl`) and what the model measured.
 
 Hand-written kernels (``--kernels DIR``) are first judged on their own region's problem, which
 gives their speedups; a model run's kernels bring the verdicts of their jobs. Driver side,
@@ -18,15 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 from harness.evaluate import Referee, evaluate
 from harness.modelextract import region_problem
-from harness.modelreport import ApplyReport, KernelChoice, RegionOutcome
-from harness.options import Depth, HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.patchsource import patched_source
-from harness.regionplan import ModelProfile, Region, amdahl
 from harness.retime import evaluate_with_retime, retime_options
-from harness.verdict import Status, Verdict
 from problems.spec import Problem
+from vocabulary.evaluation import Depth, Target
+from vocabulary.modelreport import ApplyReport, KernelChoice, RegionOutcome
+from vocabulary.regionplan import ModelProfile, Region, amdahl
+from vocabulary.verdict import Status, Verdict
 
-__all__ = ["ApplyReport", "KernelChoice", "RegionOutcome", "apply_kernels"]  # the values: harness.modelreport
+__all__ = ["ApplyReport", "KernelChoice", "RegionOutcome", "apply_kernels"]  # the values: vocabulary.modelreport
 
 
 Progress = Callable[[str], None]

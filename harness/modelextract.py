@@ -1,6 +1,6 @@
 """``kernelloop model extract``: a profiled model's regions as problem files, each admitted.
 
-Each region of a `harness.regionplan.ModelProfile` is written as ``<region>.py`` (its source, a
+Each region of a `vocabulary.regionplan.ModelProfile` is written as ``<region>.py`` (its source, a
 KernelBench-format problem) and run through admission (`harness.admission.admit`, a sandboxed
 stage) on the profile's target, like any problem. Beside them: ``suite.txt`` (the admitted ones,
 largest first: the suite format of ``kernelloop bench``, as ``problems import`` writes it) and
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.admission import AdmissionReport, admit
-from harness.options import HarnessOptions, Target
-from harness.regionplan import DEFAULT_COVERAGE, ModelProfile, Region, select_regions
-from harness.wire import JsonObject, Reader, WireError
+from harness.options import HarnessOptions
 from problems.spec import Problem, parse_problem
+from vocabulary.evaluation import Target
+from vocabulary.regionplan import DEFAULT_COVERAGE, ModelProfile, Region, select_regions
+from vocabulary.wire import JsonObject, Reader, WireError
 
 __all__ = [
     "MODEL_JSON",

@@ -3,7 +3,7 @@
 The model file is untrusted code, like a problem: it runs only in the ``model`` stage
 (`harness.roles.model`), confined as a problem's stages are (`harness.problemstage`: no cache but
 its own compiler cache, the service's data hidden, memory, CPU and process limits). What comes
-back is a `harness.regionplan.ModelProfile`, read through `harness.wire.Reader`; what goes wrong
+back is a `vocabulary.regionplan.ModelProfile`, read through `vocabulary.wire.Reader`; what goes wrong
 in the model's code is `ModelFailed`, with the model's file and line.
 """
 
@@ -13,16 +13,17 @@ import re
 import secrets
 
 from harness.channel import ChannelClosed, ChannelTimeout
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
-from harness.regionplan import ModelProfile
 from harness.sandbox import StageProcess
 from harness.seeds import derive_seed, new_secret
 from harness.toolchain import cuda_unavailable
-from harness.wire import WireError
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.regionplan import ModelProfile
+from vocabulary.wire import WireError
 
 __all__ = ["DEFAULT_PROFILE_CALLS", "ModelFailed", "profile_model"]
 

@@ -9,40 +9,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from harness.wire import JsonObject, Reader
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
-    "Depth",
     "HarnessOptions",
-    "Target",
     "Timeouts",
     "TimingOptions",
     "default_cache_dir",
     "default_tolerance",
 ]
-
-
-class Target(StrEnum):
-    CUDA = "cuda"
-    CPU = "cpu"
-
-
-class Depth(StrEnum):
-    """How far an evaluation goes (the agent's tools map onto these)."""
-
-    #: Build the extensions only.
-    COMPILE = "compile"
-    #: Build, then the correctness trials and the integrity checks.
-    CORRECTNESS = "correctness"
-    #: Everything: correctness, integrity, timing against the baselines, roofline.
-    BENCHMARK = "benchmark"
-    #: Correctness, then a per-kernel time table from the torch profiler instead of timing.
-    PROFILE = "profile"
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness.regionplan import Region
+from vocabulary.regionplan import Region
 
 __all__ = ["RUNTIME_FILE", "patched_source", "plan_of", "unique_extension_names"]
 

@@ -16,9 +16,10 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.sandbox import ALWAYS_HIDDEN, ExitCode, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
+from vocabulary.evaluation import Target
 
 __all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
            "problem_stage_spec", "process_limit"]

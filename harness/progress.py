@@ -13,47 +13,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from enum import StrEnum
 
-from harness.wire import JsonObject, Reader
+from vocabulary.stages import StageEvent, StageName, StagePhase
 
-__all__ = ["StageEvent", "StageListener", "StageName", "StagePhase", "StageReporter"]
-
-
-class StageName(StrEnum):
-    """The stages a live view shows (the dashboard and the CLI label them)."""
-
-    HEADER_BUILD = "header_build"
-    REFERENCE_START = "reference_start"
-    BASELINES = "baselines"
-    COMPILE = "compile"
-    LOAD = "load"
-    CORRECTNESS = "correctness"
-    TIMING = "timing"
-
-
-class StagePhase(StrEnum):
-    STARTED = "started"
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True)
-class StageEvent:
-    """One stage starting or finishing; ``seconds`` is its duration once finished (0 when started)."""
-
-    stage: StageName
-    phase: StagePhase
-    seconds: float = 0.0
-
-    def to_dict(self) -> JsonObject:
-        return {"stage": self.stage.value, "phase": self.phase.value, "seconds": round(self.seconds, 3)}
-
-    @classmethod
-    def from_dict(cls, data: object) -> StageEvent:
-        r = Reader(data, "a stage event")
-        return cls(stage=StageName(r.text("stage")), phase=StagePhase(r.text("phase")),
-                   seconds=r.number("seconds", 0.0))
+__all__ = ["StageListener", "StageReporter"]
 
 
 StageListener = Callable[[StageEvent], None]

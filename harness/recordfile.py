@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from harness.wire import JsonObject, WireError
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["RecordFile"]
 

@@ -27,9 +27,9 @@ from harness.meter.build import install_meter
 from harness.meter.clock import Calibration
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
-from harness.progress import StageName, StageReporter
+from harness.progress import StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
 from harness.protocol.meter import MeterEnd, Metering
 from harness.protocol.reference import (
@@ -43,13 +43,16 @@ from harness.protocol.reference import (
     ReferenceStart,
     Timed,
 )
-from harness.provenance import HARNESS_VERSION
 from harness.sandbox import StageProcess
 from harness.seeds import TrialSpec, derive_seed
 from harness.stagepool import CANCELLED_MESSAGE, StagePool, stage_namespaces
-from harness.verdict import Baselines, ErrorKind
-from harness.wire import WireError
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.provenance import HARNESS_VERSION
+from vocabulary.stages import StageName
+from vocabulary.timing import Baselines
+from vocabulary.verdict import ErrorKind
+from vocabulary.wire import WireError
 
 __all__ = ["CALIBRATION_BUDGET_S", "ReferenceClient", "ReferenceFailed"]
 
@@ -289,14 +292,14 @@ class ReferenceClient:
         eager = min((timing_of([c.sample_ms for c in run.timed], cuda=cuda) for run in runs),
                     key=lambda t: t.median_ms)
         if not self.options.compile_baseline:
-            return Baselines(eager=eager, compiled=None, notes=("torch.compile baseline switched off",))
+            return Baselines(eager=eager, torch_compile=None, notes=("torch.compile baseline switched off",))
         try:
             compiled = self._metered(Timed.COMPILED, plan, "timing the problem's model under torch.compile")
         except ReferenceFailed as exc:
             if exc.kind is not ErrorKind.PROBLEM or self._process is None:
                 raise
-            return Baselines(eager=eager, compiled=None, notes=(f"torch.compile failed: {str(exc)[:300]}",))
-        return Baselines(eager=eager, compiled=timing_of([c.sample_ms for c in compiled.timed], cuda=cuda))
+            return Baselines(eager=eager, torch_compile=None, notes=(f"torch.compile failed: {str(exc)[:300]}",))
+        return Baselines(eager=eager, torch_compile=timing_of([c.sample_ms for c in compiled.timed], cuda=cuda))
 
     def _metered(self, timed: Timed, plan: CallPlan, what: str) -> MeteredRun:
         """One metered run of the reference model (see `harness.meter`), driven from here.

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from harness.evaluate import evaluate
-from harness.options import HarnessOptions, Target
-from harness.verdict import Status, Verdict
+from harness.options import HarnessOptions
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.verdict import Status, Verdict
 
 __all__ = ["RETIME_MIN_REPEATS", "evaluate_with_retime", "retime_options"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.devices import DeviceSpecs
+from vocabulary.devices import DeviceSpecs
 
 __all__ = ["DeviceSpecs", "count_flops", "device_specs", "host_loaded", "min_bytes", "sol_ms"]
 

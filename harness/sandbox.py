@@ -28,7 +28,7 @@ from pathlib import Path
 from harness.channel import Channel, StageMessage
 from harness.protocol import Exit
 from harness.sandboxspec import REPO_ROOT, SandboxReport, SandboxSpec
-from harness.wire import JsonObject
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "ALWAYS_HIDDEN",
@@ -50,7 +50,7 @@ _WARDEN = Path(__file__).with_name("warden.py")
 _TERM_GRACE_S = 3.0
 #: Packages of this checkout a stage imports; the rest of it (a deployment's configuration, keys,
 #: data beside the code) is not bound back when the checkout lies under a hidden path.
-_STAGE_PACKAGES = ("harness", "problems")
+_STAGE_PACKAGES = ("harness", "problems", "vocabulary")
 #: Never hidden as "the service's working directory or home": covering one of these (or an
 #: ancestor of one) would take the system away from the stage.
 _SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.wire import Reader, WireError
+from vocabulary.wire import Reader, WireError
 
 __all__ = ["ENV_ALLOWLIST", "REPO_ROOT", "ResourceLimits", "SandboxReport", "SandboxSpec"]
 

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.wire import JsonObject, JsonValue, Reader
+from vocabulary.wire import JsonObject, JsonValue, Reader
 
 __all__ = ["TrialSpec", "derive_seed", "new_secret", "plan_trials", "secret_identity"]
 

@@ -16,10 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness.admission import AdmissionReport, admit, measure_footprints
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.protocol.admission import Footprint
 from problems.constants import Constant, Constants, literal_sizes
 from problems.spec import Problem, parse_problem
+from vocabulary.evaluation import Target
 
 __all__ = ["MAX_HALVINGS", "Sizing", "fit_cpu_sizes", "scaled_sizes"]
 

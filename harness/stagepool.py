@@ -19,11 +19,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness.channel import ChannelClosed, ChannelTimeout
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.problemstage import memory_limits
 from harness.protocol import Ready
 from harness.sandbox import ALWAYS_HIDDEN, StageProcess, kill_stages, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
+from vocabulary.evaluation import Target
 
 __all__ = ["CANCELLED_MESSAGE", "StagePool", "StageRole", "StartedStage", "stage_namespaces"]
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from harness.wire import JsonObject, JsonValue
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["TRANSPORTS", "OutputRejected", "export_output", "import_output"]
 

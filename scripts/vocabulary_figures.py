@@ -135,7 +135,10 @@ import problems, problems.registry
 for module in (problems, problems.registry):
     if getattr(module, "parse_problem", None) is real:
         module.parse_problem = counted
-from harness import Stage, Status, Timing, Verdict
+try:  # where the verdict lives: the vocabulary since issue 26, the harness before
+    from vocabulary.verdict import Stage, Status, Timing, Verdict
+except ImportError:
+    from harness import Stage, Status, Timing, Verdict
 from store import session_scope, make_engine, make_session_factory
 from store.migrate import upgrade
 from tests.support import worker as support

@@ -8,11 +8,11 @@ Exceptions: `StoreError` and its subclasses (`store.errors`).
 Owns: the schema, sessions, job states and their transitions (`store.states`), claims and leases
 (`store.leases`), attempts (`store.attempts`: the best-attempt rule is `Verdict.is_verified`),
 events, API keys, model runs (`store.modelruns`: a model's region jobs grouped).
-May import: SQLAlchemy and `harness`'s value modules (`Verdict`, `Target`, `source_sha256`, and
-`harness.wire` for the JSON columns); never the agent, the worker or the API.
+May import: SQLAlchemy and `vocabulary` (`Verdict`, `Target`, `source_sha256`, and
+`vocabulary.wire` for the JSON columns); never the harness, the agent, the worker or the API.
 In and out: plain values and `Verdict`s come in (serialised at the column: ``Verdict.to_dict()``);
-ORM rows, frozen `RowPage`s and the payload dataclasses go out. The JSON columns (verdict,
-budgets, declarations, provenance, payload, tool_calls) are typed `harness.wire.JsonObject`;
+ORM rows, frozen `RowPage`s and events (their payloads typed in `vocabulary.events`) go out. The JSON columns (verdict,
+budgets, declarations, provenance, payload, tool_calls) are typed `vocabulary.wire.JsonObject`;
 `JsonField` is that type in the form pydantic documents (the API's responses use it).
 """
 
@@ -32,20 +32,19 @@ from store.apikeys import (
     verify_api_key,
 )
 from store.attempts import (
-    VerdictFigures,
     fastest_verified_attempt,
     find_attempt_by_source,
+    first_attempts,
     get_attempt,
     list_attempts,
     record_attempt,
     set_best_attempt,
     source_sha256,
-    verdict_figures,
 )
 from store.db import make_engine, make_session_factory, session_scope
 from store.errors import IllegalTransition, LeaseLost, NotFound, StoreError
 from store.events import JobHead, append_event, events_after, job_heads
-from store.insights import LeaderboardRow, UsagePoint, leaderboard_rows, usage_points
+from store.insights import LeaderboardRow, ProblemJobWork, UsagePoint, leaderboard_rows, problem_work, usage_points
 from store.jobs import (
     CancelOutcome,
     JobProblem,
@@ -60,6 +59,7 @@ from store.jobs import (
     list_job_problems,
     list_jobs,
 )
+from store.jsonfield import JsonField
 from store.leases import (
     LeaseStatus,
     ReapedJob,
@@ -100,18 +100,6 @@ from store.models import (
     utcnow,
 )
 from store.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, RowPage, check_limit, keyset_page, offset_page
-from store.payloads import (
-    EVENT_PAYLOADS,
-    AttemptPayload,
-    CancelRequestedPayload,
-    EventPayload,
-    JsonField,
-    MessagePayload,
-    ProgressPayload,
-    StatePayload,
-    TrajectoryPayload,
-    parse_payload,
-)
 from store.problems import get_baseline, get_or_create_problem, get_problem, put_baseline
 from store.states import ALLOWED_TRANSITIONS, JobKind, JobState, ModelRunState, Target, TrajectoryState, transition
 from store.stats import StoreCounts, read_store_counts
@@ -119,6 +107,7 @@ from store.timings import AttemptTiming, JobTimings, job_timings
 from store.trajectories import (
     append_message,
     create_trajectory,
+    last_messages,
     list_messages,
     list_trajectories,
     set_trajectory_state,
@@ -129,18 +118,14 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "API_KEY_PREFIX",
     "DEFAULT_PAGE_SIZE",
-    "EVENT_PAYLOADS",
     "MAX_PAGE_SIZE",
     "SPLIT_BUDGETS",
     "ApiKey",
     "Attempt",
-    "AttemptPayload",
     "AttemptTiming",
     "Base",
     "Baseline",
     "CancelOutcome",
-    "CancelRequestedPayload",
-    "EventPayload",
     "IllegalTransition",
     "IssuedKey",
     "Job",
@@ -157,27 +142,23 @@ __all__ = [
     "LeaseLost",
     "LeaseStatus",
     "Message",
-    "MessagePayload",
     "ModelRegion",
     "ModelRun",
     "ModelRunState",
     "NewJob",
     "NewModelRegion",
     "NotFound",
-    "ProgressPayload",
+    "ProblemJobWork",
     "ReapedJob",
     "RegionJob",
     "RowPage",
-    "StatePayload",
     "StoreCounts",
     "StoreError",
     "StoredProblem",
     "Target",
     "Trajectory",
-    "TrajectoryPayload",
     "TrajectoryState",
     "UsagePoint",
-    "VerdictFigures",
     "add_job_usage",
     "append_event",
     "append_message",
@@ -199,6 +180,7 @@ __all__ = [
     "find_attempt_by_source",
     "finish_job",
     "finish_model_run",
+    "first_attempts",
     "get_attempt",
     "get_baseline",
     "get_job",
@@ -212,6 +194,7 @@ __all__ = [
     "key_cost_left",
     "key_usage",
     "keyset_page",
+    "last_messages",
     "leaderboard_rows",
     "lease_status",
     "list_attempts",
@@ -226,7 +209,7 @@ __all__ = [
     "make_session_factory",
     "model_run_of_job",
     "offset_page",
-    "parse_payload",
+    "problem_work",
     "put_baseline",
     "read_store_counts",
     "reap_expired_leases",
@@ -244,6 +227,5 @@ __all__ = [
     "transition",
     "usage_points",
     "utcnow",
-    "verdict_figures",
     "verify_api_key",
 ]

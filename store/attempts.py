@@ -11,60 +11,36 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
-from typing import TypedDict
+from typing import Any
 
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session, aliased
 
-from harness.verdict import ErrorKind, Status, Verdict, source_sha256
-from store._sql import bump_counter, finite_or_none, write_row
+from store._sql import bump_counter, write_row
 from store.errors import NotFound
 from store.events import append_event
 from store.models import Attempt, Job, Trajectory, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, check_limit, keyset_page
-from store.payloads import AttemptPayload
-from vocabulary import EventType
+from vocabulary.events import AttemptPayload, EventType
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import ErrorKind, Status, Verdict, source_sha256
+from vocabulary.wire import finite_or_none
 
 __all__ = [
-    "VerdictFigures",
     "fastest_verified_attempt",
     "find_attempt_by_source",
+    "first_attempts",
     "get_attempt",
     "list_attempts",
     "record_attempt",
     "set_best_attempt",
     "source_sha256",
-    "verdict_figures",
 ]
 
 
-class VerdictFigures(TypedDict):
-    """An attempt's columns copied out of its verdict (what `verdict_figures` returns)."""
-
-    status: Status
-    stage: str
-    error_kind: ErrorKind | None
-    correct: bool
-    median_ms: float | None
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    pct_of_sol: float | None
-    compile_s: float | None
-
-
-def verdict_figures(verdict: Verdict) -> VerdictFigures:
-    """The column values of an attempt taken from its verdict (non-finite figures become NULL)."""
-    return VerdictFigures(
-        status=verdict.status,
-        stage=verdict.stage.value,
-        error_kind=verdict.error_kind,
-        correct=verdict.correct,
-        median_ms=finite_or_none(verdict.timing.median_ms if verdict.timing else None),
-        speedup_vs_eager=finite_or_none(verdict.speedup_vs_eager),
-        speedup_vs_compile=finite_or_none(verdict.speedup_vs_compile),
-        pct_of_sol=finite_or_none(verdict.pct_of_sol),
-        compile_s=finite_or_none(verdict.compile.seconds if verdict.compile else None),
-    )
+def _columns(figures: AttemptFigures) -> dict[str, Any]:
+    """An attempt's figure columns: its figures, the stage as text (a new stage needs no migration)."""
+    return {**vars(figures), "stage": figures.stage.value}
 
 
 def _beats_current(best_id: InstrumentedAttribute[int | None], median_ms: float) -> ColumnElement[bool]:
@@ -109,7 +85,7 @@ def record_attempt(
         ValueError: the trajectory or parent belongs to another job.
         NotFound: no job with that id.
     """
-    figures = verdict_figures(verdict)
+    figures = AttemptFigures.of(verdict)
     now = now or utcnow()
     if trajectory_id is not None:
         owner = session.scalar(select(Trajectory.job_id).where(Trajectory.id == trajectory_id))
@@ -130,7 +106,7 @@ def record_attempt(
         parent_id=parent_id,
         verdict=verdict.to_dict(),
         created_at=now,
-        **figures,
+        **_columns(figures),
     )
     session.add(attempt)
     session.flush()
@@ -140,16 +116,9 @@ def record_attempt(
         best = _promote(session, Job, job_id, attempt)
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)
-    baselines = verdict.baselines
-    payload = AttemptPayload(
-        n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool, status=attempt.status.value,
-        stage=figures["stage"], correct=figures["correct"], median_ms=figures["median_ms"],
-        speedup_vs_eager=figures["speedup_vs_eager"], speedup_vs_compile=figures["speedup_vs_compile"],
-        pct_of_sol=figures["pct_of_sol"], best=best,
-        error_kind=figures["error_kind"].value if figures["error_kind"] is not None else None,
-        eager_ms=finite_or_none(baselines.eager.median_ms if baselines and baselines.eager else None),
-        compile_ms=finite_or_none(baselines.compiled.median_ms if baselines and baselines.compiled else None),
-    )
+    eager_ms, compile_ms = verdict.baselines_ms
+    payload = AttemptPayload(**vars(figures), n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool,
+                             best=best, eager_ms=finite_or_none(eager_ms), compile_ms=finite_or_none(compile_ms))
     append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload.to_dict(), now=now)
     return attempt
 
@@ -215,3 +184,9 @@ def list_attempts(
         .limit(limit + 1)
     )
     return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda a: a.seq)
+
+
+def first_attempts(*, session: Session, job_id: int, limit: int) -> list[Attempt]:
+    """A job's first ``limit`` attempts in order, in one query (a whole job for a page, not an API page)."""
+    stmt = select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.seq).limit(limit)
+    return list(session.scalars(stmt))

@@ -22,12 +22,12 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject
 from store._sql import bump_counter
 from store.models import Job, JobEvent, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, check_limit
 from store.states import JobState
-from vocabulary import EventType
+from vocabulary.events import EventType
+from vocabulary.wire import JsonObject
 
 __all__ = ["JobHead", "append_event", "events_after", "job_heads"]
 

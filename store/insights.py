@@ -1,9 +1,9 @@
 """Read-only queries for the dashboard's analysis views: a leaderboard of the jobs' best kernels
-per problem, and a job's LLM usage over time.
+per problem, a job's LLM usage over time, and what the visible jobs of a problem measured of it.
 
-Both select columns rather than whole rows where they can (a job's messages carry their text;
-the usage timeline needs only when and how much), and both honour an owner filter as
-`store.jobs.list_jobs` does (``None``: every owner's, for admin keys).
+They select columns rather than whole rows where they can (a job's messages carry their text;
+the usage timeline needs only when and how much), and the cross-job ones honour an owner filter
+as `store.jobs.list_jobs` does (``None``: every owner's, for admin keys).
 """
 
 from __future__ import annotations
@@ -14,14 +14,20 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject
+from store.attempts import first_attempts
 from store.models import Attempt, Job, Message, StoredProblem, Trajectory
 from store.states import Target
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import Verdict
+from vocabulary.wire import JsonObject
 
-__all__ = ["LeaderboardRow", "UsagePoint", "leaderboard_rows", "usage_points"]
+__all__ = ["LeaderboardRow", "ProblemJobWork", "UsagePoint", "leaderboard_rows", "problem_work", "usage_points"]
 
 #: Leaderboard rows read at most (the best of every visible job with a verified kernel).
 MAX_LEADERBOARD_ROWS = 1000
+#: Newest visible jobs, and first attempts of each, scanned for what a problem's jobs measured.
+PROBLEM_JOBS_SCANNED = 200
+PROBLEM_ATTEMPTS_SCANNED = 20
 
 
 @dataclass(frozen=True)
@@ -39,11 +45,9 @@ class LeaderboardRow:
     cost_usd: float
     created_at: datetime
     finished_at: datetime | None
+    #: The best attempt's number within its job, and its figures.
     best_n: int
-    median_ms: float | None
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    pct_of_sol: float | None
+    best: AttemptFigures
     #: The best attempt's whole verdict (device, baselines, provenance).
     verdict: JsonObject
 
@@ -74,9 +78,7 @@ def leaderboard_rows(
             job_id=job.id, problem_bundled_id=bundled_id, problem_sha256=sha256, target=job.target,
             llm_profile=job.llm_profile, llm_model=job.llm_model, attempts_count=job.attempts_count,
             tokens=job.tokens_in + job.tokens_out, cost_usd=job.cost_usd, created_at=job.created_at,
-            finished_at=job.finished_at, best_n=best.seq, median_ms=best.median_ms,
-            speedup_vs_eager=best.speedup_vs_eager, speedup_vs_compile=best.speedup_vs_compile,
-            pct_of_sol=best.pct_of_sol, verdict=dict(best.verdict or {}),
+            finished_at=job.finished_at, best_n=best.seq, best=best.figures, verdict=dict(best.verdict or {}),
         )
         for job, best, bundled_id, sha256 in session.execute(stmt)
     ]
@@ -101,3 +103,42 @@ def usage_points(*, session: Session, job_id: int) -> list[UsagePoint]:
     )
     return [UsagePoint(at=at, tokens=int(tokens or 0), cost_usd=float(cost or 0.0))
             for at, tokens, cost in session.execute(stmt)]
+
+
+@dataclass(frozen=True)
+class ProblemJobWork:
+    """A job of a problem and its first verdict that measured the problem's work (FLOPs or
+    minimum bytes): its best attempt's, else one of its first attempts'; ``None`` if none did."""
+
+    job_id: int
+    target: Target
+    verdict: Verdict | None
+
+
+def _work_verdict(session: Session, job: Job, attempts_scanned: int) -> Verdict | None:
+    candidates = [job.best_attempt] if job.best_attempt is not None else []
+    candidates += first_attempts(session=session, job_id=job.id, limit=attempts_scanned)
+    for attempt in candidates:
+        verdict = attempt.read_verdict()
+        if verdict.flops is not None or verdict.min_bytes is not None:
+            return verdict
+    return None
+
+
+def problem_work(
+    *, session: Session, sha256: str, owner_id: int | None = None, jobs_scanned: int = PROBLEM_JOBS_SCANNED,
+    attempts_scanned: int = PROBLEM_ATTEMPTS_SCANNED,
+) -> list[ProblemJobWork]:
+    """The jobs of the problem with this sha256 among the newest ``jobs_scanned`` visible ones,
+    newest first, each with what it measured (looking at its first ``attempts_scanned`` attempts)."""
+    newest = select(Job.id).order_by(Job.id.desc()).limit(jobs_scanned)
+    if owner_id is not None:
+        newest = newest.where(Job.owner_id == owner_id)
+    stmt = (
+        select(Job)
+        .join(StoredProblem, StoredProblem.id == Job.problem_id)
+        .where(Job.id.in_(newest.scalar_subquery()), StoredProblem.sha256 == sha256)
+        .order_by(Job.id.desc())
+    )
+    return [ProblemJobWork(job_id=job.id, target=job.target, verdict=_work_verdict(session, job, attempts_scanned))
+            for job in session.scalars(stmt)]

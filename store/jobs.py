@@ -16,7 +16,6 @@ from enum import Enum
 from sqlalchemy import delete, exists, select, update
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject
 from store._sql import write_row
 from store.errors import IllegalTransition, NotFound, StoreError
 from store.events import append_event
@@ -25,9 +24,9 @@ from store.leases import (
 )
 from store.models import Job, JobEvent, StoredProblem, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
-from store.payloads import CancelRequestedPayload, StatePayload
 from store.states import JobKind, JobState, Target, transition
-from vocabulary import EventType
+from vocabulary.events import CancelRequestedPayload, EventType, StatePayload
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "CancelOutcome",

@@ -21,9 +21,8 @@ from store._sql import dialect_name, write_row
 from store.errors import IllegalTransition, LeaseLost, NotFound
 from store.events import append_event
 from store.models import Job, UTCDateTime, utcnow
-from store.payloads import StatePayload
 from store.states import JobState, Target, transition
-from vocabulary import EventType
+from vocabulary.events import EventType, StatePayload
 
 __all__ = [
     "LeaseStatus",

@@ -16,7 +16,6 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject, JsonValue
 from store._sql import write_row
 from store.errors import NotFound
 from store.jobs import CancelOutcome, NewJob, cancel_job, create_jobs
@@ -24,6 +23,7 @@ from store.models import Job, ModelRegion, ModelRun, utcnow
 from store.pagination import DEFAULT_PAGE_SIZE, RowPage, offset_page
 from store.problems import get_or_create_problem
 from store.states import JobKind, ModelRunState, Target
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = [
     "SPLIT_BUDGETS",
@@ -48,7 +48,7 @@ SPLIT_BUDGETS: dict[str, float] = {"tool_calls": 6, "max_tokens": 20_000, "max_c
 
 def split_budgets(total: Mapping[str, JsonValue], weights: Mapping[str, float]) -> dict[str, JsonObject]:
     """Each region's budgets: the run's ``total`` (budget name → value) split by the regions'
-    weights (`harness.regionplan.share_weights`), at least each budget's floor; budgets that are
+    weights (`vocabulary.regionplan.share_weights`), at least each budget's floor; budgets that are
     not split (``turns``, ``target_speedup``) and missing ones are passed as they are."""
     split: dict[str, JsonObject] = {}
     for region, weight in weights.items():

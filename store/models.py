@@ -29,9 +29,10 @@ from sqlalchemy import ForeignKey, MetaData, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from harness.verdict import ErrorKind, Status, Verdict
-from harness.wire import JsonObject
 from store.states import JobKind, JobState, ModelRunState, Target, TrajectoryState
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
+from vocabulary.wire import JsonObject
 
 __all__ = [
     "DEFAULT_COST_CAP_USD",
@@ -313,7 +314,7 @@ class Attempt(Base):
 
     # The verdict's key figures, copied out of it for listings, sorting and best-attempt choice.
     status: Mapped[Status] = mapped_column(_enum(Status, "attempt_status"))
-    #: A `harness.verdict.Stage` value; plain text so a new stage needs no migration.
+    #: A `vocabulary.verdict.Stage` value; plain text so a new stage needs no migration.
     stage: Mapped[str] = mapped_column(String(32))
     error_kind: Mapped[ErrorKind | None] = mapped_column(_enum(ErrorKind, "attempt_error_kind"))
     correct: Mapped[bool]
@@ -331,6 +332,14 @@ class Attempt(Base):
     def read_verdict(self) -> Verdict:
         """The stored verdict, typed: the one way to read it (`Verdict.from_dict`)."""
         return Verdict.from_dict(self.verdict)
+
+    @property
+    def figures(self) -> AttemptFigures:
+        """The figures its columns hold (copied out of its verdict when it was recorded)."""
+        return AttemptFigures(status=self.status, stage=Stage(self.stage), error_kind=self.error_kind,
+                              correct=self.correct, median_ms=self.median_ms, speedup_vs_eager=self.speedup_vs_eager,
+                              speedup_vs_compile=self.speedup_vs_compile, pct_of_sol=self.pct_of_sol,
+                              compile_s=self.compile_s)
 
 
 class Baseline(Base):
@@ -366,7 +375,7 @@ class JobEvent(Base):
 
 class ModelRun(Base):
     """A user's model optimised region by region: one agent job per selected region, then the
-    whole patched model verified and timed (``report``: `harness.modelreport.ApplyReport`)."""
+    whole patched model verified and timed (``report``: `vocabulary.modelreport.ApplyReport`)."""
 
     __tablename__ = "model_runs"
     __table_args__ = ({"sqlite_autoincrement": True},)
@@ -383,11 +392,11 @@ class ModelRun(Base):
     llm_model: Mapped[str | None] = mapped_column(String(128))
     #: The budgets asked for the whole run, before they were split by share.
     budgets: Mapped[JsonObject] = mapped_column(_JSON, default=dict)
-    #: `harness.regionplan.ModelProfile.to_dict()`: the regions (with their sources) and shares.
+    #: `vocabulary.regionplan.ModelProfile.to_dict()`: the regions (with their sources) and shares.
     profile: Mapped[JsonObject] = mapped_column(_JSON)
     state: Mapped[ModelRunState] = mapped_column(_enum(ModelRunState, "model_run_state"),
                                                  default=ModelRunState.RUNNING)
-    #: `harness.modelreport.ApplyReport.to_dict()` once the whole model was verified.
+    #: `vocabulary.modelreport.ApplyReport.to_dict()` once the whole model was verified.
     report: Mapped[dict[str, Any] | None] = mapped_column(_JSON)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

@@ -8,10 +8,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.wire import JsonObject, JsonValue
 from store._sql import insert_ignoring_conflicts, sha256_hex
 from store.errors import NotFound
 from store.models import Baseline, StoredProblem, utcnow
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["get_baseline", "get_or_create_problem", "get_problem", "put_baseline"]
 

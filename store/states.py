@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from harness.options import Target
 from store.errors import IllegalTransition
+from vocabulary.evaluation import Target
 
 __all__ = ["ALLOWED_TRANSITIONS", "JobKind", "JobState", "ModelRunState", "Target", "TrajectoryState", "transition"]
 

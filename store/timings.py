@@ -1,9 +1,9 @@
 """Where a job's evaluation time went: each attempt's stage seconds and kind, and the job's queue
 wait (read-only; the time-to-verdict table is drawn from these by `display.timings`).
 
-The seconds live in each attempt's verdict JSON (``stage_seconds``, `harness.verdict.StageSeconds`),
+The seconds live in each attempt's verdict JSON (``stage_seconds``, `vocabulary.stages.StageSeconds`),
 so the verdicts are read back whole (not the sources) and classified by the one rule,
-`harness.verdict.attempt_kind`.
+`vocabulary.verdict.attempt_kind`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from harness.verdict import AttemptKind, StageSeconds, Verdict, attempt_kind
-from harness.wire import WireError
 from store.jobs import get_job
 from store.models import Attempt
+from vocabulary.stages import StageSeconds
+from vocabulary.verdict import AttemptKind, Verdict, attempt_kind
+from vocabulary.wire import WireError
 
 __all__ = ["AttemptTiming", "JobTimings", "job_timings"]
 

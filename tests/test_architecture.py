@@ -3,24 +3,25 @@ the sources with `ast` (nothing is imported).
 
 The direction, as the code has it (pinned here; the package docstrings say the same)::
 
-    vocabulary problems display    stdlib only (vocabulary: the service's shared value types;
-                                   problems: parsed, never run; display: formats)
+    vocabulary problems display    stdlib only (vocabulary: the shared value types, from the
+                                   referee's Verdict to the job events; problems: parsed, never
+                                   run; display: formats)
        ↑
     harness                        the referee; torch only inside its stage processes
        ↑         ↑        ↑
-    agent      store    config     value types of the harness only (store, config); the agent
-       ↑         ↑                 also types its default evaluator with `harness.Referee`
+    agent      store    config     store: vocabulary only; config: `harness.options` (a value
+       ↑         ↑                 module) for the one default cache folder; the agent also
+       ↑         ↑                 types its default evaluator with `harness.Referee`
     worker ──────┘                 composes agent + harness + store (+ config, problems)
-    api                            store, config, problems, display and the harness's value
-                                   types; of the agent only its replay scripts' table
+    api                            store, config, problems, display, vocabulary; of the agent
+                                   only its scripted LLM's table; never the harness
     cli                            on top: everything (its client commands: no server package)
 
 An import counts wherever it is written, at module level or inside a function; imports under
 ``if TYPE_CHECKING:`` are left out (they run nothing). A *value module* of the harness is one
 that, with everything it imports from the harness at module level, imports none of `_RUNS`
-(subprocesses, threads, signals, torch …): `harness.verdict`, `harness.wire`,
-`harness.options`, `harness.devices`, … Within a package, module-level imports have no cycle
-(a function-level import is how a package breaks one, on purpose).
+(subprocesses, threads, signals, torch …): `harness.options`, … Within a package, module-level
+imports have no cycle (a function-level import is how a package breaks one, on purpose).
 """
 
 from __future__ import annotations
@@ -44,20 +45,20 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "vocabulary": frozenset(),
     "problems": frozenset(),
     "display": frozenset(),
-    "harness": frozenset({"problems"}),
+    "harness": frozenset({"problems", "vocabulary"}),
     # `harness.options.default_cache_dir`: the one default both the harness and the service use.
-    "config": frozenset({"harness"}),
-    "store": frozenset({"harness", "vocabulary"}),
-    "agent": frozenset({"harness", "problems", "config"}),
+    "config": frozenset({"harness", "vocabulary"}),
+    "store": frozenset({"vocabulary"}),
+    "agent": frozenset({"harness", "problems", "config", "vocabulary"}),
     "worker": frozenset({"agent", "harness", "store", "problems", "config", "vocabulary"}),
-    "api": frozenset({"store", "config", "problems", "harness", "display", "agent", "vocabulary"}),
+    "api": frozenset({"store", "config", "problems", "display", "agent", "vocabulary"}),
     "cli": frozenset(set(PACKAGES) - {"cli"}),
 }
 #: Packages that may take only the harness's value modules.
-HARNESS_VALUES_ONLY = ("config", "store", "api")
-#: The API checks a replay job has a script before queueing it (a 422, not a failed job); that
+HARNESS_VALUES_ONLY = ("config",)
+#: The API checks a scripted LLM's job has a script before queueing it (a 422, not a failed job); that
 #: table is all it takes of the agent, which it never runs.
-API_AGENT_MODULES = frozenset({"agent.providers.replay"})
+API_AGENT_MODULES = frozenset({"agent.providers.scripted"})
 #: The client commands run on a user's machine against the API: no server package.
 CLIENT_PACKAGE = "cli.client"
 CLIENT_NEVER = frozenset({"api", "store", "worker", "agent"})
@@ -206,11 +207,11 @@ def test_service_packages_take_only_the_harness_value_modules() -> None:
 
 def test_value_modules_of_the_harness_exist() -> None:
     # The rule above would pass vacuously if the classification broke.
-    assert not _runs("harness.verdict") and not _runs("harness.wire") and not _runs("harness.options")
+    assert not _runs("harness.options") and not _runs("harness.progress")
     assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.meter.stage")
 
 
-def test_the_api_takes_of_the_agent_only_its_replay_scripts() -> None:
+def test_the_api_takes_of_the_agent_only_the_scripted_llms_table() -> None:
     wrong = [i.where for i in _across("api") if _package(i.target) == "agent" and i.target not in API_AGENT_MODULES]
     assert wrong == [], "\n".join(wrong)
 
@@ -356,6 +357,13 @@ def test_test_folders_mirror_the_packages() -> None:
              or ("/" in folder and folder.split("/")[0] in PACKAGES and folder not in SUBJECT_FOLDERS
                  and not (ROOT / folder / "__init__.py").is_file())]
     assert wrong == [], f"test folders that are no package's: {wrong}"
+
+
+def test_the_vocabulary_imports_the_standard_library_only() -> None:
+    # A leaf the client commands import on a user's machine: no torch, no pydantic, no SQLAlchemy.
+    wrong = [i.where for i in imports() if _package(i.importer) == "vocabulary"
+             and _package(i.target) not in sys.stdlib_module_names and _package(i.target) != "vocabulary"]
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_what_a_gpu_host_imports_of_tests_support_is_stdlib_only() -> None:

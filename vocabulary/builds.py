@@ -3,7 +3,7 @@
 The verdict's compile section (`Verdict.compile`). Frozen values with ``to_dict()`` /
 ``from_dict()``; a fact a build did not reach is None and left out of the JSON, as the compile
 stage leaves it out. The compile stage reports them, and it runs the candidate's import-time code:
-its reply is read through `harness.wire.Reader` where it enters (`harness.protocol`), so a
+its reply is read through `vocabulary.wire.Reader` where it enters (`harness.protocol`), so a
 malformed one is a `WireError`. The build cache (`harness.buildcache`) records them as it builds.
 Standard library only.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from harness.wire import JsonObject, JsonValue, Reader, WireError
+from vocabulary.wire import JsonObject, JsonValue, Reader, WireError
 
 __all__ = ["BuildFailure", "BuildPhase", "CompileResult", "ExtensionBuild", "HeaderUse", "KernelInfo", "UnitBuild"]
 

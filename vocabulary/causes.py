@@ -4,7 +4,7 @@ Most LLM-written kernels wrap ``load_inline`` in try/except and fall back to PyT
 build fails, and many catch their kernel's run-time error the same way. What fails later ("no
 custom kernel ran", a wrong output, "extension does no work"), or even a pass, then hides the
 cause, and the model cannot fix what it is not told. So a verdict's message, its log and the
-agent's feedback lead with each build the candidate caught (`harness.builds.BuildFailure`, in
+agent's feedback lead with each build the candidate caught (`vocabulary.builds.BuildFailure`, in
 the compile section, lazy builds included) and each extension function that raised at run time
 while forward went on (`KernelError`, seen by the candidate stage's wrapper of every extension
 function). Pure functions over frozen values; standard library only.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.builds import BuildFailure, BuildPhase, CompileResult
-from harness.wire import JsonObject, Reader
+from vocabulary.builds import BuildFailure, BuildPhase, CompileResult
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["KernelError", "cause_lines", "cause_log", "grouped_kernel_errors", "led_by_cause"]
 

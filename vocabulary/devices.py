@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.wire import JsonObject, Reader
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["DeviceSpecs"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DECISIVE_FLAGS", "FLAG_TEXT", "NOTICE_FLAGS", "PURE_ALLOWED_OPS", "QUARANTINE_FLAGS", "Flag"]
+__all__ = ["DECISIVE_FLAGS", "FLAG_TEXT", "NOTICE_FLAGS", "QUARANTINE_FLAGS", "Flag"]
 
 
 class Flag(StrEnum):
@@ -62,12 +62,3 @@ QUARANTINE_FLAGS = frozenset({Flag.SPEEDUP_OVER_LIMIT, Flag.FASTER_THAN_ROOFLINE
 #: Neither failures nor quarantine: what a reader of the figures must know (`harness.assembly`).
 NOTICE_FLAGS = frozenset({Flag.HOST_LOADED})
 DECISIVE_FLAGS = frozenset(FLAG_TEXT) - QUARANTINE_FLAGS - NOTICE_FLAGS
-
-#: aten ops a "pure" forward may dispatch: allocation, views and metadata — no compute.
-PURE_ALLOWED_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-    "new_zeros", "view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t",
-    "expand", "squeeze", "unsqueeze", "select", "slice", "narrow", "detach", "alias", "lift_fresh",
-    "split", "split_with_sizes", "chunk", "unbind", "sym_size", "sym_stride", "sym_numel",
-    "is_contiguous", "_local_scalar_dense", "view_as", "expand_as", "flatten", "unflatten",
-})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.verdict import Status, Verdict
-from harness.wire import JsonObject, Reader
+from vocabulary.verdict import Status, Verdict
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["ApplyReport", "KernelChoice", "RegionOutcome"]
 
@@ -78,8 +78,8 @@ class ApplyReport:
             "patched_ms": verdict.timing.median_ms if verdict and verdict.timing else None,
             "eager_ms": verdict.baselines.eager.median_ms if verdict and verdict.baselines and verdict.baselines.eager
             else None,
-            "compile_ms": verdict.baselines.compiled.median_ms
-            if verdict and verdict.baselines and verdict.baselines.compiled else None,
+            "compile_ms": verdict.baselines.torch_compile.median_ms
+            if verdict and verdict.baselines and verdict.baselines.torch_compile else None,
             "verdict": verdict.to_dict() if verdict else None, "notes": list(self.notes),
         }
 

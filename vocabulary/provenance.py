@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.wire import JsonObject, Reader
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["DEFAULT_TOLERANCE_TEXT", "HARNESS_VERSION", "Provenance", "Tolerance"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from harness.wire import JsonObject, Reader, WireError
+from vocabulary.wire import JsonObject, Reader, WireError
 
 __all__ = ["DEFAULT_COVERAGE", "MIN_REGION_WEIGHT", "Boundary", "CaptureReport", "ModelProfile", "Region",
            "RegionInstance", "amdahl", "select_regions", "share_weights"]

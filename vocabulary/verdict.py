@@ -8,35 +8,25 @@ shape is the same everywhere (docs/architecture.md, "The verdict").
 from __future__ import annotations
 
 import hashlib
-import math
-import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from harness.builds import CompileResult
-from harness.causes import KernelError
-from harness.integrity import Flag
-from harness.options import Depth
-from harness.provenance import Provenance
-from harness.wire import JsonObject, Reader
+from vocabulary.builds import CompileResult
+from vocabulary.causes import KernelError
+from vocabulary.evaluation import Depth
+from vocabulary.flags import Flag
+from vocabulary.provenance import Provenance
+from vocabulary.stages import StageSeconds
+from vocabulary.timing import Baselines, Timing
+from vocabulary.wire import JsonObject, Reader, finite_or_none
 
 __all__ = [
-    "HOST_LOADED_WARNING",
-    "LANE_STAGES",
     "AttemptKind",
-    "Baselines",
-    "ClockBound",
-    "CompileResult",
     "ErrorKind",
-    "KernelError",
     "ProfileRow",
-    "Provenance",
     "Stage",
-    "StageSeconds",
     "Status",
-    "Timing",
     "Trial",
     "Verdict",
     "attempt_kind",
@@ -85,12 +75,6 @@ def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def _finite_or_none(value: float | None) -> float | None:
-    if value is None or not math.isfinite(value):
-        return None
-    return value
-
-
 @dataclass(frozen=True)
 class Trial:
     """The comparison of one trial's output with the reference's."""
@@ -108,8 +92,8 @@ class Trial:
         return {
             "seed_index": self.seed_index,
             "passed": self.passed,
-            "max_abs_err": _finite_or_none(self.max_abs_err),
-            "mean_abs_err": _finite_or_none(self.mean_abs_err),
+            "max_abs_err": finite_or_none(self.max_abs_err),
+            "mean_abs_err": finite_or_none(self.mean_abs_err),
             "mismatch_frac": self.mismatch_frac,
             "kind": self.kind,
             "message": self.message,
@@ -122,188 +106,6 @@ class Trial:
                    max_abs_err=r.optional_number("max_abs_err"), mean_abs_err=r.optional_number("mean_abs_err"),
                    mismatch_frac=r.number("mismatch_frac"), kind=r.text("kind", "random"),
                    message=r.text("message", ""))
-
-
-#: How a CPU timing's warning starts when the host was loaded while it ran (`harness.meter.noise`):
-#: other work on the cores only ever slows calls down, so its figures may be inflated.
-HOST_LOADED_WARNING = "noisy: the host was loaded"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClockBound:
-    """How the trusted clock bounded a candidate's samples (`harness.meter.clock`): per call, the
-    loop's own cost on this host, what the candidate's calls took beyond it (``excess_ms``, median)
-    and what was allowed; and how many of its calls were audited."""
-
-    overhead_ms: float
-    excess_ms: float
-    allowed_ms: float
-    calls: int
-    audits: int
-
-    def to_dict(self) -> JsonObject:
-        return {"overhead_ms": self.overhead_ms, "excess_ms": self.excess_ms, "allowed_ms": self.allowed_ms,
-                "calls": self.calls, "audits": self.audits}
-
-    @classmethod
-    def from_dict(cls, data: object) -> ClockBound:
-        r = Reader(data, "the trusted clock's bound")
-        return cls(overhead_ms=r.number("overhead_ms"), excess_ms=r.number("excess_ms"),
-                   allowed_ms=r.number("allowed_ms"), calls=r.integer("calls"), audits=r.integer("audits"))
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Raw samples of one timed callable; statistics are derived, never stored twice."""
-
-    samples_ms: tuple[float, ...]
-    #: Where the samples come from: "cuda_events" or "monotonic" (CLOCK_MONOTONIC around the call,
-    #: in the metered loop); "perf_counter" in verdicts of harness versions before the loop.
-    clock: str = "perf_counter"
-    #: Noise and fidelity warnings travel with the result.
-    warnings: tuple[str, ...] = ()
-    #: The trusted clock's bound on a candidate's samples (None for baselines: ours).
-    bound: ClockBound | None = None
-
-    @property
-    def n(self) -> int:
-        return len(self.samples_ms)
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    @property
-    def mean_ms(self) -> float:
-        return statistics.fmean(self.samples_ms)
-
-    @property
-    def iqr_ms(self) -> float:
-        if self.n < 4:
-            return max(self.samples_ms) - min(self.samples_ms)
-        q1, _, q3 = statistics.quantiles(self.samples_ms, n=4)
-        return q3 - q1
-
-    @property
-    def host_loaded(self) -> bool:
-        """Taken while the host was loaded (its figures may be inflated)."""
-        return any(w.startswith(HOST_LOADED_WARNING) for w in self.warnings)
-
-    @property
-    def spread_noisy(self) -> bool:
-        """Its own samples are noisy (a wide spread or standard error), whatever the host's load."""
-        return any(w.startswith("noisy") and not w.startswith(HOST_LOADED_WARNING) for w in self.warnings)
-
-    @property
-    def rel_stderr(self) -> float:
-        """Standard error of the mean over the mean (0 when fewer than two samples)."""
-        if self.n < 2 or self.mean_ms <= 0:
-            return 0.0
-        return statistics.stdev(self.samples_ms) / math.sqrt(self.n) / self.mean_ms
-
-    def to_dict(self) -> JsonObject:
-        return {
-            "median_ms": self.median_ms,
-            "iqr_ms": self.iqr_ms,
-            "mean_ms": self.mean_ms,
-            "n": self.n,
-            "clock": self.clock,
-            "warnings": list(self.warnings),
-            "samples_ms": list(self.samples_ms),
-            "trusted_clock": self.bound.to_dict() if self.bound is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> Timing:
-        r = Reader(data, "a timing")
-        return cls(samples_ms=tuple(r.numbers("samples_ms")), clock=r.text("clock", "perf_counter"),
-                   warnings=tuple(r.texts("warnings", optional=True)),
-                   bound=ClockBound.from_dict(r.data["trusted_clock"]) if r.has("trusted_clock") else None)
-
-    @classmethod
-    def from_samples(cls, samples_ms: Sequence[float], *, clock: str, warnings: Sequence[str] = ()) -> Timing:
-        return cls(samples_ms=tuple(float(s) for s in samples_ms), clock=clock, warnings=tuple(warnings))
-
-
-@dataclass(frozen=True)
-class Baselines:
-    """The reference timed in the trusted process: eager PyTorch and ``torch.compile``."""
-
-    eager: Timing | None
-    compiled: Timing | None
-    #: Why a baseline is missing (torch.compile failed, or was switched off), if it is.
-    notes: tuple[str, ...] = ()
-
-    @property
-    def eager_ms(self) -> float | None:
-        return self.eager.median_ms if self.eager else None
-
-    @property
-    def compile_ms(self) -> float | None:
-        return self.compiled.median_ms if self.compiled else None
-
-    def to_dict(self) -> JsonObject:
-        return {
-            "eager_ms": self.eager_ms,
-            "compile_ms": self.compile_ms,
-            "eager": self.eager.to_dict() if self.eager else None,
-            "compile": self.compiled.to_dict() if self.compiled else None,
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> Baselines:
-        r = Reader(data, "the baselines")
-        return cls(
-            eager=Timing.from_dict(r.data["eager"]) if r.has("eager") else None,
-            compiled=Timing.from_dict(r.data["compile"]) if r.has("compile") else None,
-            notes=tuple(r.texts("notes", optional=True)),
-        )
-
-
-#: The stages that occupy the device (on cuda, the GPU) and run one evaluation at a time: the lane
-#: whose seconds bound verdicts per GPU-hour. The header build and the compile run beside it (on
-#: cuda the worker compiles before it takes the device; on cpu one lock covers the whole
-#: evaluation, compile included, so the lane's share is the same stages there).
-LANE_STAGES = ("reference_start", "baselines", "load", "correctness", "timing")
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageSeconds:
-    """Where an evaluation's time went, by stage (the referee's steps as a live view shows them):
-    seconds each took, None where it did not run (a cached compile runs no stage; a job's later
-    attempts reuse its reference and baselines)."""
-
-    header_build: float | None = None
-    reference_start: float | None = None
-    #: The eager and torch.compile baselines, and the timing loop's calibration.
-    baselines: float | None = None
-    compile: float | None = None
-    load: float | None = None
-    correctness: float | None = None
-    timing: float | None = None
-
-    def items(self) -> list[tuple[str, float]]:
-        """``(stage, seconds)`` of the stages that ran, in order."""
-        return [(f.name, value) for f in fields(self) if (value := getattr(self, f.name)) is not None]
-
-    @property
-    def lane(self) -> float:
-        """Seconds this evaluation held the device lane: its `LANE_STAGES` that ran."""
-        return sum(value for name, value in self.items() if name in LANE_STAGES)
-
-    def plus(self, other: StageSeconds) -> StageSeconds:
-        """Two evaluations' seconds stage by stage (a compile run ahead of its evaluation)."""
-        mine, theirs = dict(self.items()), dict(other.items())
-        return StageSeconds(**{name: mine.get(name, 0.0) + theirs.get(name, 0.0) for name in {*mine, *theirs}})
-
-    def to_dict(self) -> JsonObject:
-        return {name: round(value, 3) for name, value in self.items()}
-
-    @classmethod
-    def from_dict(cls, data: object) -> StageSeconds:
-        r = Reader(data, "the stage seconds")
-        return cls(**{f.name: r.optional_number(f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,7 +160,7 @@ class Verdict:
     depth: Depth = Depth.BENCHMARK
     #: Per-kernel rows from the torch profiler (depth "profile").
     profile: tuple[ProfileRow, ...] = ()
-    #: Extension functions that raised at run time while forward went on (`harness.causes`).
+    #: Extension functions that raised at run time while forward went on (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
     #: How the candidate was taken that is no failure (its weights loaded by registration order).
     notes: tuple[str, ...] = ()
@@ -383,7 +185,7 @@ class Verdict:
     def baselines_ms(self) -> tuple[float | None, float | None]:
         """Eager PyTorch's and ``torch.compile``'s medians (None where not timed)."""
         b = self.baselines
-        return (b.eager_ms, b.compile_ms) if b is not None else (None, None)
+        return (b.eager_ms, b.torch_compile_ms) if b is not None else (None, None)
 
     @property
     def is_verified(self) -> bool:
@@ -403,7 +205,7 @@ class Verdict:
 
     @property
     def speedup_vs_compile(self) -> float | None:
-        return self._speedup(self.baselines.compiled if self.baselines else None)
+        return self._speedup(self.baselines.torch_compile if self.baselines else None)
 
     @property
     def pct_of_sol(self) -> float | None:

@@ -12,10 +12,12 @@ Standard library only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
 from typing import TypeAlias, TypeVar
 
-__all__ = ["JsonObject", "JsonValue", "Reader", "WireError", "as_json", "as_object"]
+__all__ = ["JsonObject", "JsonValue", "Reader", "WireError", "as_json", "as_object", "finite_or_none"]
 
 #: A JSON value as `json.dumps` takes it (containers read-only, so a ``list[str]`` or a tuple is one).
 JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
@@ -23,6 +25,7 @@ JsonValue: TypeAlias = "bool | int | float | str | Sequence[JsonValue] | Mapping
 JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
 
 
 class WireError(ValueError):
@@ -68,6 +71,17 @@ class Reader:
 
     def optional_text(self, key: str) -> str | None:
         return self.text(key) if self.has(key) else None
+
+    def choice(self, key: str, enum: type[E]) -> E:
+        """A string field naming one of ``enum``'s values."""
+        value = self.text(key)
+        try:
+            return enum(value)
+        except ValueError:
+            raise self._wrong(key, f"one of {[member.value for member in enum]}") from None
+
+    def optional_choice(self, key: str, enum: type[E]) -> E | None:
+        return self.choice(key, enum) if self.has(key) else None
 
     def integer(self, key: str, default: int | None = None) -> int:
         if default is not None and not self.has(key):
@@ -175,3 +189,8 @@ def as_object(value: object, what: str = "the value") -> JsonObject:
     if not isinstance(checked, dict):
         raise WireError(f"{what} is not a JSON object")
     return checked
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` if it is a finite number, else ``None``: JSON (and SQL) have no NaN or infinity."""
+    return value if value is not None and math.isfinite(value) else None

@@ -24,7 +24,7 @@ worker's events (`recorder.StoreRecorder`, typed by `vocabulary.EventType`).
 May import: `agent` (its types and `run_job`, directly), `harness`, `store`, `problems`, `config`,
 Celery (only in the modules above); never `api`.
 In and out: a job id comes in (a Celery task or the embedded loop's claim); the job's columns are
-read as values (its budgets and the problem's declarations through `harness.wire.Reader`);
+read as values (its budgets and the problem's declarations through `vocabulary.wire.Reader`);
 verdicts, messages, events and the job's final state go out to the store, as values (JSON only
 at the columns).
 """

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from agent.retry import INFRA_RETRY, InfraRetry
-from harness import Depth, ErrorKind, ReferenceFailed, Stage, StageListener, Status, Target, Verdict
-from harness.devices import DeviceSpecs
+from harness import ReferenceFailed, StageListener
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker import metrics
 from worker.devicelock import device_lock
 

@@ -13,9 +13,9 @@ the recorder update them. How they reach Prometheus depends on the topology (doc
 
 Labels stay few and bounded (target, depth, status, outcome, stage, kind): never a job id.
 
-Time to verdict: every evaluation's stages (`harness.verdict.StageSeconds`) go into
+Time to verdict: every evaluation's stages (`vocabulary.stages.StageSeconds`) go into
 ``kernelloop_worker_stage_seconds`` by target and stage, and each verdict counts once in
-``kernelloop_worker_verdicts_total`` by target and attempt kind (`harness.verdict.attempt_kind`),
+``kernelloop_worker_verdicts_total`` by target and attempt kind (`vocabulary.verdict.attempt_kind`),
 its lane seconds (`StageSeconds.lane`: the stages that hold the device) in
 ``kernelloop_worker_lane_seconds_total``: verdicts per GPU-hour is the ratio of their rates
 (docs/deploy.md, "Metrics", has the PromQL).
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from harness.verdict import Verdict, attempt_kind
+from vocabulary.verdict import Verdict, attempt_kind
 
 __all__ = [
     "COMPILE_SECONDS",

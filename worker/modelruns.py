@@ -17,8 +17,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from harness import HarnessOptions
 from harness.modelapply import apply_kernels
-from harness.modelreport import ApplyReport, KernelChoice
-from harness.regionplan import ModelProfile
 from problems import ProblemFormatError, parse_problem
 from store import (
     ModelRunState,
@@ -30,6 +28,8 @@ from store import (
     region_jobs,
     session_scope,
 )
+from vocabulary.modelreport import ApplyReport, KernelChoice
+from vocabulary.regionplan import ModelProfile
 
 __all__ = ["apply_model_run", "best_kernels", "finish_model_run_if_done"]
 

@@ -5,7 +5,7 @@ the job row until commit): a worker that lost its job (reaped, cancelled and fin
 writes nothing more and gets `store.LeaseLost`, which the runner turns into "stop quietly".
 
 Events this module appends to the job's stream (the store already appends ``state``,
-``cancel_requested`` and ``attempt``), with their payloads as `store.payloads` types them:
+``cancel_requested`` and ``attempt``), with their payloads as `vocabulary.events` types them:
 ``trajectory`` (`TrajectoryPayload`: a start with its temperature and strategy, an end with its
 reason), ``message`` (`MessagePayload`: the called functions' names, the content's first
 characters in ``preview``; the whole message is at ``GET /jobs/{id}/messages``) and ``progress``
@@ -25,8 +25,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent import StopReason
-from harness import StageEvent, Verdict
-from harness.wire import JsonObject, JsonValue
 from store import (
     LeaseLost,
     LeaseStatus,
@@ -46,8 +44,10 @@ from store import (
     tool_call_names,
     utcnow,
 )
-from store.payloads import MessagePayload, ProgressPayload, TrajectoryPayload
-from vocabulary import EventType
+from vocabulary.events import EventType, MessagePayload, ProgressPayload, StagePayload, TrajectoryPayload
+from vocabulary.stages import StageEvent
+from vocabulary.verdict import Verdict
+from vocabulary.wire import JsonObject, JsonValue
 from worker import metrics
 from worker.lease import LeaseKeeper
 
@@ -243,7 +243,8 @@ class StoreRecorder:
         """Append a ``stage`` event (a `harness.Referee`'s ``on_stage`` listener)."""
         with self._guarded() as session:
             # "at": when it happened, so a view that catches up later still shows the right elapsed time.
-            self._event(session, EventType.STAGE, {**event.to_dict(), "at": utcnow().isoformat()})
+            payload = StagePayload(event.stage, event.phase, event.seconds, at=utcnow().isoformat())
+            self._event(session, EventType.STAGE, payload.to_dict())
 
     # -- internals -------------------------------------------------------------------------
     @contextmanager

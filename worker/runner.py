@@ -35,12 +35,11 @@ from typing import Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 import agent
-from agent import Budgets, CandidateRecord, Evaluator, JobResult, JobSpec, LLMProvider, Recorder
+from agent import CandidateRecord, Evaluator, JobResult, JobSpec, LLMProvider, Recorder
 from agent.retry import INFRA_RETRY, NO_RETRY, InfraRetry
 from config import LLMProfile, Settings
-from harness import Depth, ErrorKind, HarnessOptions, Referee, Target, Verdict
+from harness import HarnessOptions, Referee
 from harness.retime import retime_options
-from harness.wire import JsonObject, JsonValue, Reader
 from problems import Problem, ProblemFormatError, parse_problem
 from store import (
     JobKind,
@@ -53,6 +52,10 @@ from store import (
     get_job,
     session_scope,
 )
+from vocabulary.budgets import Budgets
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import ErrorKind, Verdict
+from vocabulary.wire import JsonObject, JsonValue, Reader
 from worker import metrics
 from worker.devicelock import current_device_key
 from worker.evaluator import RefereeEvaluator, RefereeLike
@@ -151,23 +154,13 @@ def problem_from_row(stored: StoredProblem) -> Problem:
 
 
 def agent_budgets(requested: Mapping[str, JsonValue], settings: Settings) -> Budgets:
-    """`agent.Budgets` from the job's budgets (the ``jobs.budgets`` column) over the service's defaults.
-
-    A missing or ``None`` budget means "the default"; names `Budgets` does not have (a row written
-    by another version) are left out.
+    """The job's budgets as its row stores them (resolved when it was created); a row written before
+    every job stored all of its budgets takes the service's defaults for what it lacks.
 
     Raises:
         WireError: a budget that is not a number.
     """
-    budgets = Reader(requested or {}, "the job's budgets")
-    return Budgets(
-        turns=budgets.integer("turns", settings.default_turns),
-        tool_calls=budgets.integer("tool_calls", settings.default_tool_calls),
-        max_tokens=budgets.integer("max_tokens", settings.default_max_tokens),
-        max_cost_usd=budgets.number("max_cost_usd", settings.default_max_cost_usd),
-        wall_clock_s=budgets.number("wall_clock_s", settings.default_wall_clock_s),
-        target_speedup=budgets.optional_number("target_speedup"),
-    )
+    return Budgets.from_dict(requested, defaults=settings.default_budgets())
 
 
 def _llm_profile(job: _JobData, settings: Settings) -> LLMProfile:

@@ -15,7 +15,8 @@ import os
 import threading
 import time
 
-from harness import HarnessOptions, Target, warm_headers
+from harness import HarnessOptions, warm_headers
+from vocabulary.evaluation import Target
 
 __all__ = ["start_header_warmup"]
 

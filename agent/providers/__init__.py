@@ -1,4 +1,4 @@
-"""LLM providers: ``openai`` (any OpenAI-compatible endpoint) and ``replay`` (a fixed script).
+"""LLM providers: ``openai`` (any OpenAI-compatible endpoint) and ``scripted`` (a fixed script).
 
 `make_provider` builds one from a server-side `config.settings.LLMProfile`; jobs never carry keys.
 """
@@ -38,14 +38,14 @@ def make_provider(profile: LLMProfile, *, problem: Problem, target: str) -> LLMP
 
     Raises:
         ValueError: an unknown provider name.
-        agent.providers.replay.NoReplayScript: ``replay`` for a problem/target without a script.
+        agent.providers.scripted.NoScript: ``scripted`` for a problem/target without a script.
     """
     if profile.provider == "openai":
         from agent.providers.openai_chat import OpenAIProvider
 
         return OpenAIProvider.from_profile(profile)
-    if profile.provider == "replay":
-        from agent.providers.replay import ReplayProvider
+    if profile.provider == "scripted":
+        from agent.providers.scripted import ScriptedProvider
 
-        return ReplayProvider.for_problem(problem.id, target)
-    raise ValueError(f"unknown LLM provider {profile.provider!r}: use 'openai' or 'replay'")
+        return ScriptedProvider.for_problem(problem.id, target)
+    raise ValueError(f"unknown LLM provider {profile.provider!r}: use 'openai' or 'scripted'")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
 
-from harness.wire import JsonObject, JsonValue, as_json
+from vocabulary.wire import JsonObject, JsonValue, as_json
 
 __all__ = [
     "AssistantTurn",

@@ -51,7 +51,7 @@ from agent.providers.base import (
     parse_arguments,
 )
 from agent.providers.textcalls import parse_text_tool_calls, to_text_messages
-from harness.wire import JsonObject, JsonValue, WireError, as_json
+from vocabulary.wire import JsonObject, JsonValue, WireError, as_json
 
 if TYPE_CHECKING:
     from config.settings import LLMProfile

@@ -1,12 +1,12 @@
-"""The ``replay`` provider: a deterministic script of assistant turns, no network.
+"""The ``scripted`` provider: a deterministic script of assistant turns, no network.
 
 For tests, CI and the offline demo. Scripts exist for the bundled seed problems on both targets;
 each walks the playbook as a model would (shapes, FLOPs and bytes, the device, the exact rewrite,
 a first draft that does not compile, a wrong kernel, a slow correct one, the fast one, a profile,
-submit). Candidate sources come from ``examples/`` (see `agent.providers.replay_candidates`).
+submit). Candidate sources come from ``examples/`` (see `agent.providers.scripted_candidates`).
 
 A provider instance can serve several trajectories at once: it finds its place in a history from
-the ids of its own earlier tool calls (``replay-<turn>-<call>``), not from state of its own.
+the ids of its own earlier tool calls (``scripted-<turn>-<call>``), not from state of its own.
 """
 
 from __future__ import annotations
@@ -26,18 +26,26 @@ from agent.providers.base import (
     message_calls,
     parse_arguments,
 )
-from agent.providers.replay_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
-from agent.providers.replay_models import MODEL_CANDIDATES, MODEL_SCRIPT_TURNS
-from harness.wire import JsonValue
+from agent.providers.scripted_candidates import CANDIDATES, EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
+from agent.providers.scripted_models import MODEL_CANDIDATES, MODEL_SCRIPT_TURNS
+from vocabulary.wire import JsonValue
 
-__all__ = ["NoReplayScript", "ReplayProvider", "ScriptedCall", "ScriptedTurn", "has_script", "no_script_message",
-           "replay_script", "scripted_problems"]
+__all__ = [
+    "NoScript",
+    "ScriptedCall",
+    "ScriptedProvider",
+    "ScriptedTurn",
+    "has_script",
+    "no_script_message",
+    "script_for",
+    "scripted_problems",
+]
 
-_ID = re.compile(r"^replay-(\d+)-\d+$")
+_ID = re.compile(r"^scripted-(\d+)-\d+$")
 
 
-class NoReplayScript(LookupError):
-    """There is no replay script for this problem and target."""
+class NoScript(LookupError):
+    """There is no script for this problem and target."""
 
     def __init__(self, problem_id: str, target: str) -> None:
         self.problem_id, self.target = problem_id, target
@@ -45,13 +53,13 @@ class NoReplayScript(LookupError):
 
 
 def no_script_message(problem_id: str, target: str) -> str:
-    """Why the replay LLM cannot run ``problem_id`` on ``target``, naming the problems it can."""
+    """Why the scripted LLM cannot run ``problem_id`` on ``target``, naming the problems it can."""
     targets: dict[str, list[str]] = {}
     for known, on in sorted(SCRIPTS):
         targets.setdefault(known, []).append(on)
     both = [p for p, on in targets.items() if len(on) > 1]
     one = [f"{p} ({on[0]} only)" for p, on in targets.items() if len(on) == 1]
-    return (f"the replay LLM has no script for {problem_id} on {target}; it has scripts for "
+    return (f"the scripted LLM has no script for {problem_id} on {target}; it has scripts for "
             f"{', '.join([*both, *one])} (on cpu and cuda); use another --llm for other problems")
 
 
@@ -252,7 +260,7 @@ def _level1_turns(demo: Level1Demo, target: str) -> tuple[ScriptedTurn, ...]:
 
 
 def _model_region_turns(problem_id: str) -> tuple[ScriptedTurn, ...]:
-    """A region of an example model (`agent.providers.replay_models`): compile, check, time, submit."""
+    """A region of an example model (`agent.providers.scripted_models`): compile, check, time, submit."""
     model, _, region = problem_id.partition("/")
     return tuple(ScriptedTurn(text.format(model=f"{model}.py", region=region), (ScriptedCall(tool, "kernel"),))
                  for text, tool in MODEL_SCRIPT_TURNS)
@@ -272,27 +280,27 @@ SCRIPTS: dict[tuple[str, str], tuple[ScriptedTurn, ...]] = {
 
 
 def scripted_problems() -> tuple[tuple[str, str], ...]:
-    """The (problem id, target) pairs with a replay script."""
+    """The (problem id, target) pairs with a script."""
     return tuple(sorted(SCRIPTS))
 
 
 def has_script(problem_id: str, target: str) -> bool:
-    """Whether the replay LLM can run this problem on this target (a name lookup, nothing run)."""
+    """Whether the scripted LLM can run this problem on this target (a name lookup, nothing run)."""
     return (problem_id, target) in SCRIPTS
 
 
-def replay_script(problem_id: str, target: str, *,
-                  examples_dir: Path = EXAMPLES_DIR) -> tuple[tuple[ScriptedTurn, ...], dict[str, str]]:
+def script_for(problem_id: str, target: str, *,
+               examples_dir: Path = EXAMPLES_DIR) -> tuple[tuple[ScriptedTurn, ...], dict[str, str]]:
     """A script's turns and its candidate sources (read from ``examples_dir`` now)."""
     key = (problem_id, target)
     if key not in SCRIPTS:
-        raise NoReplayScript(problem_id, target)
+        raise NoScript(problem_id, target)
     builders = CANDIDATES[key] if key in CANDIDATES else MODEL_CANDIDATES[key]
     sources = {name: build(examples_dir) for name, build in builders.items()}
     return SCRIPTS[key], sources
 
 
-class ReplayProvider:
+class ScriptedProvider:
     """Answers with scripted turns, in order, whatever the history says.
 
     Args:
@@ -309,8 +317,8 @@ class ReplayProvider:
                     raise ValueError(f"the script uses candidate {call.candidate!r}, which it was not given")
 
     @classmethod
-    def for_problem(cls, problem_id: str, target: str, *, examples_dir: Path = EXAMPLES_DIR) -> ReplayProvider:
-        turns, sources = replay_script(problem_id, target, examples_dir=examples_dir)
+    def for_problem(cls, problem_id: str, target: str, *, examples_dir: Path = EXAMPLES_DIR) -> ScriptedProvider:
+        turns, sources = script_for(problem_id, target, examples_dir=examples_dir)
         return cls(turns, sources)
 
     def source(self, candidate: str) -> str:
@@ -334,7 +342,7 @@ class ReplayProvider:
         else:
             raw = json.dumps({"source": self.sources[call.candidate]} if call.candidate else {})
         arguments, error = parse_arguments(raw)
-        return ToolCall(id=f"replay-{turn_index}-{k}", name=call.tool, raw_arguments=raw, arguments=arguments,
+        return ToolCall(id=f"scripted-{turn_index}-{k}", name=call.tool, raw_arguments=raw, arguments=arguments,
                         error=error)
 
     def complete(self, messages: Sequence[Mapping[str, JsonValue]], tools: Sequence[Mapping[str, JsonValue]], *,
@@ -342,7 +350,7 @@ class ReplayProvider:
                  should_stop: Callable[[], bool] | None = None) -> AssistantTurn:
         index = self.position(messages)
         if index >= len(self.turns):
-            raise ProviderError(f"the replay script has no turn {index + 1} (it has {len(self.turns)})")
+            raise ProviderError(f"the script has no turn {index + 1} (it has {len(self.turns)})")
         scripted = self.turns[index]
         calls = tuple(self._call(index, k, c) for k, c in enumerate(scripted.calls))
         turn = AssistantTurn(content=scripted.content, tool_calls=calls,

@@ -1,4 +1,4 @@
-"""Candidate sources for the replay scripts, built from ``examples/`` at run time.
+"""Candidate sources for the scripted LLM's scripts, built from ``examples/`` at run time.
 
 The fast candidates are the examples themselves. The wrong and slow ones are those examples with a
 different docstring and ``forward``; their extension sources stay byte-identical, so the harness's
@@ -416,7 +416,7 @@ def candidate_source(problem_id: str, target: str, key: str, *, examples_dir: Pa
 # -- level 1: one example per problem and target, its draft a one-call edit of it ----------------------
 @dataclass(frozen=True)
 class Level1Demo:
-    """The replay demo of a bundled level-1 problem (``problems/bundled/level1/<name>.py``).
+    """The scripted demo of a bundled level-1 problem (``problems/bundled/level1/<name>.py``).
 
     The fast candidate is ``examples/level1/<name>_<target>.py``; the draft is that file with
     ``fast_call`` (the extension call in ``forward``) replaced by ``draft_call``, so it shares the

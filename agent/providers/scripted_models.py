@@ -1,10 +1,10 @@
-"""The replay LLM's scripts for the regions of the example models (``examples/models/``).
+"""The scripted LLM's scripts for the regions of the example models (``examples/models/``).
 
 ``kernelloop model extract`` names a region's problem ``<model>/<region>``; for each region of the
 three example models (a stack of pre-norm MLP blocks, a convolutional stem, an attention block)
 there is a hand-written C++ kernel in ``examples/models/kernels/<model>/<region>.py``, and the script
-plays a short session with it on the cpu target: compile, check, time, submit. What the replay LLM
-offers for ``kernelloop model optimize examples/models/<model>.py --llm replay``.
+plays a short session with it on the cpu target: compile, check, time, submit. What the scripted LLM
+offers for ``kernelloop model optimize examples/models/<model>.py --llm scripted``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.providers.replay_candidates import EXAMPLES_DIR
+from agent.providers.scripted_candidates import EXAMPLES_DIR
 
 __all__ = ["MODEL_CANDIDATES", "MODEL_KERNELS_DIR", "MODEL_SCRIPT_TURNS", "model_region_ids"]
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from agent.providers.base import Message, ToolCall, call_function, message_calls, parse_arguments, text_field
-from harness.wire import JsonValue
+from vocabulary.wire import JsonValue
 
 __all__ = ["parse_text_tool_calls", "render_tool_instructions", "to_text_messages"]
 

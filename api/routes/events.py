@@ -13,12 +13,12 @@ from api import services
 from api.deps import MAX_ID, CurrentKey, EventHubDep, JobId, MetricsDep, SessionFactoryDep, StreamOptionsDep
 from api.errors import error_responses
 from api.streaming import job_event_stream
-from store.payloads import EVENT_PAYLOADS
+from vocabulary.events import EVENT_PAYLOADS
 
 router = APIRouter(prefix="/jobs/{job_id}", tags=["events"])
 
 #: Each event as OpenAPI 3.2 describes Server-Sent Events (``itemSchema``: one object per event).
-#: ``data`` is JSON: one of the payloads of `store.payloads`, by the event's type (``x-payloads``).
+#: ``data`` is JSON: one of the payloads of `vocabulary.events`, by the event's type (``x-payloads``).
 _EVENT_SCHEMA = {
     "type": "object",
     "properties": {

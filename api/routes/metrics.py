@@ -8,8 +8,8 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 
 from api.deps import MetricsDep, SessionDep
 from api.metrics import exposition
-from harness.verdict import Status
 from store import JobState, read_store_counts
+from vocabulary.verdict import Status
 
 router = APIRouter(tags=["metrics"])
 

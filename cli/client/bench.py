@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -26,9 +26,11 @@ from cli.client.benchrun import (
 from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import CliExit, JsonOpt, err, json_count, json_object, out, print_json
 from display import finite, fmt_speedup, fmt_usd
-from harness import Target
-from harness.wire import JsonObject, JsonValue, Reader
 from problems import ProblemFormatError, bundled_ids, read_problem_file
+from vocabulary.evaluation import Target
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import Stage, Status
+from vocabulary.wire import JsonObject, JsonValue, Reader
 
 #: fast_p thresholds (KernelBench): correct and more than p times faster than eager PyTorch.
 BENCH_THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
@@ -74,6 +76,10 @@ def read_suite(suite: Path) -> list[SuiteEntry]:
     return entries
 
 
+#: What a problem without a best kernel shows: no figures.
+NO_FIGURES = AttemptFigures(status=Status.FAIL, stage=Stage.PROBLEM)
+
+
 @dataclass(frozen=True)
 class BenchResult:
     """One problem's outcome in a bench run."""
@@ -82,12 +88,21 @@ class BenchResult:
     #: ``None``: never submitted (quota, interruption) or refused.
     job_id: int | None
     state: str
-    correct: bool
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    median_ms: float | None
+    #: The figures of the problem's best kernel; ``None`` where it has none.
+    best: AttemptFigures | None
     tokens: int
     cost_usd: float
+
+    @property
+    def correct(self) -> bool:
+        return self.best is not None and self.best.correct
+
+    def to_dict(self) -> JsonObject:
+        """The report's row: flat, the best kernel's figures beside the problem's."""
+        best = self.best or NO_FIGURES
+        return {"problem": self.problem, "job_id": self.job_id, "state": self.state, "correct": self.correct,
+                "speedup_vs_eager": best.speedup_vs_eager, "speedup_vs_compile": best.speedup_vs_compile,
+                "median_ms": best.median_ms, "tokens": self.tokens, "cost_usd": self.cost_usd}
 
     @classmethod
     def from_job(cls, problem: str, job: Mapping[str, JsonValue]) -> BenchResult:
@@ -97,11 +112,9 @@ class BenchResult:
             problem=problem,
             job_id=read.integer("id"),
             state=read.text("state"),
-            # A job's best attempt is always a verified ("pass") one.
-            correct=bool(best),
-            speedup_vs_eager=finite(best.get("speedup_vs_eager")),
-            speedup_vs_compile=finite(best.get("speedup_vs_compile")),
-            median_ms=finite(best.get("median_ms")),
+            # A job's best attempt is always a verified one: a timed pass (what an older API leaves out).
+            best=AttemptFigures.from_dict({"status": "pass", "stage": "done", "correct": True, **best})
+            if best else None,
             tokens=json_count(job.get("tokens_in")) + json_count(job.get("tokens_out")),
             cost_usd=finite(job.get("cost_usd")) or 0.0,
         )
@@ -110,8 +123,7 @@ class BenchResult:
     def from_run(cls, run: ProblemRun) -> BenchResult:
         """A problem of a bench as it stands; one without a job counts as not correct."""
         if run.job is None:
-            return cls(problem=run.name, job_id=None, state=run.state, correct=False, speedup_vs_eager=None,
-                       speedup_vs_compile=None, median_ms=None, tokens=0, cost_usd=0.0)
+            return cls(problem=run.name, job_id=None, state=run.state, best=None, tokens=0, cost_usd=0.0)
         return cls.from_job(run.name, run.job)
 
 
@@ -154,18 +166,18 @@ def summarize(results: Sequence[BenchResult], thresholds: Sequence[float] = BENC
     if not results:
         raise ValueError("no results to summarize")
 
-    def fast(r: BenchResult, p: float) -> bool:
-        if p == 0:
-            return r.correct
-        return r.correct and r.speedup_vs_eager is not None and r.speedup_vs_eager > p
+    correct = [r.best for r in results if r.best is not None and r.best.correct]
 
-    correct = [r for r in results if r.correct]
+    def fast(r: BenchResult, p: float) -> bool:
+        best = r.best
+        return best is not None and best.correct and (p == 0 or (best.speedup_vs_eager or 0.0) > p)
+
     return BenchSummary(
         problems=len(results),
         fast_p={p: sum(fast(r, p) for r in results) / len(results) for p in thresholds},
-        geomean_speedup_vs_eager=_geomean([r.speedup_vs_eager for r in correct if r.speedup_vs_eager is not None]),
+        geomean_speedup_vs_eager=_geomean([b.speedup_vs_eager for b in correct if b.speedup_vs_eager is not None]),
         geomean_speedup_vs_compile=_geomean(
-            [r.speedup_vs_compile for r in correct if r.speedup_vs_compile is not None]
+            [b.speedup_vs_compile for b in correct if b.speedup_vs_compile is not None]
         ),
         tokens=sum(r.tokens for r in results),
         cost_usd=sum(r.cost_usd for r in results),
@@ -190,10 +202,11 @@ def bench_markdown(results: Sequence[BenchResult], summary: BenchSummary, *, tit
         "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
+        best = r.best or NO_FIGURES
         lines.append(
             f"| {r.problem} | {r.job_id or '—'} | {r.state} | {'yes' if r.correct else 'no'} | "
-            f"{num(r.median_ms, '')} | {num(r.speedup_vs_eager)} | {num(r.speedup_vs_compile)} | {r.tokens:,} | "
-            f"${r.cost_usd:.2f} |"
+            f"{num(best.median_ms, '')} | {num(best.speedup_vs_eager)} | {num(best.speedup_vs_compile)} | "
+            f"{r.tokens:,} | ${r.cost_usd:.2f} |"
         )
     lines += [
         "",
@@ -219,8 +232,9 @@ def _bench_candidates(entries: Sequence[SuiteEntry], suite: Path, candidates: Pa
 
     def show(run: CandidateRun) -> None:
         r = run.result
-        err.print(f"{r.problem}: {r.state}, {fmt_speedup(r.speedup_vs_eager)} vs eager, "
-                  f"{fmt_speedup(r.speedup_vs_compile)} vs torch.compile" + (" (re-timed)" if run.retimed else ""),
+        best = r.best or NO_FIGURES
+        err.print(f"{r.problem}: {r.state}, {fmt_speedup(best.speedup_vs_eager)} vs eager, "
+                  f"{fmt_speedup(best.speedup_vs_compile)} vs torch.compile" + (" (re-timed)" if run.retimed else ""),
                   highlight=False)
 
     runs = run_candidates(entries, candidates, target, options, on_result=show)
@@ -325,7 +339,7 @@ def bench(
         timings, timing_notes = jobs_time_to_verdict(client, [r.job_id for r in state.runs if r.job_id is not None])
     results = [BenchResult.from_run(r) for r in state.runs]
     summary = summarize(results)
-    state.save(summary=summary.to_dict(), results=[asdict(r) for r in results], interrupted=interrupted,
+    state.save(summary=summary.to_dict(), results=[r.to_dict() for r in results], interrupted=interrupted,
                time_to_verdict=timings.to_dict() if timings is not None else None)
     report = json.loads(state.path.read_text())
     where = report["provenance"].get("device") or report["provenance"].get("target") or "no verdict yet"
@@ -340,9 +354,11 @@ def bench(
         for col in ("problem", "job", "state", "correct", "vs eager", "vs compile", "tokens", "cost"):
             table.add_column(col)
         for r in results:
+            best = r.best or NO_FIGURES
             table.add_row(
-                r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no", fmt_speedup(r.speedup_vs_eager),
-                fmt_speedup(r.speedup_vs_compile), f"{r.tokens:,}", fmt_usd(r.cost_usd),
+                r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no",
+                fmt_speedup(best.speedup_vs_eager), fmt_speedup(best.speedup_vs_compile), f"{r.tokens:,}",
+                fmt_usd(r.cost_usd),
             )
         out.print(table)
         out.print(

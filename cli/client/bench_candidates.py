@@ -16,17 +16,18 @@ import json
 import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cli.client.bench import BenchResult, BenchSummary, SuiteEntry, summarize
+from cli.client.bench import NO_FIGURES, BenchResult, BenchSummary, SuiteEntry, summarize
 from cli.client.bench_timings import timings_markdown, verdicts_time_to_verdict
-from harness.options import HarnessOptions, Target
+from harness.options import HarnessOptions
 from harness.retime import evaluate_with_retime
-from harness.verdict import Status, Verdict
-from harness.wire import JsonObject, JsonValue
 from problems import Problem, load_problem, parse_problem
+from vocabulary.evaluation import Target
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import Status, Verdict
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["CandidateRun", "environment", "kernelbench_table", "run_candidates"]
 
@@ -52,13 +53,8 @@ class CandidateRun:
     def result(self) -> BenchResult:
         v = self.verdict
         passed = v is not None and v.status is Status.PASS
-        timed = v if passed else None
-        return BenchResult(
-            problem=self.entry.name, job_id=0,
-            state="no candidate" if v is None else v.status.value, correct=passed,
-            speedup_vs_eager=timed.speedup_vs_eager if timed else None,
-            speedup_vs_compile=timed.speedup_vs_compile if timed else None,
-            median_ms=timed.timing.median_ms if timed and timed.timing else None, tokens=0, cost_usd=0.0)
+        return BenchResult(problem=self.entry.name, job_id=0, state="no candidate" if v is None else v.status.value,
+                           best=AttemptFigures.of(v) if v is not None and passed else None, tokens=0, cost_usd=0.0)
 
 
 def _problem(entry: SuiteEntry) -> Problem:
@@ -126,9 +122,10 @@ def kernelbench_table(results: Sequence[BenchResult], summary: BenchSummary, env
         "|---|---|---|---:|---:|---:|",
     ]
     for r in results:
-        median = "—" if r.median_ms is None else f"{r.median_ms:.4f}"
+        best = r.best or NO_FIGURES
+        median = "—" if best.median_ms is None else f"{best.median_ms:.4f}"
         lines.append(f"| {r.problem} | {r.state} | {'yes' if r.correct else 'no'} | {median} | "
-                     f"{x(r.speedup_vs_eager)} | {x(r.speedup_vs_compile)} |")
+                     f"{x(best.speedup_vs_eager)} | {x(best.speedup_vs_compile)} |")
     lines += ["", "fast_p: the fraction of all problems whose candidate is correct and more than p times faster "
               "than eager PyTorch (fast_0: correct). Geometric means over the correct problems.", *notes, ""]
     return "\n".join(lines)
@@ -157,7 +154,7 @@ def write_report(runs: Sequence[CandidateRun], target: Target, out_dir: Path, *,
     (out_dir / "bench.md").write_text(markdown)
     (out_dir / "bench.json").write_text(json.dumps({
         "suite": str(suite), "candidates": str(candidates_dir), "created_at": datetime.now(UTC).isoformat(),
-        "environment": env, "summary": summary.to_dict(), "problems": [asdict(r) for r in results],
+        "environment": env, "summary": summary.to_dict(), "problems": [r.to_dict() for r in results],
         "verdicts": [None if r.verdict is None else {
             "status": r.verdict.status.value, "stage": r.verdict.stage.value, "message": r.verdict.message,
             "speedup_vs_eager": r.verdict.speedup_vs_eager, "speedup_vs_compile": r.verdict.speedup_vs_compile,

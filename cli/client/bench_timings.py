@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from cli.client.http import ApiClient, ApiRequestError
 from display.timings import AttemptSeconds, TimeToVerdict, time_to_verdict
-from harness.verdict import Verdict, attempt_kind
-from harness.wire import Reader, WireError
+from vocabulary.verdict import Verdict, attempt_kind
+from vocabulary.wire import Reader, WireError
 
 __all__ = ["TIMINGS_HEADING", "jobs_time_to_verdict", "timings_markdown", "verdicts_time_to_verdict"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cli.client.http import ApiClient, ApiRequestError, in_user_terms
 from cli.client.output import json_count, json_object
-from harness.wire import JsonObject, JsonValue, Reader
+from vocabulary.wire import JsonObject, JsonValue, Reader
 
 __all__ = [
     "BenchInterrupted",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from display import finite, fmt_ms
-from harness.wire import JsonValue
+from vocabulary.wire import JsonValue
 
 __all__ = ["baseline_ms", "verdict_sentence"]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cli.client.output import json_object
 from display import fmt_ms, fmt_speedup
-from harness.wire import JsonValue
 from problems import Problem
+from vocabulary.wire import JsonValue
 
 
 def _literal(source: str) -> str:

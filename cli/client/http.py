@@ -1,6 +1,6 @@
 """Where the API is (flags, environment, config file) and a small synchronous client of it.
 
-The client's answers are the API's JSON (`harness.wire.JsonObject`: a job, an attempt, a
+The client's answers are the API's JSON (`vocabulary.wire.JsonObject`: a job, an attempt, a
 message as ``GET`` returns it); a page of them is a `JsonPage`, and a body that is not the
 object it should be is a `WireError`. The commands read the fields they show.
 
@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from cli.client.output import CliExit, err
 from display import finite
-from harness.wire import JsonObject, JsonValue, Reader, WireError
+from vocabulary.wire import JsonObject, JsonValue, Reader, WireError
 
 if TYPE_CHECKING:
     import httpx

@@ -29,9 +29,9 @@ from cli.client.output import (
     print_json,
 )
 from display import finite, fmt_speedup, fmt_usd
-from harness import Target
-from harness.wire import JsonObject, JsonValue, Reader
-from vocabulary import EventType
+from vocabulary.evaluation import Target
+from vocabulary.events import EventType
+from vocabulary.wire import JsonObject, JsonValue, Reader
 
 #: States a job never leaves.
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})

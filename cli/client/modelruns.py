@@ -13,11 +13,11 @@ import typer
 
 from cli.client.http import ApiRequestError, api_failure, open_client
 from cli.client.output import CliExit, err
-from harness.modelreport import KernelChoice
-from harness.regionplan import ModelProfile
-from harness.verdict import Verdict
-from harness.wire import Reader, WireError
 from problems import Problem
+from vocabulary.modelreport import KernelChoice
+from vocabulary.regionplan import ModelProfile
+from vocabulary.verdict import Verdict
+from vocabulary.wire import Reader, WireError
 
 __all__ = ["fetch_run_kernels"]
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from display import finite, llm_label, problem_label
-from harness.wire import JsonValue
+from vocabulary.wire import JsonValue
 
 err = Console(stderr=True)
 out = Console()

@@ -28,9 +28,11 @@ from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_c
 from cli.client.output import CliExit, err, out, status_text
 from cli.common import verdict_exit_code
 from display import fmt_ms, fmt_pct, fmt_speedup
-from harness import HarnessOptions, Status, Target, Verdict, evaluate
-from harness.wire import JsonObject, Reader, WireError
+from harness import HarnessOptions, evaluate
 from problems import ProblemFormatError, parse_problem
+from vocabulary.evaluation import Target
+from vocabulary.verdict import Status, Verdict
+from vocabulary.wire import JsonObject, Reader, WireError
 
 
 def local_arch_list() -> str | None:
@@ -88,7 +90,7 @@ class _Figures:
             correct=f"{passed}/{len(verdict.trials)} trials" if verdict.trials else "—",
             candidate_ms=verdict.timing.median_ms if verdict.timing else None,
             eager_ms=baselines.eager.median_ms if baselines and baselines.eager else None,
-            compile_ms=baselines.compiled.median_ms if baselines and baselines.compiled else None,
+            compile_ms=baselines.torch_compile.median_ms if baselines and baselines.torch_compile else None,
             vs_eager=verdict.speedup_vs_eager,
             vs_compile=verdict.speedup_vs_compile,
             pct_sol=verdict.pct_of_sol,

@@ -12,9 +12,9 @@ from cli.client.jobs import follow_json
 from cli.client.output import JOB_EXIT_CODES, CliExit, err, job_llm_label, job_problem_label, out, print_json
 from cli.client.watch import follow_job
 from cli.common import LLM_HELP, split_llm
-from harness import Target
-from harness.wire import JsonObject, Reader
 from problems import bundled_ids
+from vocabulary.evaluation import Target
+from vocabulary.wire import JsonObject, Reader
 
 
 def _problem_fields(problem: str) -> dict[str, str]:

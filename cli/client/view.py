@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,9 +23,22 @@ from rich.text import Text
 
 from cli.client.columns import Cell, Column, rich_table, show_rows
 from cli.client.ending import baseline_ms, verdict_sentence
-from cli.client.output import job_problem_label, json_count, json_items, json_object, status_text
+from cli.client.output import job_problem_label, json_count, json_object, status_text
 from display import finite, fmt_ms, fmt_pct, fmt_speedup, fmt_usd
-from harness.wire import JsonObject, JsonValue
+from vocabulary.events import (
+    AttemptPayload,
+    CancelRequestedPayload,
+    MessagePayload,
+    ProgressPayload,
+    StagePayload,
+    StatePayload,
+    TrajectoryPayload,
+    parse_payload,
+)
+from vocabulary.figures import AttemptFigures
+from vocabulary.stages import StagePhase
+from vocabulary.verdict import ErrorKind
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["STAGE_LABELS", "JobView", "attempt_status", "baseline_ms", "cut_at_word", "verdict_sentence"]
 
@@ -65,10 +78,10 @@ def cut_at_word(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:-") + "…"
 
 
-def attempt_status(a: Mapping[str, JsonValue]) -> str:
+def attempt_status(figures: AttemptFigures) -> str:
     """An attempt's status as shown: ``cancelled`` for an evaluation its job's stop cut short
     (stored as an error of kind ``cancelled``: not the candidate's failure)."""
-    return "cancelled" if a.get("error_kind") == "cancelled" else str(a.get("status", ""))
+    return "cancelled" if figures.error_kind is ErrorKind.CANCELLED else figures.status.value
 
 
 def _seconds(value: object) -> str:
@@ -107,8 +120,8 @@ class JobView:
 
     job: JsonObject
     clock: Callable[[], float] = time.time
-    #: Each attempt's ``attempt`` events merged, by its number.
-    attempts: dict[int, JsonObject] = field(default_factory=dict)
+    #: Each attempt's ``attempt`` event, by its number.
+    attempts: dict[int, AttemptPayload] = field(default_factory=dict)
     #: The stage running now and the slow steps done (header build, reference, baselines).
     steps: list[_Step] = field(default_factory=list)
     running: _Step | None = None
@@ -126,101 +139,105 @@ class JobView:
 
     # -- events ------------------------------------------------------------------------------
     def apply(self, event_type: str, data: JsonValue) -> str | None:
-        """Take one event in; returns a line for a log (Rich markup), if it says anything."""
-        if not isinstance(data, dict):
-            return None
-        handler = getattr(self, f"_on_{event_type}", None)
-        return handler(data) if handler is not None else None
+        """Take one event in (read through its typed payload, `vocabulary.events`); returns a line
+        for a log (Rich markup), if it says anything. An event this version cannot read says nothing."""
+        payload = parse_payload(event_type, data)
+        match payload:
+            case AttemptPayload():
+                return self._on_attempt(payload)
+            case StatePayload():
+                return self._on_state(payload)
+            case CancelRequestedPayload():
+                return f"job {self.job['id']}: cancel requested"
+            case StagePayload():
+                return self._on_stage(payload)
+            case ProgressPayload():
+                return self._on_progress(payload)
+            case TrajectoryPayload():
+                return self._on_trajectory(payload)
+            case MessagePayload():
+                return self._on_message(payload)
+        return None
 
-    def _on_attempt(self, a: JsonObject) -> str | None:
-        n = a.get("n")
-        if not isinstance(n, int):
-            return None
-        self.attempts[n] = {**self.attempts.get(n, {}), **a}
+    def _on_attempt(self, a: AttemptPayload) -> str | None:
+        self.attempts[a.n] = a
         self.running = None
         self.note = "the agent is reading the verdict"
         baselines = self._baselines(a)
-        best = "  [bold green]best[/]" if a.get("best") else ""
+        best = "  [bold green]best[/]" if a.best else ""
         # Which trajectory, when the job has several: t0, t1 … as the dashboard names them.
         several = json_count(self.job.get("trajectories")) > 1 or len(self.trajectory_index) > 1
-        trajectory = f"t{self.trajectory_label(a)}  " if several and a.get("trajectory_id") is not None else ""
+        trajectory = f"t{self.trajectory_label(a)}  " if several and a.trajectory_id is not None else ""
         return (
-            f"attempt {n:>3}  {trajectory}{a.get('tool', ''):<10} {attempt_status(a):<10} "
-            f"{fmt_ms(a.get('median_ms')):>9} ms  {fmt_speedup(a.get('speedup_vs_eager')):>8} vs eager  "
-            f"{fmt_speedup(a.get('speedup_vs_compile')):>8} vs compile  {fmt_pct(a.get('pct_of_sol')):>7} of SOL{best}"
+            f"attempt {a.n:>3}  {trajectory}{a.tool:<10} {attempt_status(a):<10} "
+            f"{fmt_ms(a.median_ms):>9} ms  {fmt_speedup(a.speedup_vs_eager):>8} vs eager  "
+            f"{fmt_speedup(a.speedup_vs_compile):>8} vs compile  {fmt_pct(a.pct_of_sol):>7} of SOL{best}"
             + (f"\n  baselines: eager PyTorch {fmt_ms(self.eager_ms)} ms, torch.compile {fmt_ms(self.compile_ms)} ms"
                if baselines else "")
         )
 
-    def _baselines(self, a: JsonObject) -> bool:
+    def _baselines(self, a: AttemptPayload) -> bool:
         """Take the attempt's baselines in; whether they are new (first seen, or re-timed)."""
-        eager, compiled = baseline_ms(a, "eager"), baseline_ms(a, "compile")
-        if eager is None or (eager, compiled) == (self.eager_ms, self.compile_ms):
+        if a.eager_ms is None or (a.eager_ms, a.compile_ms) == (self.eager_ms, self.compile_ms):
             return False
-        self.eager_ms, self.compile_ms = eager, compiled
+        self.eager_ms, self.compile_ms = a.eager_ms, a.compile_ms
         return True
 
-    def trajectory_label(self, a: Mapping[str, JsonValue]) -> str:
+    def trajectory_label(self, a: AttemptPayload) -> str:
         """The attempt's trajectory as the dashboard numbers it (0-based), ``—`` for none."""
-        trajectory_id = a.get("trajectory_id")
-        if not isinstance(trajectory_id, int):
+        if a.trajectory_id is None:
             return "—"
-        index = self.trajectory_index.get(trajectory_id)
+        index = self.trajectory_index.get(a.trajectory_id)
         return "?" if index is None else str(index)
 
-    def _on_state(self, data: JsonObject) -> str | None:
-        self.job["state"] = data.get("state", self.job.get("state"))
-        reason = data.get("error") or data.get("reason")
-        if self.job["state"] in ("succeeded", "failed", "cancelled"):
+    def _on_state(self, data: StatePayload) -> str | None:
+        self.job["state"] = data.state
+        reason = data.error or data.reason
+        if data.state in ("succeeded", "failed", "cancelled"):
             self.running = None
-        return f"job {self.job['id']} is {self.job['state']}" + (f": {escape(str(reason))}" if reason else "")
+        return f"job {self.job['id']} is {data.state}" + (f": {escape(reason)}" if reason else "")
 
-    def _on_cancel_requested(self, _data: JsonObject) -> str | None:
-        return f"job {self.job['id']}: cancel requested"
-
-    def _on_stage(self, data: JsonObject) -> str | None:
-        stage = str(data.get("stage") or "?")
+    def _on_stage(self, data: StagePayload) -> str | None:
+        stage = data.stage.value
         label = STAGE_LABELS.get(stage, stage.replace("_", " "))
-        at = _parse_time(data.get("at")) or self.clock()
-        if data.get("phase") == "started":
+        at = _parse_time(data.at) or self.clock()
+        if data.phase is StagePhase.STARTED:
             self.running = _Step(stage, at)
             return None  # the finished line says it, with its time
-        seconds = finite(data.get("seconds"))
+        seconds = finite(data.seconds)
         if self.running is not None and self.running.stage == stage:
             self.running = None
         if stage in _STEPS:
             self.steps.append(_Step(stage, at - (seconds or 0.0), seconds))
         return f"  {label}: {_seconds(seconds)}" if stage in _STEPS or (seconds or 0) >= 10 else None
 
-    def _on_progress(self, data: JsonObject) -> str | None:
-        phase = str(data.get("phase") or "")
+    def _on_progress(self, data: ProgressPayload) -> str | None:
+        phase = data.phase
         text = _PROGRESS_LABELS.get(phase, phase.replace("_", " "))
-        if phase == "infra_retry" and data.get("message"):
-            text += f" ({cut_at_word(str(data['message']), 120)})"
+        message = data.details.get("message")
+        if phase == "infra_retry" and message:
+            text += f" ({cut_at_word(str(message), 120)})"
         self.note = text
         return escape(text)
 
-    def _on_trajectory(self, data: JsonObject) -> str | None:
-        index = json_count(data.get("index"))
-        state = str(data.get("state") or "")
+    def _on_trajectory(self, data: TrajectoryPayload) -> str | None:
+        index, state, reason = data.index, data.state, data.reason
         self.trajectories[index] = state
-        if isinstance(data.get("trajectory_id"), int):
-            self.trajectory_index[json_count(data.get("trajectory_id"))] = index
-        reason = data.get("reason")
-        strategy = f", strategy {data['strategy']}" if data.get("strategy") else ""
+        self.trajectory_index[data.trajectory_id] = index
+        strategy = f", strategy {data.strategy}" if data.strategy else ""
         if state == "running":
             return f"trajectory {index} started{escape(strategy)}"
         why = f" ({escape(str(reason))})" if reason and reason != state else ""
         return f"trajectory {index} {state}{why}"
 
-    def _on_message(self, data: JsonObject) -> str | None:
-        if data.get("role") != "assistant":
+    def _on_message(self, data: MessagePayload) -> str | None:
+        if data.role != "assistant":
             return None  # tool results are the attempts' rows; the prompt is long and known
-        index = json_count(data.get("trajectory"))
+        index = data.trajectory
         self.turns[index] = self.turns.get(index, 0) + 1
-        tools = [str(t) for t in json_items(data.get("tool_calls"))]
+        tools = list(data.tool_calls)
         self.calls[index] = self.calls.get(index, 0) + len(tools)
-        words = cut_at_word(str(data.get("preview") or ""), MESSAGE_CHARS)
+        words = cut_at_word(data.preview, MESSAGE_CHARS)
         self.last_words = words
         self.note = f"the agent called {', '.join(tools)}" if tools else "the agent is thinking"
         calls = f" → {', '.join(tools)}" if tools else ""
@@ -272,11 +289,9 @@ class JobView:
     def rows(self) -> list[list[Cell]]:
         best_n = json_object(self.job.get("best")).get("n")
         several = len(self.trajectory_index) > 1
-        return [[f"{n}★" if best_n == n else str(n), *([self.trajectory_label(a)] if several else []),
-                 str(a.get("tool", "")),
-                 status_text(attempt_status(a)), str(a.get("stage", "")), fmt_ms(a.get("median_ms")),
-                 fmt_speedup(a.get("speedup_vs_eager")), fmt_speedup(a.get("speedup_vs_compile")),
-                 fmt_pct(a.get("pct_of_sol"))]
+        return [[f"{n}★" if best_n == n else str(n), *([self.trajectory_label(a)] if several else []), a.tool,
+                 status_text(attempt_status(a)), a.stage.value, fmt_ms(a.median_ms), fmt_speedup(a.speedup_vs_eager),
+                 fmt_speedup(a.speedup_vs_compile), fmt_pct(a.pct_of_sol)]
                 for n, a in sorted(self.attempts.items())]
 
     def table(self, width: int | None = None) -> Table:

@@ -12,7 +12,7 @@ from rich.live import Live
 from cli.client.http import ApiClient, ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import JOB_EXIT_CODES, CliExit, err, out
 from cli.client.view import JobView
-from vocabulary import EventType
+from vocabulary.events import EventType
 
 #: Reconnections in a row without receiving anything before ``watch`` gives up.
 MAX_RECONNECTS = 5

@@ -27,9 +27,9 @@ from harness.buildcache.layout import (
 )
 from harness.buildcache.ninja import _NinjaHooks
 from harness.buildcache.records import BuildAnswer, BuildRecord
-from harness.builds import BuildPhase, KernelInfo
 from harness.protocol.build import Delegation
-from harness.wire import JsonObject, Reader, WireError, as_json
+from vocabulary.builds import BuildPhase, KernelInfo
+from vocabulary.wire import JsonObject, Reader, WireError, as_json
 
 #: Builds one extension into a directory, filling in its record; returns the module (a builder: None).
 _Build = Callable[[Path, BuildRecord], ModuleType]
@@ -120,7 +120,9 @@ class BuildCache(_NinjaHooks):
         os.environ["MAX_JOBS"] = str(self.max_jobs)
 
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
-                    **kwargs: Any) -> ModuleType:
+                    **kwargs: Any) -> ModuleType | None:
+        """`torch.utils.cpp_extension.load_inline`, cached by content; ``None`` in the trusted
+        builder's mode, which builds and never loads."""
         kwargs.pop("build_directory", None)
         kwargs.pop("verbose", None)
         parts: dict[str, object] = {
@@ -171,7 +173,7 @@ class BuildCache(_NinjaHooks):
         self.load_inline(name, cpp, cuda_sources=cuda or None, functions=functions, **kwargs)
         return self.records[-1]
 
-    def load(self, name: str, sources: Any, **kwargs: Any) -> ModuleType:
+    def load(self, name: str, sources: Any, **kwargs: Any) -> ModuleType | None:
         kwargs.pop("build_directory", None)
         kwargs.pop("verbose", None)
         paths = _as_list(sources)
@@ -198,7 +200,7 @@ class BuildCache(_NinjaHooks):
         return self._get(name, parts, build, refusal="load() of source files")
 
     def _get(self, name: str, parts: Mapping[str, object], build: _Build, *, request: JsonObject | None = None,
-             refusal: str | None = None) -> ModuleType:
+             refusal: str | None = None) -> ModuleType | None:
         if not name.isidentifier():
             raise ValueError(f"extension {name!r} must be a Python identifier")
         key = self.key(name, parts)
@@ -222,7 +224,7 @@ class BuildCache(_NinjaHooks):
         if self.mode == "load" or (marker.exists() and self.mode == "build"):
             return self._get_built(name, directory, record)
         if self.mode == "builder" and marker.exists():
-            return None  # type: ignore[return-value]  # published meanwhile: nothing to build
+            return None  # published meanwhile: nothing to build
         if self.mode == "build" and self.delegate is not None:
             if request is not None:
                 return self._delegated(name, key, request, record)
@@ -236,7 +238,7 @@ class BuildCache(_NinjaHooks):
             if marker.exists():  # built by a concurrent compile while we waited
                 record.cached = True
                 if self.mode == "builder":
-                    return None  # type: ignore[return-value]
+                    return None
                 return self._get_built(name, directory, record)
             with contextlib.suppress(FileNotFoundError):
                 (directory / "lock").unlink()  # torch's baton, left behind by a killed build
@@ -263,7 +265,7 @@ class BuildCache(_NinjaHooks):
             marker.write_text(json.dumps({"name": name, "module_file": f"{name}.so",
                                           "kernels": [k.to_dict() for k in kernels]}))
         if self.mode == "builder":
-            return None  # type: ignore[return-value]
+            return None
         assert module is not None
         return self._hand_out(name, key, module)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.buildcache.layout import _CONTEXT_LINES, _MAX_ERRORS
-from harness.builds import BuildFailure, BuildPhase, KernelInfo
+from vocabulary.builds import BuildFailure, BuildPhase, KernelInfo
 
 
 class BuildError(RuntimeError):

@@ -20,7 +20,7 @@ from harness.buildcache.layout import _PCH_DIAGNOSTICS
 from harness.buildcache.objects import _ObjectReuse
 from harness.buildcache.pch import _first_line_includes_torch, _PchSupport
 from harness.buildcache.records import BuildRecord
-from harness.builds import HeaderUse
+from vocabulary.builds import HeaderUse
 
 
 class _NinjaHooks(_PchSupport, _ObjectReuse):

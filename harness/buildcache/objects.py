@@ -24,8 +24,8 @@ from harness.buildcache.layout import (
     _TORCH_INCLUDE,
 )
 from harness.buildcache.records import BuildRecord, UnitRecord
-from harness.builds import KernelInfo
-from harness.wire import Reader
+from vocabulary.builds import KernelInfo
+from vocabulary.wire import Reader
 
 
 class _ObjectReuse:

@@ -32,7 +32,7 @@ from harness.buildcache.layout import (
     _PCH_REFUSED,
 )
 from harness.buildcache.records import BuildRecord
-from harness.builds import HeaderUse
+from vocabulary.builds import HeaderUse
 
 
 def build_pch(compiler: Sequence[str], flags: Sequence[str], post: Sequence[str], header: Path,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.builds import BuildPhase, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
-from harness.wire import JsonObject, Reader
+from vocabulary.builds import BuildPhase, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["BuildAnswer", "BuildRecord", "UnitRecord"]
 

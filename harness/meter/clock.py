@@ -28,7 +28,7 @@ host, so it is not: on a host oversubscribed until no call of a run runs through
 can be refused, after a fresh calibration and reruns twice and four times as long). The candidate's
 processes are stopped while the loop is calibrated again (`harness.sandbox.StageProcess.paused`):
 its threads would load the host the calibration measures. Every verdict carries the
-allowance of the bound it was held to (`harness.verdict.ClockBound`, docs/integrity.md).
+allowance of the bound it was held to (`vocabulary.timing.ClockBound`, docs/integrity.md).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from harness.channel import Channel, ChannelClosed, parse_message
 from harness.meter.frames import AuditFrame, DoneFrame, DoneStatus, GoFlags, go_frame, read_reply_frame
 from harness.options import TimingOptions
-from harness.wire import JsonObject, WireError
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["AuditedOutput", "CallPlan", "MeteredCall", "MeteredRun", "drive"]
 

@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 
-from harness.wire import JsonObject, WireError
+from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["AuditFrame", "DoneFrame", "DoneStatus", "GoFlags", "go_frame", "read_reply_frame"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from harness.verdict import HOST_LOADED_WARNING, Timing
+from vocabulary.timing import HOST_LOADED_WARNING, Timing
 
 __all__ = ["NOISY_CPU_SPREAD", "NOISY_REL_STDERR", "cpu_load_warnings", "timing_of"]
 

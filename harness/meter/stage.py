@@ -26,6 +26,8 @@ from harness.channel import Channel
 
 __all__ = ["FACTOR_HIGH", "FACTOR_LOW", "Meter", "call_inputs"]
 
+#: Packages whose functions the loop checks for tampering: the referee's code in this process.
+_GUARDED_PACKAGES = frozenset({"harness", "vocabulary"})
 #: Each floating input element of a timed call is its set's value times a factor drawn uniformly
 #: in [FACTOR_LOW, FACTOR_HIGH) from the call's seed (kl_meter.c's ``load_inputs``).
 FACTOR_LOW = 0.95
@@ -56,11 +58,12 @@ def call_inputs(source: Sequence[Any], seed: int, device: torch.device) -> list[
 
 
 def _guarded() -> list[tuple[str, object, str, object, object]]:
-    """``(name, holder, attribute, object, code)`` for every function of the harness's loaded
-    modules (what their globals hold, imported names included) and of their classes."""
+    """``(name, holder, attribute, object, code)`` for every function of the referee's loaded
+    modules, the harness's and the vocabulary's (what their globals hold, imported names included),
+    and of their classes."""
     rows: list[tuple[str, object, str, object, object]] = []
     for module_name, module in list(sys.modules.items()):
-        if module is None or not (module_name == "harness" or module_name.startswith("harness.")):
+        if module is None or module_name.partition(".")[0] not in _GUARDED_PACKAGES:
             continue
         for attribute, value in list(vars(module).items()):
             if isinstance(value, types.FunctionType):

@@ -2,7 +2,7 @@
 
 Every message names its `Op`; a request is a frozen dataclass the driver sends (``to_dict()``),
 the stage reads it back with ``from_dict()``; a reply goes the other way and is read where it
-enters, through `harness.wire.Reader`: a malformed reply from an untrusted stage is a
+enters, through `vocabulary.wire.Reader`: a malformed reply from an untrusted stage is a
 `WireError`, which the referee turns into the candidate's fault. A request the stage could not
 carry out (the candidate's forward raised, the problem's code did) is answered by `OpFailed`;
 `read_reply` tells the two apart. Standard library only: both sides import it.
@@ -37,8 +37,8 @@ from enum import StrEnum
 from typing import ClassVar, TypeVar
 
 from harness.seeds import TrialSpec
-from harness.wire import JsonObject, Reader, WireError
 from problems.spec import Problem
+from vocabulary.wire import JsonObject, Reader, WireError
 
 __all__ = [
     "Exit",

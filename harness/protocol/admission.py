@@ -1,7 +1,7 @@
 """The admission stage's conversation: does a problem make a meaningful test, and its footprints.
 
 The admission stage (`harness.roles.admission`) runs a submitted problem's code, as untrusted as a
-candidate's: its replies are read through `harness.wire.Reader` (`harness.admission`). Standard
+candidate's: its replies are read through `vocabulary.wire.Reader` (`harness.admission`). Standard
 library only.
 """
 
@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
 from harness.seeds import TrialSpec
-from harness.wire import JsonObject, Reader, WireError, as_object
 from problems.constants import Constant, NotConstant, as_constant
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.wire import JsonObject, Reader, WireError, as_object
 
 __all__ = ["AdmissionCheck", "AdmissionReply", "AdmitRequest", "Footprint", "MeasureReply", "MeasureRequest",
            "Measured"]

@@ -2,7 +2,7 @@
 
 A compile stage (`harness.roles.compile`) imports the candidate with no GPU visible: its reply
 comes from a process running the candidate's import-time code, so the referee reads it through
-`harness.wire.Reader` where it enters (`harness.compiler.CompileClient`); a malformed one fails
+`vocabulary.wire.Reader` where it enters (`harness.compiler.CompileClient`); a malformed one fails
 the compile. A ``load_inline`` of plain data may be *delegated*: the stage sends a `Delegation`,
 the referee has a builder stage (trusted code only) build it and answers with its `BuildAnswer`
 (`harness.buildcache.records`). A trusted warm-up request (no candidate) builds the precompiled
@@ -16,9 +16,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
-from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, KernelInfo
 from harness.protocol import Op, tagged
-from harness.wire import JsonObject, Reader
+from vocabulary.builds import BuildFailure, BuildPhase, ExtensionBuild, KernelInfo
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["BuilderBuild", "CompileReply", "CompileRequest", "Delegation", "HeaderFlags", "HeaderMode"]
 

@@ -1,7 +1,7 @@
 """The candidate stage's conversation: its load, the trials, the profile and the metered timing loop.
 
 The candidate stage (`harness.roles.candidate`) runs the candidate's code: every reply is read
-where it enters, through `harness.wire.Reader`, and a malformed one is the candidate's fault
+where it enters, through `vocabulary.wire.Reader`, and a malformed one is the candidate's fault
 (`harness.candidaterun`). Its requests carry derived seeds only, never the job's secret nor an
 expected output. Standard library only.
 """
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from harness.causes import KernelError
-from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
 from harness.seeds import TrialSpec
-from harness.verdict import ProfileRow
-from harness.wire import JsonObject, JsonValue, Reader, WireError
 from problems.spec import Problem
+from vocabulary.causes import KernelError
+from vocabulary.evaluation import Target
+from vocabulary.verdict import ProfileRow
+from vocabulary.wire import JsonObject, JsonValue, Reader, WireError
 
 __all__ = ["CandidateLoad", "Loaded", "ProfileReply", "ProfileRequest", "TimeRequest", "TrialReply", "TrialRequest"]
 
@@ -118,7 +118,7 @@ class TrialReply:
     output: JsonValue
     flags: tuple[str, ...] = ()
     ops: tuple[str, ...] | None = None
-    #: What its extension functions raised while forward went on (`harness.causes`).
+    #: What its extension functions raised while forward went on (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
     #: The guarded harness objects the candidate's code changed (`harness.meter.stage.Meter.tampered`).
     tampered: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.wire import JsonObject, Reader
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["CallInputs", "MeterEnd", "Metering"]
 

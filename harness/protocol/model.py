@@ -1,7 +1,7 @@
 """The model stage's conversation: profile a user's model (capture, regions, timing).
 
 The model stage (`harness.roles.model`) runs the user's model file, as untrusted as a problem: its
-reply is read through `harness.wire.Reader` (`harness.modelstage`). Standard library only.
+reply is read through `vocabulary.wire.Reader` (`harness.modelstage`). Standard library only.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from harness.options import Target, TimingOptions
+from harness.options import TimingOptions
 from harness.protocol import Op, StartFailed, request_problem, tagged
-from harness.regionplan import ModelProfile
-from harness.wire import JsonObject, Reader
 from problems.spec import Problem
+from vocabulary.evaluation import Target
+from vocabulary.regionplan import ModelProfile
+from vocabulary.wire import JsonObject, Reader
 
 __all__ = ["ProfileModelReply", "ProfileModelRequest"]
 

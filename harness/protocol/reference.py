@@ -1,7 +1,7 @@
 """The reference stage's conversation: its start, its metered runs (baselines, calibration), the comparer.
 
 The reference (`harness.roles.reference`) is trusted with the expected outputs and the baselines'
-clocks, but runs the problem's code: the referee reads its replies through `harness.wire.Reader`
+clocks, but runs the problem's code: the referee reads its replies through `vocabulary.wire.Reader`
 too (`harness.reference.ReferenceClient`). Standard library only.
 """
 
@@ -12,13 +12,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
-from harness.devices import DeviceSpecs
-from harness.options import Target
 from harness.protocol import Op, StartFailed, request_problem, request_trials, tagged
 from harness.protocol.meter import CallInputs
 from harness.seeds import TrialSpec
-from harness.wire import JsonObject, JsonValue, Reader, WireError
 from problems.spec import Problem
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Target
+from vocabulary.wire import JsonObject, JsonValue, Reader, WireError
 
 __all__ = ["CompareItem", "CompareReply", "CompareRequest", "Compared", "DeviceMeasured", "MeterRequest",
            "ReferenceEnvironment", "ReferenceInfo", "ReferenceStart", "Timed"]

@@ -4,6 +4,6 @@
 fusing compiler groups them), `codegen` (a region as a problem's source), `profiling` (the model
 stage's work: regions timed through the patch), `runtime` (the patch itself: self-contained,
 copied into every ``patched.py``). The driver side is `harness.modelstage`, `harness.modelextract`,
-`harness.patchsource` and `harness.modelapply`; the values `harness.regionplan` and
-`harness.modelreport`.
+`harness.patchsource` and `harness.modelapply`; the values `vocabulary.regionplan` and
+`vocabulary.modelreport`.
 """

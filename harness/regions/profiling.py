@@ -29,7 +29,6 @@ from harness.compare import compare_outputs, flatten_output
 from harness.options import TimingOptions, default_tolerance
 from harness.patchsource import plan_of
 from harness.protocol.model import ProfileModelRequest
-from harness.regionplan import Boundary, CaptureReport, ModelProfile, Region, RegionInstance
 from harness.regions.capture import Unit, capture_units
 from harness.regions.codegen import BoundaryTensor, RenderedRegion, TensorStats, render_region, tensor_stats
 from harness.regions.grouping import Group, RegionKind, group_regions, short_op
@@ -38,6 +37,7 @@ from harness.roles.loading import load_module, load_problem_module
 from harness.seeds import TrialSpec
 from problems.constants import DECLARATION_NAMES, module_constants
 from problems.spec import Problem, parse_problem
+from vocabulary.regionplan import Boundary, CaptureReport, ModelProfile, Region, RegionInstance
 
 __all__ = ["profile_model"]
 

@@ -22,10 +22,7 @@ import torch
 from harness import contract
 from harness.buildcache import BuildCache
 from harness.buildcache.records import BuildAnswer
-from harness.builds import BuildPhase
-from harness.causes import MAX_KERNEL_ERROR_CHARS, KernelError
 from harness.channel import Channel, StageMessage
-from harness.integrity import Flag
 from harness.meter.stage import Meter
 from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
 from harness.protocol.build import Delegation
@@ -40,7 +37,10 @@ from harness.protocol.candidate import (
 from harness.protocol.meter import MeterEnd, Metering
 from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
 from harness.transfer import export_output
-from harness.verdict import ProfileRow
+from vocabulary.builds import BuildPhase
+from vocabulary.causes import MAX_KERNEL_ERROR_CHARS, KernelError
+from vocabulary.flags import Flag
+from vocabulary.verdict import ProfileRow
 
 
 class NoopSwitch:

@@ -18,7 +18,6 @@ import torch
 from harness import contract, footprint
 from harness.channel import Channel, StageMessage, parse_message
 from harness.compare import compare_outputs, flatten_output
-from harness.devices import DeviceSpecs
 from harness.meter.stage import Meter, call_inputs
 from harness.options import default_tolerance
 from harness.protocol import Op, OpFailed, StartFailed, op_of
@@ -38,6 +37,7 @@ from harness.protocol.reference import (
 from harness.roles.loading import brief_error, load_problem_module
 from harness.roofline import count_flops, device_specs, host_loaded, min_bytes, sol_ms
 from harness.transfer import OutputRejected, import_output
+from vocabulary.devices import DeviceSpecs
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.providers.replay import ReplayProvider
+from agent.providers.scripted import ScriptedProvider
 from problems import load_problem
 from problems.spec import Problem
 from tests.support.agents import SEED1, SEED2
@@ -22,8 +22,8 @@ def seed2() -> Problem:
 
 
 @pytest.fixture
-def replay1() -> ReplayProvider:
-    return ReplayProvider.for_problem(SEED1, "cpu")
+def scripted1() -> ScriptedProvider:
+    return ScriptedProvider.for_problem(SEED1, "cpu")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""docs/deploy.md's LLM profile examples: each parses, and runs a job against a scripted server of
+"""docs/deploy.md's LLM profile examples: each parses, and runs a job against a fake server of
 its kind (started as the document says) without a single refused request."""
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
+    FakeLLMServer,
     LlamaCppServer,
     MemoryRecorder,
     OllamaServer,
     OpenAIServer,
     Reply,
-    ScriptedServer,
     SGLangServer,
     VLLMServer,
 )
@@ -35,7 +35,7 @@ _EXAMPLE = re.compile(r"```json (\w+)\n(.*?)```", re.DOTALL)
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
 
 #: The server each example is for, started as the document says.
-SERVERS: dict[str, Callable[[list[Reply]], ScriptedServer]] = {
+SERVERS: dict[str, Callable[[list[Reply]], FakeLLMServer]] = {
     "openai": lambda s: OpenAIServer(s, model="gpt-4o-mini", context_window=128_000),
     "reasoning": lambda s: OpenAIServer(s, model="o4-mini", context_window=200_000, reasoning_model=True),
     "vllm": lambda s: VLLMServer(s, context_window=32_768, tool_parser=True, reasoning_parser=True),

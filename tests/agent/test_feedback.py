@@ -6,13 +6,13 @@ from dataclasses import replace
 from typing import Any
 
 from agent.feedback import gpu_summary, verdict_feedback
-from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, KernelInfo
-from harness.causes import KernelError
-from harness.devices import DeviceSpecs
-from harness.provenance import Provenance
-from harness.verdict import CompileResult, ProfileRow, Stage, Status, Trial, Verdict
 from tests.support.doubles import make_verdict
 from tests.support.doubles.fakes import FAKE_SPECS
+from vocabulary.builds import BuildFailure, BuildPhase, CompileResult, ExtensionBuild, KernelInfo
+from vocabulary.causes import KernelError
+from vocabulary.devices import DeviceSpecs
+from vocabulary.provenance import Provenance
+from vocabulary.verdict import ProfileRow, Stage, Status, Trial, Verdict
 
 
 def test_compile_error_shows_file_line_and_what_main_cpp_is() -> None:

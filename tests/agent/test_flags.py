@@ -1,8 +1,8 @@
 """Every integrity flag the harness can raise has its text for the verdict and its advice for the model."""
 
 from agent.feedback import FLAG_MEANING, verdict_feedback
-from harness.integrity import DECISIVE_FLAGS, FLAG_TEXT, NOTICE_FLAGS, QUARANTINE_FLAGS, Flag
-from harness.verdict import Stage, Status, Verdict
+from vocabulary.flags import DECISIVE_FLAGS, FLAG_TEXT, NOTICE_FLAGS, QUARANTINE_FLAGS, Flag
+from vocabulary.verdict import Stage, Status, Verdict
 
 
 def test_every_flag_has_the_harness_text_and_the_agent_advice() -> None:

@@ -1,6 +1,6 @@
 """The agent loop against the LLM servers people run, through the real ``openai`` client.
 
-Each test drives `agent.run_job` against a scripted server (`tests.support.doubles`) that validates,
+Each test drives `agent.run_job` against a fake server (`tests.support.doubles`) that validates,
 fails and streams the way its real counterpart does (the server modules cite their sources),
 and covers one row of issue 14's table, or streaming, Retry-After, the strict-history check.
 No compiles: a `FakeEvaluator` judges the candidates.
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent import Budgets, Failure, JobResult, StopReason, run_job, source_sha256
+from agent import Failure, JobResult, StopReason, run_job, source_sha256
 from agent.providers.openai_chat import OpenAIProvider, is_context_overflow, split_think
 from config.settings import LLMProfile
 from problems.spec import Problem
@@ -26,16 +26,17 @@ from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
+    FakeLLMServer,
     LlamaCppServer,
     MemoryRecorder,
     OllamaServer,
     OpenAIServer,
     Reply,
-    ScriptedServer,
     SGLangServer,
     VLLMServer,
 )
-from tests.support.doubles.scripted import roles_alternate
+from tests.support.doubles.llm_server import roles_alternate
+from vocabulary.budgets import Budgets
 
 FAST = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # fast\n    pass\n"
 SLOW = "import torch\n\nclass ModelNew(torch.nn.Module):\n    # slow\n    pass\n"
@@ -53,7 +54,7 @@ def _evaluator(**extra: FakeCandidate) -> FakeEvaluator:
     return FakeEvaluator({**table, **extra})
 
 
-def _profile(server: ScriptedServer, **kw: Any) -> LLMProfile:
+def _profile(server: FakeLLMServer, **kw: Any) -> LLMProfile:
     settings: dict[str, Any] = {"base_url": server.base_url, "model": server.model, "api_key_env": None,
                                 "idle_timeout_s": 5.0, "timeout_s": 10.0, "max_retries": 2,
                                 "context_window": server.context_window, "max_output_tokens": 2048}
@@ -61,7 +62,7 @@ def _profile(server: ScriptedServer, **kw: Any) -> LLMProfile:
     return LLMProfile(**settings)
 
 
-def _run(problem: Problem, server: ScriptedServer, profile: LLMProfile, *, budgets: Budgets | None = None,
+def _run(problem: Problem, server: FakeLLMServer, profile: LLMProfile, *, budgets: Budgets | None = None,
          evaluator: FakeEvaluator | None = None, recorder: MemoryRecorder | None = None,
          sleeps: list[float] | None = None) -> tuple[JobResult, MemoryRecorder]:
     recorder = recorder or MemoryRecorder()
@@ -127,7 +128,7 @@ def test_reasoning_is_kept_out_of_the_resent_history(seed1: Problem, server_kind
                                                                                   {"source": WRONG}),)),
               Reply(content="Fix the bias.", reasoning=thoughts, calls=(Call("benchmark", {"source": FAST}),)),
               Reply(content="Submit.", reasoning=thoughts, calls=(Call("submit", {"source": FAST}),))]
-    server: ScriptedServer = (VLLMServer(script) if server_kind == "vllm_reasoning_parser"
+    server: FakeLLMServer = (VLLMServer(script) if server_kind == "vllm_reasoning_parser"
                               else LlamaCppServer(script, reasoning_format="none"))
     with server:
         result, recorder = _run(seed1, server, _profile(server))
@@ -188,7 +189,7 @@ def test_a_server_refusing_tools_is_answered_in_text_at_once(seed1: Problem, ser
     in the text protocol, and the job remembers it."""
     script = [Reply(content=f"```python\n{FAST}```\n" + '```json\n{"tool": "benchmark", "arguments": {}}\n```'),
               Reply(content='```json\n{"tool": "submit", "arguments": {}}\n```\n```python\n' + FAST + "```")]
-    server: ScriptedServer = {
+    server: FakeLLMServer = {
         "vllm_without_tool_parser": lambda: VLLMServer(script, tool_parser=False),
         "llamacpp_without_jinja": lambda: LlamaCppServer(script, jinja=False),
         "ollama_model_without_tools": lambda: OllamaServer(script, supports_tools=False, context_window=16_384),
@@ -241,7 +242,7 @@ def test_the_history_stays_valid_json_for_servers_that_revalidate_it(seed1: Prob
               Reply(content="b", calls=(Call("check_correctness", {"source": WRONG}, as_object=True),)),
               Reply(content="c", calls=(Call("benchmark", "source=FAST"), Call("tile_it", {"source": FAST}))),
               Reply(content="d", calls=(Call("submit", {"source": FAST}),))]
-    server: ScriptedServer = {"vllm_500": lambda: VLLMServer(script, history_status=500),
+    server: FakeLLMServer = {"vllm_500": lambda: VLLMServer(script, history_status=500),
                               "vllm_400": lambda: VLLMServer(script, history_status=400),
                               "ollama": lambda: OllamaServer(script, context_window=16_384)}[server_kind]()
     with server:

@@ -12,16 +12,16 @@ import pytest
 
 from agent import Failure, JobSpec, StopReason, run_job, source_sha256
 from agent.providers.base import AssistantTurn, ContextOverflow, ProviderError, ToolCall, Usage
-from agent.providers.replay import ReplayProvider, ScriptedCall, ScriptedTurn
+from agent.providers.scripted import ScriptedCall, ScriptedProvider, ScriptedTurn
 from problems.spec import Problem
-from tests.support.agents import REPLAY, FakeClock, budgets_of, fake_for, no_sleep, spec_for
+from tests.support.agents import SCRIPTED, FakeClock, budgets_of, fake_for, no_sleep, spec_for
 from tests.support.doubles import FakeCandidate, FakeEvaluator, MemoryRecorder
 
 
-def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, replay1: ReplayProvider,
+def test_scripted_job_records_every_message_and_attempt_in_order(seed1: Problem, scripted1: ScriptedProvider,
                                                                recorder: MemoryRecorder) -> None:
-    evaluator = fake_for(replay1)
-    result = run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=replay1, sleep=no_sleep)
+    evaluator = fake_for(scripted1)
+    result = run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=scripted1, sleep=no_sleep)
 
     assert result.reason is StopReason.COMPLETED and result.error is None
     assert recorder.finished == {0: "submitted"} and result.trajectories[0].reason is StopReason.SUBMITTED
@@ -44,27 +44,27 @@ def test_replay_job_records_every_message_and_attempt_in_order(seed1: Problem, r
     assert slow.parent_sha256 == wrong.sha256 and rerun.sha256 == slow.sha256 and rerun.parent_sha256 == slow.sha256
     assert fast.parent_sha256 == slow.sha256 and profile.parent_sha256 == fast.sha256
     # the best is the fast kernel's benchmark verdict, with its source
-    assert result.best is not None and result.best.source == replay1.source("fast")
+    assert result.best is not None and result.best.source == scripted1.source("fast")
     assert result.best.median_ms == 1.0 and result.best.tool == "benchmark"
     assert result.totals.llm_calls == 7 and result.totals.tool_calls == 8
     assert "(identical source to an earlier benchmark call" in recorder.tool_results()[-1]
 
 
-def test_turn_budget_cuts_the_script_and_the_best_still_counts(seed1: Problem, replay1: ReplayProvider,
+def test_turn_budget_cuts_the_script_and_the_best_still_counts(seed1: Problem, scripted1: ScriptedProvider,
                                                                recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=budgets_of(turns=5)), evaluator=fake_for(replay1), recorder=recorder,
-                     provider=replay1, sleep=no_sleep)
+    result = run_job(spec_for(seed1, budgets=budgets_of(turns=5)), evaluator=fake_for(scripted1), recorder=recorder,
+                     provider=scripted1, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.TURNS and recorder.finished == {0: "turns"}
     assert sum(m.role == "assistant" for m in recorder.messages) == 5
     assert "submit" not in [a.tool for a in recorder.attempts]
-    assert result.best is not None and result.best.source == replay1.source("fast")  # ended without submit
+    assert result.best is not None and result.best.source == scripted1.source("fast")  # ended without submit
     assert "Your next turn is the last: submit(source)" in recorder.tool_results()[-2]
     assert "[budget used up: the session ends here" in recorder.tool_results()[-1]
 
 
-def test_tool_call_budget(seed1: Problem, replay1: ReplayProvider, recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=budgets_of(tool_calls=4)), evaluator=fake_for(replay1),
-                     recorder=recorder, provider=replay1, sleep=no_sleep)
+def test_tool_call_budget(seed1: Problem, scripted1: ScriptedProvider, recorder: MemoryRecorder) -> None:
+    result = run_job(spec_for(seed1, budgets=budgets_of(tool_calls=4)), evaluator=fake_for(scripted1),
+                     recorder=recorder, provider=scripted1, sleep=no_sleep)
     assert result.trajectories[0].reason is StopReason.TOOL_CALLS
     assert result.trajectories[0].tool_calls == 4
     # turn 4 calls check_correctness then benchmark: the second is answered, not run
@@ -72,75 +72,75 @@ def test_tool_call_budget(seed1: Problem, replay1: ReplayProvider, recorder: Mem
     assert [a.tool for a in recorder.attempts][-1] == "check_correctness"
 
 
-def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, replay1: ReplayProvider) -> None:
-    result = run_job(spec_for(seed1, budgets=budgets_of(max_tokens=9000)), evaluator=fake_for(replay1),
-                     recorder=MemoryRecorder(), provider=replay1, sleep=no_sleep)
+def test_job_budgets_tokens_cost_wall_clock(seed1: Problem, scripted1: ScriptedProvider) -> None:
+    result = run_job(spec_for(seed1, budgets=budgets_of(max_tokens=9000)), evaluator=fake_for(scripted1),
+                     recorder=MemoryRecorder(), provider=scripted1, sleep=no_sleep)
     assert result.reason is StopReason.TOKENS and result.totals.tokens >= 9000
     assert result.totals.llm_calls < 7
 
-    class Priced(ReplayProvider):
+    class Priced(ScriptedProvider):
         def complete(self, *args: Any, **kw: Any) -> AssistantTurn:
             turn = super().complete(*args, **kw)
             return AssistantTurn(content=turn.content, tool_calls=turn.tool_calls,
                                  usage=Usage(turn.usage.tokens_in, turn.usage.tokens_out, cost_usd=0.4))
 
-    priced = Priced(replay1.turns, replay1.sources)
-    result = run_job(spec_for(seed1, budgets=budgets_of(max_cost_usd=1.0)), evaluator=fake_for(replay1),
+    priced = Priced(scripted1.turns, scripted1.sources)
+    result = run_job(spec_for(seed1, budgets=budgets_of(max_cost_usd=1.0)), evaluator=fake_for(scripted1),
                      recorder=MemoryRecorder(), provider=priced, sleep=no_sleep)
     assert result.reason is StopReason.COST and result.totals.llm_calls == 3
     assert result.totals.cost_usd == pytest.approx(1.2)
 
     clock = FakeClock()
 
-    class Slow(ReplayProvider):
+    class Slow(ScriptedProvider):
         def complete(self, *args: Any, **kw: Any) -> AssistantTurn:
             clock.now += 100.0
             return super().complete(*args, **kw)
 
-    result = run_job(spec_for(seed1, budgets=budgets_of(wall_clock_s=250)), evaluator=fake_for(replay1),
-                     recorder=MemoryRecorder(), provider=Slow(replay1.turns, replay1.sources), sleep=no_sleep,
+    result = run_job(spec_for(seed1, budgets=budgets_of(wall_clock_s=250)), evaluator=fake_for(scripted1),
+                     recorder=MemoryRecorder(), provider=Slow(scripted1.turns, scripted1.sources), sleep=no_sleep,
                      clock=clock)
     assert result.reason is StopReason.WALL_CLOCK and result.totals.llm_calls == 3
 
 
-def test_target_speedup_stops_the_job_early(seed1: Problem, replay1: ReplayProvider,
+def test_target_speedup_stops_the_job_early(seed1: Problem, scripted1: ScriptedProvider,
                                             recorder: MemoryRecorder) -> None:
-    result = run_job(spec_for(seed1, budgets=budgets_of(target_speedup=1.5)), evaluator=fake_for(replay1),
-                     recorder=recorder, provider=replay1, sleep=no_sleep)
+    result = run_job(spec_for(seed1, budgets=budgets_of(target_speedup=1.5)), evaluator=fake_for(scripted1),
+                     recorder=recorder, provider=scripted1, sleep=no_sleep)
     assert result.reason is StopReason.TARGET_REACHED  # the fast one is 2x over eager
     assert [a.tool for a in recorder.attempts][-1] == "benchmark" and result.best is not None
 
 
-def test_cancellation_is_checked_between_steps(seed1: Problem, replay1: ReplayProvider) -> None:
+def test_cancellation_is_checked_between_steps(seed1: Problem, scripted1: ScriptedProvider) -> None:
     recorder = MemoryRecorder(cancel_when=lambda r: len(r.attempts) >= 2)
-    result = run_job(spec_for(seed1), evaluator=fake_for(replay1), recorder=recorder, provider=replay1,
+    result = run_job(spec_for(seed1), evaluator=fake_for(scripted1), recorder=recorder, provider=scripted1,
                      sleep=no_sleep)
     assert result.reason is StopReason.CANCELLED and recorder.finished == {0: "cancelled"}
     assert len(recorder.attempts) == 2
 
 
-def test_suspicious_never_becomes_best_but_is_reported(seed1: Problem, replay1: ReplayProvider) -> None:
-    evaluator = fake_for(replay1, fast=FakeCandidate("suspicious", median_ms=0.1))
-    result = run_job(spec_for(seed1), evaluator=evaluator, recorder=MemoryRecorder(), provider=replay1,
+def test_suspicious_never_becomes_best_but_is_reported(seed1: Problem, scripted1: ScriptedProvider) -> None:
+    evaluator = fake_for(scripted1, fast=FakeCandidate("suspicious", median_ms=0.1))
+    result = run_job(spec_for(seed1), evaluator=evaluator, recorder=MemoryRecorder(), provider=scripted1,
                      sleep=no_sleep)
-    assert result.best is not None and result.best.source == replay1.source("slow")
-    assert [q.source for q in result.quarantined] == [replay1.source("fast")]
+    assert result.best is not None and result.best.source == scripted1.source("slow")
+    assert [q.source for q in result.quarantined] == [scripted1.source("fast")]
 
 
 def test_correctness_only_passes_never_count_as_best(seed1: Problem) -> None:
     turns = (ScriptedTurn("check", (ScriptedCall("check_correctness", "fast"),)),
              ScriptedTurn("compile", (ScriptedCall("compile", "fast"),)))
-    provider = ReplayProvider(turns, {"fast": "FAST"})
+    provider = ScriptedProvider(turns, {"fast": "FAST"})
     result = run_job(spec_for(seed1, budgets=budgets_of(turns=2)), evaluator=FakeEvaluator({"FAST": FakeCandidate()}),
                      recorder=MemoryRecorder(), provider=provider, sleep=no_sleep)
     assert result.best is None and result.reason is StopReason.COMPLETED
 
 
-def test_infra_errors_are_retried_recorded_and_never_shown(seed1: Problem, replay1: ReplayProvider,
+def test_infra_errors_are_retried_recorded_and_never_shown(seed1: Problem, scripted1: ScriptedProvider,
                                                            recorder: MemoryRecorder) -> None:
     sleeps: list[float] = []
-    evaluator = fake_for(replay1, wrong=FakeCandidate("wrong", infra_first=2))
-    run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=replay1, sleep=sleeps.append)
+    evaluator = fake_for(scripted1, wrong=FakeCandidate("wrong", infra_first=2))
+    run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=scripted1, sleep=sleeps.append)
     infra = [a for a in recorder.attempts if a.verdict.error_kind == "infra"]
     assert len(infra) == 2 and sleeps == [2.0, 10.0]
     assert not any("reference process failed" in t for t in recorder.tool_results())
@@ -149,10 +149,10 @@ def test_infra_errors_are_retried_recorded_and_never_shown(seed1: Problem, repla
 
 
 def test_persistent_infra_failure_is_not_charged_and_ends_the_trajectory(seed1: Problem,
-                                                                         replay1: ReplayProvider) -> None:
-    evaluator = fake_for(replay1, draft=FakeCandidate("compile_error", infra_first=100))
-    turns = (replay1.turns[1],) * 4
-    provider = ReplayProvider(turns, replay1.sources)
+                                                                         scripted1: ScriptedProvider) -> None:
+    evaluator = fake_for(scripted1, draft=FakeCandidate("compile_error", infra_first=100))
+    turns = (scripted1.turns[1],) * 4
+    provider = ScriptedProvider(turns, scripted1.sources)
     recorder = MemoryRecorder()
     result = run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=provider, sleep=no_sleep)
     trajectory = result.trajectories[0]
@@ -162,11 +162,11 @@ def test_persistent_infra_failure_is_not_charged_and_ends_the_trajectory(seed1: 
     assert len(recorder.attempts) == 9  # 3 turns x (1 try + 2 retries)
 
 
-def test_device_specs_retried_then_in_the_prompt(seed1: Problem, replay1: ReplayProvider,
+def test_device_specs_retried_then_in_the_prompt(seed1: Problem, scripted1: ScriptedProvider,
                                                  recorder: MemoryRecorder) -> None:
-    evaluator = fake_for(replay1)
+    evaluator = fake_for(scripted1)
     evaluator._specs_failures = 1
-    run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=replay1, sleep=no_sleep)
+    run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=scripted1, sleep=no_sleep)
     assert "NVIDIA H200" in (recorder.messages[0].content or "")
     assert "ridge point" in recorder.tool_results()[0]
 
@@ -179,7 +179,7 @@ def test_dedup_serves_stored_verdicts_across_tools(seed1: Problem) -> None:
         ScriptedTurn("broken", (ScriptedCall("compile", "broken"),)),
         ScriptedTurn("broken deeper", (ScriptedCall("benchmark", "broken"), ScriptedCall("profile", "fast"))),
     )
-    provider = ReplayProvider(turns, {"fast": "FAST", "broken": "BROKEN"})
+    provider = ScriptedProvider(turns, {"fast": "FAST", "broken": "BROKEN"})
     evaluator = FakeEvaluator({"FAST": FakeCandidate(), "BROKEN": FakeCandidate("compile_error")})
     recorder = MemoryRecorder()
     run_job(spec_for(seed1), evaluator=evaluator, recorder=recorder, provider=provider, sleep=no_sleep)
@@ -196,7 +196,7 @@ def test_malformed_calls_unknown_tools_and_missing_source_are_fed_back(seed1: Pr
                                  ScriptedCall("compile", raw_arguments=json.dumps({"source": "x", "flags": 1})))),
         ScriptedTurn("fine", (ScriptedCall("submit", "fast"),)),
     )
-    provider = ReplayProvider(turns, {"fast": "FAST"})
+    provider = ScriptedProvider(turns, {"fast": "FAST"})
     recorder = MemoryRecorder()
     result = run_job(spec_for(seed1), evaluator=FakeEvaluator({"FAST": FakeCandidate()}), recorder=recorder,
                      provider=provider, sleep=no_sleep)
@@ -290,7 +290,7 @@ def test_long_history_is_compacted_before_it_is_sent_and_never_over_the_window(s
         AssistantTurn(content="x" * 2000, tool_calls=(_call("compile", f"SRC{i}" + "y" * 1500, f"c{i}"),))
         for i in range(12)]
     provider = ScriptProvider(steps)
-    llm = REPLAY.model_copy(update={"max_output_tokens": 1000})
+    llm = SCRIPTED.model_copy(update={"max_output_tokens": 1000})
     spec = spec_for(seed1, budgets=budgets_of(turns=12), context_tokens=14_000, llm=llm)
     run_job(spec, evaluator=FakeEvaluator({}), recorder=MemoryRecorder(), provider=provider, sleep=no_sleep)
     compacted = [h for h in provider.seen if "## Summary of this session so far" in h[1]["content"]]
@@ -319,10 +319,10 @@ def test_provider_failures_end_the_trajectory_as_values(seed1: Problem) -> None:
 
 
 def test_trajectories_run_concurrently_share_dedup_and_pick_the_best(seed1: Problem,
-                                                                     replay1: ReplayProvider) -> None:
-    evaluator = fake_for(replay1)
+                                                                     scripted1: ScriptedProvider) -> None:
+    evaluator = fake_for(scripted1)
     recorder = MemoryRecorder()
-    result = run_job(spec_for(seed1, trajectories=3), evaluator=evaluator, recorder=recorder, provider=replay1,
+    result = run_job(spec_for(seed1, trajectories=3), evaluator=evaluator, recorder=recorder, provider=scripted1,
                      sleep=no_sleep)
     assert set(recorder.finished.values()) == {"submitted"} and len(result.trajectories) == 3
     assert [recorder.started[i].temperature for i in range(3)] == [0.2, 0.7, 0.9]
@@ -331,7 +331,7 @@ def test_trajectories_run_concurrently_share_dedup_and_pick_the_best(seed1: Prob
     assert any("## Strategy for this session" in (s or "") for s in strategies)
     # the same script in every trajectory: each (source, depth) evaluated once in the whole job
     assert len(evaluator.calls) == len(set(evaluator.calls)) == 6
-    assert result.best is not None and result.best.source == replay1.source("fast")
+    assert result.best is not None and result.best.source == scripted1.source("fast")
     for i in range(3):
         assert [m.role for m in recorder.messages_of(i)][:2] == ["system", "user"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from agent import Budgets
 from agent.prompt import problem_message, system_prompt
-from harness.devices import DeviceSpecs
 from problems import load_problem
 from problems.spec import Policy, Problem
 from tests.support.agents import SEED2_EVAL, budgets_of
 from tests.support.doubles.fakes import FAKE_SPECS
+from vocabulary.budgets import Budgets
+from vocabulary.devices import DeviceSpecs
 
 
 def _prompt(problem: Problem, target: str = "cuda", *, specs: DeviceSpecs | None = FAKE_SPECS,

@@ -7,7 +7,7 @@ import agent
 
 def test_public_names() -> None:
     assert sorted(agent.__all__) == sorted([
-        "TOOL_SCHEMAS", "AssistantTurn", "Budgets", "CandidateRecord", "ContextOverflow", "Evaluator", "Failure",
+        "TOOL_SCHEMAS", "AssistantTurn", "CandidateRecord", "ContextOverflow", "Evaluator", "Failure",
         "Interrupted", "JobResult", "JobSpec", "LLMProvider", "ProviderError", "Recorder", "SerialEvaluator",
         "StopReason", "ToolCall", "ToolName", "Totals", "TrajectoryResult", "Usage", "make_provider", "run_job",
         "source_sha256", "trajectory_plan",
@@ -17,12 +17,12 @@ def test_public_names() -> None:
 
 
 def test_fakes_satisfy_the_protocols() -> None:
-    from agent.providers.replay import ReplayProvider
+    from agent.providers.scripted import ScriptedProvider
     from tests.support.doubles import FakeEvaluator, MemoryRecorder
 
     assert isinstance(FakeEvaluator({}), agent.Evaluator)
     assert isinstance(MemoryRecorder(), agent.Recorder)
-    assert isinstance(ReplayProvider([]), agent.LLMProvider)
+    assert isinstance(ScriptedProvider([]), agent.LLMProvider)
 
 
 def test_schemas_are_openai_function_tools() -> None:

@@ -1,4 +1,4 @@
-"""On an H200 (`pytest -m gpu`): the replay script of seed problem 1 on cuda, end to end.
+"""On an H200 (`pytest -m gpu`): the scripted LLM's script of seed problem 1 on cuda, end to end.
 
 The real referee (sandboxed nvcc builds, CUDA trials, timing against eager and torch.compile);
 needs torch and pytest only. Figures go to stdout (run with -s) and, when KERNELLOOP_GPU_REPORT
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent import StopReason, run_job
-from agent.providers.replay import ReplayProvider
+from agent.providers.scripted import ScriptedProvider
 from harness import HarnessOptions, Referee
 from problems import load_problem
 from tests.support.agents import SEED1, spec_for
@@ -24,7 +24,7 @@ from tests.support.gpu import report
 pytestmark = pytest.mark.gpu
 
 
-def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_seed1_cuda_scripted_end_to_end(tmp_path_factory: pytest.TempPathFactory) -> None:
     import torch
 
     if not torch.cuda.is_available():
@@ -32,7 +32,7 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
     kept = os.environ.get("KERNELLOOP_TEST_CACHE")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("agent-gpu-cache")
     problem = load_problem(SEED1)
-    provider = ReplayProvider.for_problem(SEED1, "cuda")
+    provider = ScriptedProvider.for_problem(SEED1, "cuda")
     recorder = MemoryRecorder()
     started = time.monotonic()
     options = HarnessOptions(cache_dir=cache)
@@ -47,12 +47,12 @@ def test_seed1_cuda_replay_end_to_end(tmp_path_factory: pytest.TempPathFactory) 
         rows.append({"tool": a.tool, "status": v["status"], "stage": v["stage"],
                      "median_ms": (v.get("timing") or {}).get("median_ms"),
                      "eager_ms": (v.get("baselines") or {}).get("eager_ms"),
-                     "compile_ms": (v.get("baselines") or {}).get("compile_ms"),
+                     "compile_ms": (v.get("baselines") or {}).get("torch_compile_ms"),
                      "speedup_vs_eager": v.get("speedup_vs_eager"), "speedup_vs_compile": v.get("speedup_vs_compile"),
                      "pct_of_sol": v.get("pct_of_sol"), "compile_s": v.get("compile_s"),
                      "kernels": (v.get("compile") or {}).get("kernels")})
     best = result.best.to_dict() if result.best else {}
-    report({"test": "agent_replay_seed1_cuda", "wall_s": wall_s, "reason": result.reason.value,
+    report({"test": "agent_scripted_seed1_cuda", "wall_s": wall_s, "reason": result.reason.value,
              "trajectory": result.trajectories[0].reason.value, "attempts": rows,
              "best": {k: best.get(k) for k in ("tool", "speedup_vs_eager", "speedup_vs_compile", "pct_of_sol")}
              | {"median_ms": (best.get("timing") or {}).get("median_ms")},

@@ -1,4 +1,4 @@
-"""Replay scripts: every seed problem and every bundled level-1 problem on both targets, candidates
+"""The scripted LLM's scripts: every seed problem and every bundled level-1 problem on both targets, candidates
 built from the examples (no compiles here: tests/examples and tests/gpu run the level-1 ones)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from agent import StopReason, run_job
 from agent.providers.base import ProviderError
-from agent.providers.replay import NoReplayScript, ReplayProvider, has_script, replay_script, scripted_problems
-from agent.providers.replay_candidates import EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
-from agent.providers.replay_models import model_region_ids
+from agent.providers.scripted import NoScript, ScriptedProvider, has_script, script_for, scripted_problems
+from agent.providers.scripted_candidates import EXAMPLES_DIR, LEVEL1_DEMOS, Level1Demo
+from agent.providers.scripted_models import model_region_ids
 from problems import load_problem
 from tests.support.agents import SEED1, SEED2, SEED2_EVAL, fake_for, no_sleep, spec_for
 from tests.support.doubles import FakeCandidate, FakeEvaluator, MemoryRecorder
@@ -53,7 +53,7 @@ def test_every_region_kernel_of_the_example_models_has_a_cpu_script_of_four_turn
     found = model_region_ids()
     assert {problem_id.split("/")[0] for problem_id, _, _ in found} == {"mlp_stack", "conv_stem", "attention_block"}
     for problem_id, target, path in found:
-        turns, sources = replay_script(problem_id, target)
+        turns, sources = script_for(problem_id, target)
         assert [c.tool for t in turns for c in t.calls] == ["compile", "check_correctness", "benchmark", "submit"]
         assert sources["kernel"] == path.read_text() and "class ModelNew" in sources["kernel"]
         assert not has_script(problem_id, "cuda")  # C++ kernels: the cpu target only
@@ -70,7 +70,7 @@ def _init_args(source: str, class_name: str) -> list[str]:
 
 @pytest.mark.parametrize(("demo", "target"), LEVEL1, ids=lambda x: getattr(x, "name", x))
 def test_level1_script_reads_drafts_times_and_submits(demo: Level1Demo, target: str) -> None:
-    turns, sources = replay_script(demo.problem_id, target)
+    turns, sources = script_for(demo.problem_id, target)
     calls = [(c.tool, c.candidate) for turn in turns for c in turn.calls]
     draft = [("check_correctness", demo.draft)] + ([("benchmark", "slow")] if demo.draft == "slow" else [])
     assert calls == [("get_gpu_specs", None), *draft, ("benchmark", "fast"), ("submit", "fast")]
@@ -92,7 +92,7 @@ def test_level1_script_reads_drafts_times_and_submits(demo: Level1Demo, target: 
 
 @pytest.mark.parametrize(("demo", "target"), LEVEL1, ids=lambda x: getattr(x, "name", x))
 def test_each_level1_script_runs_to_submit_against_a_fake(demo: Level1Demo, target: str) -> None:
-    provider = ReplayProvider.for_problem(demo.problem_id, target)
+    provider = ScriptedProvider.for_problem(demo.problem_id, target)
     draft = FakeCandidate("wrong") if demo.draft == "wrong" else FakeCandidate("pass", median_ms=5.0)
     evaluator = FakeEvaluator({provider.source(demo.draft): draft, provider.source("fast"): FakeCandidate("pass")})
     result = run_job(spec_for(load_problem(demo.problem_id), target), evaluator=evaluator, recorder=MemoryRecorder(),
@@ -103,7 +103,7 @@ def test_each_level1_script_runs_to_submit_against_a_fake(demo: Level1Demo, targ
 
 @pytest.mark.parametrize(("problem_id", "target"), ALL)
 def test_script_walks_the_playbook_and_its_candidates_are_valid(problem_id: str, target: str) -> None:
-    turns, sources = replay_script(problem_id, target)
+    turns, sources = script_for(problem_id, target)
     calls = [(c.tool, c.candidate) for turn in turns for c in turn.calls]
     assert calls == [("get_gpu_specs", None), ("compile", "draft"), ("check_correctness", "wrong"),
                      ("check_correctness", "slow"), ("benchmark", "slow"), ("benchmark", "fast"),
@@ -126,20 +126,20 @@ def test_script_walks_the_playbook_and_its_candidates_are_valid(problem_id: str,
 
 def test_wrong_variants_share_the_build_of_a_correct_example() -> None:
     for key in ALL:
-        _, sources = replay_script(*key)
+        _, sources = script_for(*key)
         wrong = extension_part(sources["wrong"])
         assert any(wrong == extension_part(p.read_text()) for p in EXAMPLES_DIR.glob("seed*.py")), key
 
 
 def test_seed1_cpu_script_uses_the_example_compile_error() -> None:
-    _, sources = replay_script(SEED1, "cpu")
+    _, sources = script_for(SEED1, "cpu")
     assert sources["draft"] == (EXAMPLES_DIR / "seed1_cpu_compile_error.py").read_text()
     assert sources["wrong"] == (EXAMPLES_DIR / "seed1_cpu_wrong.py").read_text()
 
 
 @pytest.mark.parametrize(("problem_id", "target"), ALL)
 def test_each_script_runs_to_submit_against_a_fake(problem_id: str, target: str) -> None:
-    provider = ReplayProvider.for_problem(problem_id, target)
+    provider = ScriptedProvider.for_problem(problem_id, target)
     recorder = MemoryRecorder()
     result = run_job(spec_for(load_problem(problem_id), target), evaluator=fake_for(provider), recorder=recorder,
                      provider=provider, sleep=no_sleep)
@@ -148,13 +148,13 @@ def test_each_script_runs_to_submit_against_a_fake(problem_id: str, target: str)
 
 
 def test_position_survives_summaries_and_unknown_scripts_are_refused() -> None:
-    provider = ReplayProvider.for_problem(SEED1, "cpu")
+    provider = ScriptedProvider.for_problem(SEED1, "cpu")
     history: list[dict[str, Any]] = [{"role": "system"}, {"role": "user"}, {"role": "user", "content": "Summary"},
-               {"role": "assistant", "tool_calls": [{"id": "replay-4-0"}]}, {"role": "tool"},
+               {"role": "assistant", "tool_calls": [{"id": "scripted-4-0"}]}, {"role": "tool"},
                {"role": "user", "content": "nudge"}]
     assert provider.position(history) == 5
     assert provider.complete(history, [], temperature=0.2).tool_calls[0].name == "profile"
     with pytest.raises(ProviderError, match="no turn 8"):
-        provider.complete([{"role": "assistant", "tool_calls": [{"id": "replay-6-0"}]}], [], temperature=0.2)
-    with pytest.raises(NoReplayScript, match="no script for level3/mlp on cpu; it has scripts for level1/argmax"):
-        ReplayProvider.for_problem("level3/mlp", "cpu")
+        provider.complete([{"role": "assistant", "tool_calls": [{"id": "scripted-6-0"}]}], [], temperature=0.2)
+    with pytest.raises(NoScript, match="no script for level3/mlp on cpu; it has scripts for level1/argmax"):
+        ScriptedProvider.for_problem("level3/mlp", "cpu")

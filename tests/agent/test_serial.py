@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from agent import SerialEvaluator
-from harness.verdict import Verdict
 from tests.support.doubles import FakeCandidate, FakeEvaluator, make_verdict
+from vocabulary.verdict import Verdict
 
 
 class Tracking(FakeEvaluator):

@@ -74,4 +74,4 @@ def test_a_profile_whose_key_is_unset_says_which_variable() -> None:
     assert profile.missing_key({"KERNELLOOP_TEST_UNSET_KEY": ""}) == "KERNELLOOP_TEST_UNSET_KEY"
     assert profile.missing_key({"KERNELLOOP_TEST_UNSET_KEY": "sk-1"}) is None
     assert LLMProfile(api_key_env=None).missing_key({}) is None
-    assert LLMProfile(provider="replay", model="replay", api_key_env="X").missing_key({}) is None
+    assert LLMProfile(provider="scripted", model="scripted", api_key_env="X").missing_key({}) is None

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.verdict import Status, Verdict
 from store import append_message, create_trajectory, record_attempt, session_scope
 from tests.support.api import CANDIDATE_SOURCE, Key, job_body, verdict_dict
+from vocabulary.verdict import Status, Verdict
 
 
 def _job_with_attempts(client: TestClient, key: Key, factory: sessionmaker[Session]) -> int:

@@ -1,8 +1,8 @@
-"""The OpenAPI document names every job event's payload schema (`store.payloads`)."""
+"""The OpenAPI document names every job event's payload schema (`vocabulary.events`)."""
 
 from fastapi.testclient import TestClient
 
-from store import EVENT_PAYLOADS
+from vocabulary.events import EVENT_PAYLOADS
 
 
 def test_the_event_stream_documents_each_payload(client: TestClient) -> None:

@@ -15,9 +15,9 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import StreamOptions, create_app
-from harness.verdict import Status, Verdict
 from store import JobState, Target, claim_next_job, finish_job, record_attempt, session_scope
 from tests.support.api import CANDIDATE_SOURCE, Key, RecordingDispatcher, job_body, serve, verdict_dict
+from vocabulary.verdict import Status, Verdict
 
 
 @dataclass

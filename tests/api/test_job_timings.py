@@ -8,9 +8,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.verdict import CompileResult, ErrorKind, Stage, StageSeconds, Status, Verdict
 from store import Job, claim_job, get_job, record_attempt, session_scope
 from tests.support.api import CANDIDATE_SOURCE, Key, Keys, job_body, verdict_dict
+from vocabulary.builds import CompileResult
+from vocabulary.stages import StageSeconds
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 
 
 def _attempts(factory: sessionmaker[Session], job_id: int) -> None:

@@ -61,7 +61,7 @@ def test_post_job_is_queued_stored_and_dispatched(
     assert response.headers["location"] == f"/jobs/{job['id']}"
     assert job["state"] == "queued" and job["kind"] == "agent" and job["target"] == "cuda"
     assert job["problem"]["bundled_id"] == "level1/softmax"
-    assert job["llm_profile"] == "replay" and job["trajectories"] == 2
+    assert job["llm_profile"] == "scripted" and job["trajectories"] == 2
     # Given budgets kept, the rest filled with the server's defaults.
     assert job["budgets"]["turns"] == 5 and job["budgets"]["max_cost_usd"] == 1.5
     assert job["budgets"]["tool_calls"] == 30 and job["budgets"]["target_speedup"] is None
@@ -126,7 +126,7 @@ BAD_JOB_INPUTS = [
         {"problem_source": PROBLEM_SOURCE}, "invalid_request", "exactly one of problem_id", id="two-problems"
     ),
     pytest.param(
-        {"llm_profile": "gpt-9"}, "unknown_llm_profile", "choose one of: openai, replay", id="unknown-profile"
+        {"llm_profile": "gpt-9"}, "unknown_llm_profile", "choose one of: openai, scripted", id="unknown-profile"
     ),
     pytest.param(
         {"trajectories": 17},
@@ -135,11 +135,11 @@ BAD_JOB_INPUTS = [
         id="too-many-trajectories",
     ),
     pytest.param({"trajectories": 0}, "invalid_request", "trajectories", id="no-trajectories"),
-    # The replay LLM is refused up front where it has no script, naming the problems it has.
-    pytest.param({"problem_id": "level3/mlp", "llm_profile": "replay"}, "no_replay_script",
-                 "no script for level3/mlp on cpu; it has scripts for level1/argmax", id="no-replay-script"),
-    pytest.param({"problem_id": None, "problem_source": PROBLEM_SOURCE}, "no_replay_script",
-                 "no script for a posted problem", id="posted-problem-under-replay"),
+    # The scripted LLM is refused up front where it has no script, naming the problems it has.
+    pytest.param({"problem_id": "level3/mlp", "llm_profile": "scripted"}, "no_script",
+                 "no script for level3/mlp on cpu; it has scripts for level1/argmax", id="no-script"),
+    pytest.param({"problem_id": None, "problem_source": PROBLEM_SOURCE}, "no_script",
+                 "no script for a posted problem", id="posted-problem-under-scripted"),
     pytest.param({"budgets": {"turns": 0}}, "invalid_request", "budgets.turns", id="zero-turns"),
     pytest.param({"budgets": {"wall_clock_s": 1e9}}, "invalid_request", "budgets.wall_clock_s", id="week-long"),
     pytest.param({"target": "tpu"}, "invalid_request", "target: Input should be 'cuda' or 'cpu'", id="bad-target"),

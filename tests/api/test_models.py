@@ -12,7 +12,7 @@ from tests.support.models import example, fake_profile
 
 def _body(**changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"name": "mlp_stack.py", "model_source": example("mlp_stack").source,
-                            "profile": fake_profile(), "llm_profile": "replay", "budgets": {"tool_calls": 40}}
+                            "profile": fake_profile(), "llm_profile": "scripted", "budgets": {"tool_calls": 40}}
     body.update(changes)
     return body
 
@@ -51,7 +51,7 @@ def test_bad_models_and_profiles_are_refused_before_anything_is_stored(client: T
     broken = client.post("/models", json=_body(profile={"model": "x"}), headers=alice.headers)
     assert broken.status_code == 422 and broken.json()["code"] == "invalid_profile"
     unscripted = client.post("/models", json=_body(name="other.py"), headers=alice.headers)
-    assert unscripted.status_code == 422 and unscripted.json()["code"] == "no_replay_script"
+    assert unscripted.status_code == 422 and unscripted.json()["code"] == "no_script"
     assert client.get("/models", headers=alice.headers).json()["total"] == 0
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from api import StreamOptions, create_app
-from harness.verdict import Status, Verdict
 from store import (
     JobState,
     Target,
@@ -44,6 +43,7 @@ from tests.support.api import (
     serve,
     verdict_dict,
 )
+from vocabulary.verdict import Status, Verdict
 
 #: Examples per operation, and the whole run's cap: together well under two minutes on 2 cores.
 MAX_EXAMPLES = 25

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import Status
 from problems import load_problem
 from store import JobState, Target, claim_next_job, session_scope
 from tests.support.cli import client_env, start
 from tests.support.dashboard import WORKER_ID, Service, add_attempt, finish, verdict
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,7 +41,7 @@ def test_bench_on_a_two_problem_suite(service: Service, tmp_path: Path,
     suite = tmp_path / "suite.txt"
     suite.write_text("# two problems: a bundled id and a file beside the suite\nlevel1/softmax\nproblems/my_gelu.py\n")
     out_dir = tmp_path / "report"
-    # A posted problem has no replay script: the suite runs under another profile (jobs are faked here).
+    # A posted problem has no script for the scripted LLM: the suite runs under another profile (jobs are faked here).
     process = start(["bench", str(suite), "--target", "cpu", "--llm", "openai", "--out", str(out_dir), "--poll", "0.2"],
                     client_env(service, tmp_path), tmp_path)
     softmax, gelu = _claim_all(service, 2)

@@ -15,11 +15,12 @@ from sqlalchemy import update
 
 from cli.client.bench import SuiteEntry
 from cli.client.bench_candidates import CandidateRun, write_report
-from harness import Status, Target
-from harness.verdict import Stage, StageSeconds, Verdict
 from store import Job, JobState, claim_next_job, get_job, session_scope
 from tests.support.cli import client_env, start
 from tests.support.dashboard import WORKER_ID, Service, add_attempt, finish, verdict
+from vocabulary.evaluation import Target
+from vocabulary.stages import StageSeconds
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,9 +1,9 @@
 """``submit`` → ``watch`` → ``replay`` (→ the exported file) against a real ``kernelloop up``:
-the embedded service (SQLite, no Redis, one CPU worker), the offline ``replay`` LLM on seed
+the embedded service (SQLite, no Redis, one CPU worker), the offline ``scripted`` LLM on seed
 problem 1's CPU variant, every attempt compiled, checked and timed by the real referee.
 
 The service and the replay share the session's harness cache (``KERNELLOOP_TEST_CACHE``), so the
-replay LLM's kernels are built once (the examples' tests build the same extensions) and the
+scripted LLM's kernels are built once (the examples' tests build the same extensions) and the
 replay finds the worker's cached baselines under ``<cache>/baselines``: that it re-measures them
 anyway is what this test checks.
 """
@@ -32,10 +32,10 @@ def test_submit_watch_replay_against_kernelloop_up(embedded: Embedded, tmp_path:
         return run(args, env, tmp_path, timeout, program=KERNELLOOP)
 
     # submit: the job id alone on stdout's first line, then the job followed to its end.
-    submitted = kernelloop("submit", SEED_PROBLEM, "--llm", "replay", "--target", "cpu")
+    submitted = kernelloop("submit", SEED_PROBLEM, "--llm", "scripted", "--target", "cpu")
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:] + embedded.log_tail()
     job_id = int(submitted.stdout.splitlines()[0])
-    assert f"job {job_id} queued: {SEED_PROBLEM} on cpu (LLM replay)" in submitted.stderr
+    assert f"job {job_id} queued: {SEED_PROBLEM} on cpu (LLM scripted)" in submitted.stderr
     followed = submitted.stdout
     # Not a terminal: one line per attempt as it arrives, then the table and the best attempt.
     assert "attempt   1  compile    error" in followed, followed
@@ -74,7 +74,7 @@ def test_submit_watch_replay_against_kernelloop_up(embedded: Embedded, tmp_path:
     # the provenance key this replay computes too (unless they were too noisy to keep), so a
     # replay that reused the cache would show the very same numbers.
     assert local["baselines"]["eager_ms"] != stored["baselines"]["eager_ms"]
-    assert local["baselines"]["compile_ms"] != stored["baselines"]["compile_ms"]
+    assert local["baselines"]["torch_compile_ms"] != stored["baselines"]["torch_compile_ms"]
     cached = [json.loads(p.read_text()) for p in (harness_cache / "baselines").glob("*.json")]
     if any(c["eager_ms"] == stored["baselines"]["eager_ms"] for c in cached):
         reused = kernelloop("replay", str(job_id), "--cache-dir", str(harness_cache), "--reuse-baselines", "--json")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness import Status
 from store import Job, JobState, Target, claim_job, get_job, session_scope
 from tests.support.cli import client_env, run, start
 from tests.support.dashboard import WORKER_ID, Service, add_attempt, create_running_job, finish, verdict
 from tests.support.paths import REPO
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,13 +33,13 @@ def test_submit_no_follow_prints_the_job_id(service: Service, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-never-used")  # the openai profile's key, in the API's process
     env = client_env(service, tmp_path)
-    result = run(["submit", "level1/softmax", "--target", "cpu", "--llm", "replay", "--trajectories", "2",
+    result = run(["submit", "level1/softmax", "--target", "cpu", "--llm", "scripted", "--trajectories", "2",
                   "--max-tokens", "5000", "--no-follow"], env, tmp_path)
     assert result.returncode == 0, result.stderr
     job_id = int(result.stdout.splitlines()[0])
     job = _job(service.factory, job_id)
     assert job.state is JobState.QUEUED and job.target is Target.CPU and job.trajectories_count == 2
-    assert job.budgets["max_tokens"] == 5000 and job.llm_profile == "replay"
+    assert job.budgets["max_tokens"] == 5000 and job.llm_profile == "scripted"
     assert f"/dashboard/jobs/{job_id}" in result.stderr
     # A problem file goes as its source.
     problem = tmp_path / "mine.py"

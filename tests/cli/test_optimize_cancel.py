@@ -63,7 +63,7 @@ def _interrupt_and_check(tmp_path: Path, harness_cache: Path, interrupt: Callabl
                               env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", up, log, timeout=180)
-        terminal = Terminal([str(KERNELLOOP_COMMAND), "optimize", "level1/softmax", "--llm", "replay",
+        terminal = Terminal([str(KERNELLOOP_COMMAND), "optimize", "level1/softmax", "--llm", "scripted",
                              "--target", "cpu"], cwd=tmp_path, env=env)
         try:
             terminal.wait_for(BASELINES, timeout=900)

@@ -3,7 +3,7 @@ installed command, output piped.
 
 Before: ``optimize`` had no ``--max-cost``, ``--wall-clock``, ``--max-tokens`` or ``--json``, and its
 jobs stored ``budgets: {}`` while it enforced 400k tokens, $5 and an hour (the dashboard showed "no
-limit"), and ``llm_model`` null ("LLM replay (None)").
+limit"), and ``llm_model`` null ("LLM scripted (None)").
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _env(tmp_path: Path, cache: Path) -> dict[str, str]:
 
 
 def test_optimize_json_runs_under_the_budgets_it_stores(tmp_path: Path, harness_cache: Path) -> None:
-    done = subprocess.run([str(KERNELLOOP_COMMAND), "optimize", "level1/softmax", "--llm", "replay", "--target",
+    done = subprocess.run([str(KERNELLOOP_COMMAND), "optimize", "level1/softmax", "--llm", "scripted", "--target",
                            "cpu", "--json", "--turns", "8", "--max-tokens", "90000", "--max-cost", "1.5",
                            "--wall-clock", "1200"], cwd=tmp_path, env=_env(tmp_path, harness_cache),
                           capture_output=True, text=True, timeout=1500)
@@ -41,7 +41,7 @@ def test_optimize_json_runs_under_the_budgets_it_stores(tmp_path: Path, harness_
     job = lines[0]
     expected = {"turns": 8, "tool_calls": 30, "max_tokens": 90_000, "max_cost_usd": 1.5, "wall_clock_s": 1200.0,
                 "target_speedup": None}
-    assert job["budgets"] == expected and (job["llm_profile"], job["llm_model"]) == ("replay", "replay")
+    assert job["budgets"] == expected and (job["llm_profile"], job["llm_model"]) == ("scripted", "scripted")
     events, final = lines[1:-1], lines[-1]
     assert {e["type"] for e in events} >= {"state", "attempt", "message"}
     assert final["type"] == "job" and final["data"]["state"] == "succeeded"
@@ -57,7 +57,7 @@ def test_optimize_json_runs_under_the_budgets_it_stores(tmp_path: Path, harness_
     try:
         with session_scope(make_session_factory(engine)) as session:
             stored = get_job(session=session, job_id=job["id"])
-            assert stored.budgets == expected and stored.llm_model == "replay"
+            assert stored.budgets == expected and stored.llm_model == "scripted"
     finally:
         engine.dispose()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.providers.replay import replay_script
+from agent.providers.scripted import script_for
 from tests.support.paths import REPO
 
 COLUMNS, ROWS = 120, 40
@@ -70,13 +70,13 @@ def _env(tmp_path: Path, cache: Path) -> dict[str, str]:
             "LINES": str(ROWS), "KERNELLOOP_DATA_DIR": str(tmp_path / "data"), "KERNELLOOP_CACHE_DIR": str(cache)}
 
 
-def test_replay_without_a_script_is_refused_in_words(tmp_path: Path) -> None:
-    code, screen = run_in_pty(["optimize", "level3/mlp", "--llm", "replay", "--target", "cpu"], cwd=tmp_path,
+def test_scripted_without_a_script_is_refused_in_words(tmp_path: Path) -> None:
+    code, screen = run_in_pty(["optimize", "level3/mlp", "--llm", "scripted", "--target", "cpu"], cwd=tmp_path,
                               env=_env(tmp_path, tmp_path / "cache"), timeout=120)
     assert code == 2, screen
-    assert "Traceback" not in screen and "NoReplayScript" not in screen
+    assert "Traceback" not in screen and "NoScript" not in screen
     flat = " ".join(screen.split())
-    assert "the replay LLM has no script for level3/mlp on cpu; it has scripts for level1/argmax" in flat
+    assert "the scripted LLM has no script for level3/mlp on cpu; it has scripts for level1/argmax" in flat
     assert not (tmp_path / "data").exists()  # refused before any job was created
 
 
@@ -85,7 +85,7 @@ def test_optimize_shows_stages_attempts_and_a_plain_summary(tmp_path: Path, harn
     problem = "level1/argmax"
     cache = tmp_path / "cache"
     shutil.copytree(harness_cache / "builds", cache / "builds", copy_function=os.link)  # no compile, cold baselines
-    code, screen = run_in_pty(["optimize", problem, "--llm", "replay", "--target", "cpu"], cwd=tmp_path,
+    code, screen = run_in_pty(["optimize", problem, "--llm", "scripted", "--target", "cpu"], cwd=tmp_path,
                               env=_env(tmp_path, cache), timeout=1500)
     lines = screen.splitlines()
     assert code == 0, screen[-6000:]
@@ -104,7 +104,7 @@ def test_optimize_shows_stages_attempts_and_a_plain_summary(tmp_path: Path, harn
     assert not re.search(r"\{'|\{\"|': ", screen), screen[-6000:]
     assert all(len(line) <= COLUMNS for line in lines)
     # The agent's words: whole, or cut after a whole word with an ellipsis.
-    turns, _ = replay_script(problem, "cpu")
+    turns, _ = script_for(problem, "cpu")
     said = [" ".join(t.content.split()) for t in turns]
     shown = [line.split("agent: ", 1)[1].rstrip() for line in lines if line.startswith("agent: ")]
     assert shown, screen[-6000:]

@@ -160,10 +160,10 @@ def test_submit_takes_profile_colon_model_as_the_readme_says(service: Service, t
     job = json.loads(queued.stdout.splitlines()[0])
     assert (job["llm_profile"], job["llm_model"]) == ("openai", "gpt-4o")
     assert "(LLM openai (gpt-4o))" in " ".join(queued.stderr.split())
-    # Without a model: the profile's own, stored (the dashboard showed "LLM replay (None)").
-    queued = piped(["submit", "level1/softmax", "--llm", "replay", "--no-follow", "--json"], env, tmp_path)
+    # Without a model: the profile's own, stored (the dashboard showed "LLM scripted (None)").
+    queued = piped(["submit", "level1/softmax", "--llm", "scripted", "--no-follow", "--json"], env, tmp_path)
     job = json.loads(queued.stdout.splitlines()[0])
-    assert (job["llm_profile"], job["llm_model"]) == ("replay", "replay")
+    assert (job["llm_profile"], job["llm_model"]) == ("scripted", "scripted")
     refused = piped(["submit", "level1/softmax", "--llm", "nope:gpt-4o", "--no-follow"], env, tmp_path)
     assert refused.returncode == 2 and "--llm 'nope' is not configured on this server" in refused.stderr
 

@@ -10,6 +10,8 @@ from cli.client.bench import BenchResult, read_suite, summarize
 from cli.client.http import DEFAULT_API_URL, ClientConfig, parse_sse, resolve_config
 from cli.client.replay import relative_difference, replay_options
 from tests.support.paths import REPO
+from vocabulary.figures import AttemptFigures
+from vocabulary.verdict import Stage, Status
 
 
 def _write_config(home: Path, text: str) -> Path:
@@ -55,8 +57,10 @@ def test_sse_parser_follows_the_wire_format() -> None:
 
 
 def _result(problem: str, correct: bool, eager: float | None, compile_: float | None = None) -> BenchResult:
-    return BenchResult(problem=problem, job_id=1, state="succeeded", correct=correct, speedup_vs_eager=eager,
-                       speedup_vs_compile=compile_, median_ms=1.0 if correct else None, tokens=10, cost_usd=0.5)
+    best = AttemptFigures(status=Status.PASS, stage=Stage.DONE, correct=True, median_ms=1.0, speedup_vs_eager=eager,
+                          speedup_vs_compile=compile_)
+    return BenchResult(problem=problem, job_id=1, state="succeeded", best=best if correct else None, tokens=10,
+                       cost_usd=0.5)
 
 
 def test_fast_p_counts_every_problem_and_geomeans_only_correct_ones() -> None:
@@ -110,7 +114,7 @@ def test_replay_differences_are_relative_to_the_stored_figure() -> None:
 
 def test_a_page_of_the_api_reads_as_a_json_page() -> None:
     from cli.client.http import JsonPage
-    from harness.wire import WireError
+    from vocabulary.wire import WireError
 
     page = JsonPage.from_json({"items": [{"id": 1}, {"id": 2}], "next_cursor": 2, "total": 9}, "the jobs page")
     assert page == JsonPage(items=[{"id": 1}, {"id": 2}], next_cursor=2, total=9)
@@ -123,7 +127,7 @@ def test_a_page_of_the_api_reads_as_a_json_page() -> None:
 
 def test_a_bench_report_entry_reads_back_or_names_its_field() -> None:
     from cli.client.benchrun import ProblemRun
-    from harness.wire import WireError
+    from vocabulary.wire import WireError
 
     run = ProblemRun("level1/relu", job_id=3, job={"id": 3, "state": "running"}, provenance={"device": "cpu"})
     assert ProblemRun.from_dict(run.to_dict()) == run

@@ -4,10 +4,14 @@ slow stage on a fake clock), rendered by Rich as a terminal of a given width wou
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from rich.console import Console
 
 from cli.client.view import JobView, cut_at_word, verdict_sentence
+from vocabulary.events import AttemptPayload, MessagePayload
+from vocabulary.verdict import ErrorKind, Stage, Status
+from vocabulary.wire import JsonObject
 
 JOB = {"id": 7, "problem": {"bundled_id": "level1/softmax"}, "target": "cpu", "state": "running",
        "budgets": {"turns": 10, "tool_calls": 30}, "tokens_in": 1200, "tokens_out": 300, "cost_usd": 0.0,
@@ -23,6 +27,19 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def message(**fields: Any) -> JsonObject:
+    """A ``message`` event's JSON as the worker writes it."""
+    defaults: dict[str, Any] = dict(trajectory=0, trajectory_id=1, message_id=1, seq=1, tool_calls=[],
+                                    tool_call_id=None, tokens_in=0, tokens_out=0, tokens_reasoning=None,
+                                    tokens_cached=None, latency_ms=None, cost_usd=0.0)
+    return MessagePayload(**{**defaults, **fields}).to_dict()
+
+
+def attempt(**fields: Any) -> JsonObject:
+    """An ``attempt`` event's JSON as the store writes it."""
+    return AttemptPayload(**{"attempt_id": fields["n"], "trajectory_id": None, "best": False, **fields}).to_dict()
 
 
 def screen(view: JobView, width: int = 100) -> str:
@@ -65,10 +82,9 @@ def test_messages_and_progress_read_as_words_never_as_dicts() -> None:
     lines = [
         view.apply("progress", {"phase": "started", "kind": "agent", "target": "cpu", "worker_id": "w"}),
         view.apply("trajectory", {"index": 0, "trajectory_id": 1, "state": "running", "temperature": 0.2}),
-        view.apply("message", {"trajectory": 0, "role": "assistant", "preview": LONG + " " + LONG,
-                               "tool_calls": ["get_gpu_specs"]}),
-        view.apply("message", {"trajectory": 0, "role": "tool", "preview": "compile: ERROR (stage compile) - "
-                               "compile failed\nthe extension did not build; first compiler errors:"}),
+        view.apply("message", message(role="assistant", preview=LONG + " " + LONG, tool_calls=["get_gpu_specs"])),
+        view.apply("message", message(role="tool", preview="compile: ERROR (stage compile) - "
+                                      "compile failed\nthe extension did not build; first compiler errors:")),
         view.apply("trajectory", {"index": 0, "trajectory_id": 1, "state": "submitted", "reason": "submitted"}),
     ]
     assert lines[0] == "the worker started the job" and lines[1] == "trajectory 0 started"
@@ -116,13 +132,13 @@ def test_the_table_numbers_trajectories_as_the_dashboard_and_shows_the_baselines
     view = JobView(job=dict(JOB))
     view.apply("trajectory", {"index": 0, "trajectory_id": 1, "state": "running"})
     view.apply("trajectory", {"index": 1, "trajectory_id": 6, "state": "running"})
-    first = view.apply("attempt", {"n": 1, "trajectory_id": 6, "tool": "compile", "status": "error",
-                                   "stage": "compile", "error_kind": "candidate"})
-    line = view.apply("attempt", {"n": 2, "trajectory_id": 6, "tool": "benchmark", "status": "pass",
-                                  "stage": "done", "median_ms": 0.0214, "speedup_vs_eager": 0.28,
-                                  "speedup_vs_compile": 0.6, "eager_ms": 0.006, "compile_ms": 0.0128})
-    cut = view.apply("attempt", {"n": 3, "trajectory_id": 1, "tool": "benchmark", "status": "error",
-                                 "stage": "compile", "error_kind": "cancelled"})
+    first = view.apply("attempt", attempt(n=1, trajectory_id=6, tool="compile", status=Status.ERROR,
+                                          stage=Stage.COMPILE, error_kind=ErrorKind.CANDIDATE))
+    line = view.apply("attempt", attempt(n=2, trajectory_id=6, tool="benchmark", status=Status.PASS,
+                                         stage=Stage.DONE, correct=True, median_ms=0.0214, speedup_vs_eager=0.28,
+                                         speedup_vs_compile=0.6, eager_ms=0.006, compile_ms=0.0128))
+    cut = view.apply("attempt", attempt(n=3, trajectory_id=1, tool="benchmark", status=Status.ERROR,
+                                        stage=Stage.COMPILE, error_kind=ErrorKind.CANCELLED))
     assert first is not None and "baselines" not in first
     assert line is not None and line.splitlines()[1] == "  baselines: eager PyTorch 0.006 ms, torch.compile 0.0128 ms"
     assert cut is not None and " cancelled " in cut and "baselines" not in cut
@@ -133,3 +149,13 @@ def test_the_table_numbers_trajectories_as_the_dashboard_and_shows_the_baselines
         assert re.search(r"vs eager\s+vs compile", text) and re.search(r"0\.006 ms\s+0\.0128 ms", text), text
         assert re.search(r"^\s+3\s+0\s+benchmark\s+cancelled\s", text, re.M), text
         assert all(len(line) <= width for line in text.splitlines())
+
+
+def test_an_event_the_view_cannot_read_says_nothing_and_changes_nothing() -> None:
+    view = JobView(job=dict(JOB))
+    before = screen(view)
+    for event_type, data in [("attempt", {"n": 1, "status": "pass"}), ("attempt", {**attempt(n=1, tool="x",
+                             status=Status.PASS, stage=Stage.DONE), "median_ms": "fast"}),
+                             ("a newer type", {"x": 1}), ("state", "not an object"), ("stage", {"stage": "compile"})]:
+        assert view.apply(event_type, data) is None
+    assert view.attempts == {} and screen(view) == before

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
+from vocabulary.verdict import Stage, Status
 from problems import load_problem
 from tests.support.paths import REPO
 

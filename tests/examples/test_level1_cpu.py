@@ -1,4 +1,4 @@
-"""Every level-1 replay demo on the CPU target through the real referee: the fast example passes
+"""Every level-1 scripted demo on the CPU target through the real referee: the fast example passes
 (correct and timed) and the script's draft fails (``wrong``) or passes (``slow``) as its turns
 say. One compile per problem: the draft shares the fast example's build."""
 
@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.providers.replay import replay_script
-from agent.providers.replay_candidates import LEVEL1_DEMOS, Level1Demo
-from harness import Depth, HarnessOptions, Referee, Stage, StageEvent, Status, Timeouts, TimingOptions
+from agent.providers.scripted import script_for
+from agent.providers.scripted_candidates import LEVEL1_DEMOS, Level1Demo
+from vocabulary.evaluation import Depth
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
+from vocabulary.verdict import Stage, Status
+from vocabulary.stages import StageEvent
 from problems import load_problem
 
 pytestmark = pytest.mark.slow
@@ -26,7 +29,7 @@ IN_EVERY_RUN = {"softmax", "argmax", "gelu_tanh"}
 def test_level1_cpu_demo_candidates(demo: Level1Demo, harness_cache: Path) -> None:
     options = HarnessOptions(cache_dir=harness_cache, secret_seed=1717, compile_baseline=False,
                              timing=QUICK_TIMING, timeouts=Timeouts(trial_s=20.0, load_s=120.0, timing_s=60.0))
-    _, sources = replay_script(demo.problem_id, "cpu")
+    _, sources = script_for(demo.problem_id, "cpu")
     seen: list[StageEvent] = []
     with Referee(load_problem(demo.problem_id), "cpu", options, on_stage=seen.append) as referee:
         fast = referee.evaluate(sources["fast"])

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, HarnessOptions, Referee, warm_headers
+from harness import HarnessOptions, Referee, warm_headers
 from problems import load_problem
 from tests.support.gpu import report
 from tests.support.paths import REPO
+from vocabulary.evaluation import Depth
 
 pytestmark = pytest.mark.gpu
 

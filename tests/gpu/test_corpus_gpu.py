@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
-from harness.builds import BuildPhase
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
 from problems import load_problem
 from problems.spec import Problem, parse_problem
 from tests.support.gpu import report
+from vocabulary.builds import BuildPhase
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.gpu
 

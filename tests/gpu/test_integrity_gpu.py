@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, HarnessOptions, Referee, Stage, Status, Timeouts, TimingOptions, Verdict
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
 from harness.retime import retime_options
 from problems import load_problem
 from problems.spec import Problem, parse_problem
 from tests.support.gpu import report
 from tests.support.integrity import forged_loop
 from tests.support.paths import REPO
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.gpu
 

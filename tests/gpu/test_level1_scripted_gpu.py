@@ -1,4 +1,4 @@
-"""On an H200 (`pytest -m gpu`): every level-1 CUDA example the replay LLM submits
+"""On an H200 (`pytest -m gpu`): every level-1 CUDA example the scripted LLM submits
 (``examples/level1/<problem>_cuda.py``) passes the referee on its bundled problem, at full size
 with the extra shapes and the value-distribution trial; the stage events of each evaluation come
 as one started and one finished per stage. torch + pytest + the harness only.
@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import HarnessOptions, Referee, StageEvent, Status
+from harness import HarnessOptions, Referee
 from problems import load_problem
 from tests.support.gpu import report
 from tests.support.paths import REPO
+from vocabulary.stages import StageEvent
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.gpu
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, HarnessOptions, Referee, Status, warm_headers
+from harness import HarnessOptions, Referee, warm_headers
 from problems import load_problem
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.gpu
 

@@ -1,6 +1,6 @@
 """On an H200 (`pytest -m gpu`): the README's main command on cuda, through the service's own path.
 
-`kernelloop optimize` runs the replay script of seed problem 1 as an agent job on the embedded
+`kernelloop optimize` runs the scripted LLM's script of seed problem 1 as an agent job on the embedded
 default: the job row in SQLite, claimed with a lease, run by `worker.runner.run_job` (the code a
 Celery or embedded worker runs), every message, attempt and event stored as it happens. This test
 reads the store afterwards. Besides torch and pytest it needs the service's packages (sqlalchemy,
@@ -38,7 +38,7 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
     if os.environ.get("KERNELLOOP_TEST_CACHE"):  # builds shared with the other GPU tests
         env["KERNELLOOP_CACHE_DIR"] = os.environ["KERNELLOOP_TEST_CACHE"]
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "cli.main", "optimize", SEED1, "--llm", "replay", "--target", "cuda"],
+    run = subprocess.run([sys.executable, "-m", "cli.main", "optimize", SEED1, "--llm", "scripted", "--target", "cuda"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     wall_s = time.monotonic() - started
     print(run.stdout[-6000:], run.stderr[-3000:])
@@ -78,7 +78,7 @@ def test_replay_reproduces_the_jobs_speedups(tmp_path: Path) -> None:
     cache = Path(os.environ.get("KERNELLOOP_TEST_CACHE") or tmp_path / "cache")
     with kernelloop_up(tmp_path, cache, "cuda") as up:
         env = api_env(up.base_url, up.key, tmp_path / "home")
-        submitted = run(["submit", SEED1, "--llm", "replay", "--target", "cuda"], env, tmp_path, 900,
+        submitted = run(["submit", SEED1, "--llm", "scripted", "--target", "cuda"], env, tmp_path, 900,
                         program=KERNELLOOP)
         assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:] + up.log_tail()
         job_id = int(submitted.stdout.splitlines()[0])

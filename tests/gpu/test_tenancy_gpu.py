@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import ErrorKind, HarnessOptions, Referee, ReferenceFailed, Timeouts
+from harness import HarnessOptions, Referee, ReferenceFailed, Timeouts
 from problems.spec import parse_problem
 from tests.support.gpu import report
 from tests.support.paths import REPO
+from vocabulary.verdict import ErrorKind
 
 pytestmark = pytest.mark.gpu
 

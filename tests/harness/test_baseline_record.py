@@ -12,8 +12,8 @@ import pytest
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.baselinerecord import AGREEMENT_RATIO, MAX_RETAKES, BaselineRecord, agrees, measure_consistently
 from harness.problemstage import compiler_cache_dir
-from harness.verdict import HOST_LOADED_WARNING, Baselines, Timing
 from problems import parse_problem
+from vocabulary.timing import HOST_LOADED_WARNING, Baselines, Timing
 
 #: Sleeps instead of computing, so its time hardly depends on the host's load: 50 ms a call, or
 #: 500 ms while a ``slow`` file sits beside its compiler caches (the host "busy" on purpose; the
@@ -53,26 +53,26 @@ def timing(ms: float, *warnings: str) -> Timing:
 
 
 def test_figures_agree_within_the_ratio_and_only_another_request_confirms(tmp_path: Path) -> None:
-    fast, near, slow = (Baselines(eager=timing(ms), compiled=None) for ms in (0.13, 0.13 * AGREEMENT_RATIO, 39.9))
+    fast, near, slow = (Baselines(eager=timing(ms), torch_compile=None) for ms in (0.13, 0.13 * AGREEMENT_RATIO, 39.9))
     assert agrees(fast, near) and not agrees(fast, slow)
-    assert not agrees(fast, Baselines(eager=timing(0.13), compiled=timing(0.1)))  # one has torch.compile
+    assert not agrees(fast, Baselines(eager=timing(0.13), torch_compile=timing(0.1)))  # one has torch.compile
     first, second = BaselineRecord(tmp_path, "k", "job-1"), BaselineRecord(tmp_path, "k", "job-2")
     first.add(slow)
     assert not first.confirmed(slow)  # its own figures never confirm each other
     assert second.confirmed(slow) and not second.confirmed(fast)
     BaselineRecord(tmp_path, "k", "job-0").add(fast)
     assert not second.confirmed(slow) and second.confirmed(fast)  # judged by the fastest figure
-    spread = Baselines(eager=timing(0.14, "noisy: interquartile range 40% of the median"), compiled=None)
+    spread = Baselines(eager=timing(0.14, "noisy: interquartile range 40% of the median"), torch_compile=None)
     assert not second.confirmed(spread) and second.agreeing(spread)  # used, never cached
     # a loaded host alone is no reason: agreeing with another time's figure is the evidence
-    assert second.confirmed(Baselines(eager=timing(0.14, f"{HOST_LOADED_WARNING} (load 5.0)"), compiled=None))
+    assert second.confirmed(Baselines(eager=timing(0.14, f"{HOST_LOADED_WARNING} (load 5.0)"), torch_compile=None))
 
 
 def test_the_issue_figures_a_poisoned_eager_is_retaken_and_the_machines_figure_used(tmp_path: Path) -> None:
     """0.13 ms measured before; a busy replay measures 39.9 ms (tight) three times: the job uses
     0.13 and caches nothing, and so does the next busy one; a later quiet job's 0.14 is confirmed."""
     def job(request: str, *figures: float) -> tuple[Baselines, bool, int]:
-        script = iter(Baselines(eager=timing(ms), compiled=None) for ms in figures)
+        script = iter(Baselines(eager=timing(ms), torch_compile=None) for ms in figures)
         calls = []
 
         def measure() -> Baselines:
@@ -94,7 +94,7 @@ def test_the_issue_figures_a_poisoned_eager_is_retaken_and_the_machines_figure_u
     # A replay (keep=False) is judged by the record but adds nothing to it.
     before = len(BaselineRecord(tmp_path, "k", "x").earlier())
     chosen, _ = measure_consistently(BaselineRecord(tmp_path, "k", "replay-4"),
-                                     lambda: Baselines(eager=timing(0.13), compiled=None), keep=False)
+                                     lambda: Baselines(eager=timing(0.13), torch_compile=None), keep=False)
     assert chosen.eager.median_ms == 0.13 and len(BaselineRecord(tmp_path, "k", "x").earlier()) == before
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from harness.buildcache import BuildCache, BuildError, parse_ptxas, trim_compiler_errors
 from harness.buildcache.records import BuildAnswer
-from harness.builds import BuildFailure, BuildPhase
 from harness.protocol.build import Delegation
+from vocabulary.builds import BuildFailure, BuildPhase
 
 GCC_LOG = """[1/2] c++ -MMD -MF main.o.d -c /root/.cache/kernelloop/builds/ext-abc/main.cpp -o main.o
 FAILED: main.o

@@ -19,13 +19,11 @@ import pytest
 import harness.meter.noise
 from harness.assembly import VerdictFacts
 from harness.buildcache.records import BuildAnswer, BuildRecord
-from harness.builds import BuildPhase, CompileResult, KernelInfo
 from harness.candidaterun import MALFORMED_TIMING, CandidateSteps, RunContext
-from harness.causes import KernelError
 from harness.channel import ChannelTimeout, Frame
 from harness.draft import Draft
 from harness.meter.clock import Calibration
-from harness.options import Depth, HarnessOptions, Target, TimingOptions
+from harness.options import HarnessOptions, TimingOptions
 from harness.progress import StageReporter
 from harness.protocol import Op
 from harness.protocol.build import Delegation
@@ -33,9 +31,12 @@ from harness.protocol.reference import Compared, CompareItem
 from harness.sandboxspec import SandboxReport
 from harness.seeds import plan_trials
 from harness.stagepool import StartedStage
-from harness.verdict import ErrorKind, Stage, Status, Verdict
-from harness.wire import JsonObject
 from problems import load_problem
+from vocabulary.builds import BuildPhase, CompileResult, KernelInfo
+from vocabulary.causes import KernelError
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
+from vocabulary.wire import JsonObject
 
 PROBLEM = load_problem("level2/conv_tanh_scale_bias_maxpool")
 TRIALS = tuple(plan_trials(3, trials=2, input_variants=False, extra_shapes=[]))

@@ -4,11 +4,12 @@ and log, whatever failed later, and survive the quarantine."""
 from __future__ import annotations
 
 from harness.assembly import VerdictFacts, assemble, quarantine
-from harness.builds import BuildFailure, BuildPhase, CompileResult
-from harness.causes import KernelError, cause_lines, cause_log, led_by_cause
 from harness.draft import Draft, Outcome
-from harness.options import Depth, Target
-from harness.verdict import Baselines, Stage, Status, Timing
+from vocabulary.builds import BuildFailure, BuildPhase, CompileResult
+from vocabulary.causes import KernelError, cause_lines, cause_log, led_by_cause
+from vocabulary.evaluation import Depth, Target
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status
 
 BROKEN = BuildFailure(name="kl_fast", errors="main.cpp:11:15: error: 'output' was not declared in this scope\n"
                       "   11 |   float* op = output.data_ptr<float>();", lazy=None)
@@ -48,7 +49,7 @@ def test_each_hidden_failure_is_one_line_builds_first_and_a_kernel_once_for_all_
 
 def test_the_cause_leads_the_message_and_the_log_of_any_outcome_and_survives_the_quarantine() -> None:
     draft = Draft(depth=Depth.BENCHMARK, compile=CompileResult(ok=True, seconds=1.0, swallowed=(BROKEN,)),
-                  baselines=Baselines(eager=Timing.from_samples([100.0], clock="perf_counter"), compiled=None),
+                  baselines=Baselines(eager=Timing.from_samples([100.0], clock="perf_counter"), torch_compile=None),
                   timing=Timing.from_samples([1.0], clock="perf_counter"))
     failed = assemble(FACTS, draft, Outcome(Status.FAIL, Stage.INTEGRITY, "no custom kernel ran"), log="x" * 5000)
     assert failed.message.splitlines()[0].startswith("extension 'kl_fast' failed to build at import")

@@ -12,12 +12,13 @@ import torch
 
 import harness.meter.noise
 import harness.toolchain
-from harness import ErrorKind, HarnessOptions, Stage, Status, evaluate
+from harness import HarnessOptions, evaluate
 from harness.meter.drive import CallPlan, drive
 from harness.meter.noise import timing_of
 from harness.meter.stage import call_inputs
 from problems import parse_problem
 from tests.support.meter import metered_child
+from vocabulary.verdict import ErrorKind, Stage, Status
 
 CPU = torch.device("cpu")
 PROBLEM = '''import torch

@@ -12,10 +12,10 @@ import torch
 
 from harness import HarnessOptions, Referee
 from harness.devicerecord import SETTLE_AFTER, DeviceRecord, Measurement
-from harness.devices import DeviceSpecs
 from harness.roles.loading import load_problem_module
 from harness.roofline import count_flops
 from problems import bundled_ids, load_problem
+from vocabulary.devices import DeviceSpecs
 
 ENVIRONMENT = {name: os.environ.get(name, "") for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                              "CUDA_VISIBLE_DEVICES")}

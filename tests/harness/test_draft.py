@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.causes import KernelError
 from harness.draft import (
     Draft,
     Outcome,
@@ -21,12 +20,13 @@ from harness.draft import (
 from harness.meter.clock import Calibration, check_clock
 from harness.meter.drive import MeteredCall, MeteredRun
 from harness.meter.frames import DoneFrame, DoneStatus
-from harness.options import Depth
 from harness.protocol.candidate import Loaded, TrialReply
 from harness.protocol.meter import MeterEnd
 from harness.protocol.reference import Compared
 from harness.seeds import TrialSpec
-from harness.verdict import ErrorKind, Stage, Status
+from vocabulary.causes import KernelError
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import ErrorKind, Stage, Status
 
 DRAFT = Draft(depth=Depth.BENCHMARK, extensions=("kl_ext",))
 PASSED = Compared(passed=True, max_abs_err=1e-7, mean_abs_err=1e-8, mismatch_frac=0.0, message="")

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import Baselines, Depth, HarnessOptions, Referee, Stage, Status, Timeouts, Timing, TimingOptions
+from harness import HarnessOptions, Referee, Timeouts, TimingOptions
 from problems import load_problem
 from tests.support.paths import REPO
 from tests.support.processes import processes_with_arg
+from vocabulary.evaluation import Depth
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status
 
 pytestmark = pytest.mark.slow
 
@@ -252,7 +255,7 @@ def test_baselines_come_from_the_cache_unless_reuse_is_off(options: HarnessOptio
     ``reuse_baselines=False`` (a replay) eager is timed afresh and the entry is left alone."""
     cached = options.replace(cache_dir=tmp_path)
     problem = load_problem("level1/gelu_tanh")
-    planted = Baselines(eager=Timing.from_samples([123.0] * 5, clock="planted"), compiled=None)
+    planted = Baselines(eager=Timing.from_samples([123.0] * 5, clock="planted"), torch_compile=None)
     with Referee(problem, "cpu", cached) as reusing:
         reusing.start_reference()
         entry = cached.baselines_dir / f"{reusing.baseline_key()}.json"

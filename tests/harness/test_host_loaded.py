@@ -13,10 +13,11 @@ import harness.meter.noise
 from cli.common import render_verdict
 from harness.assembly import VerdictFacts, assemble
 from harness.draft import Draft, Outcome
-from harness.integrity import DECISIVE_FLAGS, Flag
 from harness.meter.noise import timing_of
-from harness.options import Depth, Target
-from harness.verdict import Baselines, Stage, Status, Timing
+from vocabulary.evaluation import Depth, Target
+from vocabulary.flags import DECISIVE_FLAGS, Flag
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status
 
 FACTS = VerdictFacts(target=Target.CPU, problem_sha256="ab" * 32, mode="train", policy="mixed", atol=None, rtol=None,
                      trials=1, seeds="s", rejudge=False, transport="file", reference=None,
@@ -32,7 +33,7 @@ def timed(monkeypatch: pytest.MonkeyPatch, load: float) -> Timing:
 
 
 def verdict_for(candidate: Timing, eager: Timing) -> tuple[str, ...]:
-    draft = Draft(depth=Depth.BENCHMARK, timing=candidate, baselines=Baselines(eager=eager, compiled=None))
+    draft = Draft(depth=Depth.BENCHMARK, timing=candidate, baselines=Baselines(eager=eager, torch_compile=None))
     return assemble(FACTS, draft, Outcome(Status.PASS, Stage.TIMING, "timed")).flags
 
 
@@ -47,7 +48,7 @@ def test_a_verdict_timed_on_a_loaded_host_carries_the_flag(monkeypatch: pytest.M
 
 def test_the_cli_prints_the_flag_beside_the_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = timed(monkeypatch, 8.3)
-    draft = Draft(depth=Depth.BENCHMARK, timing=loaded, baselines=Baselines(eager=loaded, compiled=None))
+    draft = Draft(depth=Depth.BENCHMARK, timing=loaded, baselines=Baselines(eager=loaded, torch_compile=None))
     verdict = assemble(FACTS, draft, Outcome(Status.PASS, Stage.TIMING, "timed"))
     out = io.StringIO()
     render_verdict(verdict, Console(file=out, width=120, color_system=None))

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, HarnessOptions, Referee, Status
+from harness import HarnessOptions, Referee
 from problems import load_problem
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.slow
 

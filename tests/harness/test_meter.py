@@ -24,8 +24,8 @@ from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.frames import DoneStatus
 from harness.meter.stage import call_inputs
 from harness.protocol.meter import MeterEnd
-from harness.wire import Reader
 from tests.support.meter import metered_child
+from vocabulary.wire import Reader
 
 PLAN = CallPlan(warmup_ms=5, min_warmup_calls=2, min_repeats=20, max_repeats=60, target_rel_stderr=0.0,
                 max_time_s=5.0, sets=2, audits=3, audit_each_set=True)

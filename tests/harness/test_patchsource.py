@@ -11,8 +11,8 @@ from pathlib import Path
 from harness.modelstage import profile_model
 from harness.options import HarnessOptions
 from harness.patchsource import patched_source, unique_extension_names
-from harness.regionplan import select_regions
 from tests.support.models import example, kernels, model_path
+from vocabulary.regionplan import select_regions
 
 _KERNEL = 'from torch.utils.cpp_extension import load_inline\next = load_inline(name="ext", cpp_sources={src!r})\n'
 

@@ -226,8 +226,9 @@ def test_the_referee_warms_the_pch_itself_and_a_candidate_cannot_plant_one(harne
     """The Referee's trusted warm-up stage publishes the PCH of the prescribed flags (and records it);
     a candidate's compile stage publishes builds but never a PCH; the same source again needs no
     compile stage at all."""
-    from harness import Depth, HarnessOptions, Referee
+    from harness import HarnessOptions, Referee
     from problems import load_problem
+    from vocabulary.evaluation import Depth
 
     options = HarnessOptions(cache_dir=harness_cache, secret_seed=1, compile_baseline=False)
     source = (REPO / "examples" / "seed1_cpu.py").read_text() + _PLANT

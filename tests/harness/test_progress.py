@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import StageEvent, StageName, StagePhase
 from harness.progress import StageReporter
+from vocabulary.stages import StageEvent, StageName, StagePhase
 
 
 def test_enter_finishes_the_stage_before_and_close_the_last() -> None:

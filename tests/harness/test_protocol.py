@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.buildcache.records import BuildAnswer, BuildRecord, UnitRecord
-from harness.builds import ExtensionBuild, HeaderUse, KernelInfo
 from harness.channel import Channel, ChannelClosed
-from harness.devices import DeviceSpecs
 from harness.meter.frames import AuditFrame, DoneFrame, DoneStatus, GoFlags, go_frame, read_reply_frame
-from harness.options import Target
 from harness.protocol import Exit, Op, OpFailed, Ready, StartFailed, op_of, read_reply
 from harness.protocol.admission import (
     AdmissionCheck,
@@ -49,9 +46,13 @@ from harness.protocol.reference import (
     Timed,
 )
 from harness.seeds import plan_trials
-from harness.verdict import Baselines, ProfileRow, Timing
-from harness.wire import JsonObject, WireError
 from problems import load_problem
+from vocabulary.builds import ExtensionBuild, HeaderUse, KernelInfo
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Target
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ProfileRow
+from vocabulary.wire import JsonObject, WireError
 
 PROBLEM = load_problem("level2/conv_tanh_scale_bias_maxpool")
 TRIALS = tuple(plan_trials(7, trials=2, input_variants=True, extra_shapes=[{"batch_size": 4}]))
@@ -108,7 +109,7 @@ def test_replies_read_back_as_they_were_sent() -> None:
     assert Loaded.from_reply(wire(Loaded(extensions=("kl_ext",)))) == Loaded(extensions=("kl_ext",))
     assert Loaded.from_reply(wire(failed)) == failed
     timing = Timing.from_samples([1.0, 2.0], clock="perf_counter")
-    baselines = Baselines(eager=timing, compiled=None, notes=("off",))
+    baselines = Baselines(eager=timing, torch_compile=None, notes=("off",))
     assert Metering.is_metering(wire(Metering())) and not Metering.is_metering(wire(failed))
     replies: list[tuple[object, object]] = [
         (MeterEnd(calls=12, flags=("background_threads",), tampered=("harness.contract.tf32_is_off",)), MeterEnd.read),

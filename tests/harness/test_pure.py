@@ -5,10 +5,11 @@ import dataclasses
 import torch
 
 from harness.assembly import ROOFLINE_SLACK, quarantine
-from harness.devices import DeviceSpecs
 from harness.roofline import sol_ms
 from harness.seeds import derive_seed, plan_trials
-from harness.verdict import Baselines, Stage, Status, Timing, Verdict
+from vocabulary.devices import DeviceSpecs
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status, Verdict
 
 _SPECS = DeviceSpecs(target="cuda", name="H200", peak_flops={"fp32": 50e12, "bf16": 1000e12},
                      measured_bandwidth=4e12)
@@ -28,7 +29,7 @@ def test_a_precision_without_a_peak_uses_fp32() -> None:
 def test_only_a_time_clearly_under_the_roofline_is_quarantined() -> None:
     def timed(median_ms: float) -> Verdict:
         return Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing(samples_ms=(median_ms,)), sol_ms=1.0,
-                       baselines=Baselines(eager=Timing(samples_ms=(2.0,)), compiled=None))
+                       baselines=Baselines(eager=Timing(samples_ms=(2.0,)), torch_compile=None))
 
     # A legit reduction on the H200 was timed at 100.4 % of the floor (measured copy bandwidth): believed.
     assert quarantine(timed(0.996), suspicious_speedup=10.0).status is Status.PASS
@@ -54,7 +55,7 @@ def test_the_trial_plan_orders_random_variant_then_shapes() -> None:
 
 def test_only_a_timed_benchmark_pass_is_verified() -> None:
     timed = Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing(samples_ms=(1.0,)),
-                    baselines=Baselines(eager=Timing(samples_ms=(2.0,)), compiled=None))
+                    baselines=Baselines(eager=Timing(samples_ms=(2.0,)), torch_compile=None))
     assert timed.is_verified
     assert not dataclasses.replace(timed, depth="correctness").is_verified
     assert not dataclasses.replace(timed, timing=None).is_verified

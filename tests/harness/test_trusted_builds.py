@@ -132,8 +132,9 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
     only in link flags reuses it. A candidate that plants a poisoned object under the very key of
     another candidate's binding (and a header), in its staging directory and in the cache, gets
     neither published: the other candidate, built again from scratch, compiles its own object."""
-    from harness import Depth, HarnessOptions, Referee
+    from harness import HarnessOptions, Referee
     from problems import load_problem
+    from vocabulary.evaluation import Depth
 
     options = HarnessOptions(cache_dir=harness_cache, secret_seed=1, compile_baseline=False)
     builds = options.builds_dir

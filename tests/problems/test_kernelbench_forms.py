@@ -15,10 +15,11 @@ import cli.main
 from benchmarks.kernelbench_cpu.make_candidates import MODELS, candidate_source
 from cli.client.bench import read_suite
 from cli.main import app
-from harness import HarnessOptions, Status, TimingOptions
+from harness import HarnessOptions, TimingOptions
 from harness.admission import admit
 from harness.retime import evaluate_with_retime
 from problems import parse_problem
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.slow
 

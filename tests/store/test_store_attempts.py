@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.verdict import ErrorKind, Stage, Status, Verdict
 from store import (
     Attempt,
     NotFound,
@@ -26,7 +25,8 @@ from store import (
     set_trajectory_state,
     source_sha256,
 )
-from vocabulary import EventType
+from vocabulary.events import EventType
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 
 
 def _record(

@@ -13,10 +13,10 @@ from sqlalchemy.exc import StatementError
 from sqlalchemy.orm import Session, sessionmaker
 
 import store
-from harness.verdict import Verdict
 from store import Attempt, Job, get_baseline, make_engine, put_baseline, session_scope
 from store._sql import dumps_json
 from store.db import SQLITE_BUSY_TIMEOUT_MS, normalize_url
+from vocabulary.verdict import Verdict
 
 
 def test_sqlite_connections_get_wal_busy_timeout_and_foreign_keys(tmp_path: Path) -> None:

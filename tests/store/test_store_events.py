@@ -21,9 +21,11 @@ from store import (
     get_job,
     get_or_create_problem,
     job_heads,
+    record_attempt,
     session_scope,
 )
-from vocabulary import EventType
+from vocabulary.events import AttemptPayload, EventType, StatePayload, parse_payload
+from vocabulary.figures import AttemptFigures
 
 
 def test_ids_count_per_job_and_resume(session: Session, build: Any) -> None:
@@ -96,3 +98,17 @@ def test_job_heads_read_many_streams_at_once(session: Session, build: Any) -> No
         second.id: JobHead(last_event_id=2, state=JobState.CANCELLED),
     }
     assert job_heads(session=session, job_ids=[]) == {}
+
+
+def test_the_store_s_own_events_read_back_typed(session: Session, build: Any) -> None:
+    job = build.job()
+    verdict = build.verdict(median_ms=2.0)
+    attempt = record_attempt(session=session, job_id=job.id, trajectory_id=None, tool="benchmark", source="s",
+                             parent_id=None, verdict=verdict)
+    session.commit()
+    parsed = [parse_payload(e.type, e.payload) for e in events_after(session=session, job_id=job.id)]
+    assert parsed[0] == StatePayload(state="queued")
+    event = parsed[-1]
+    assert isinstance(event, AttemptPayload) and event.best and event.n == attempt.seq
+    # One shape of the figures: the columns, the event and the verdict they came from agree.
+    assert attempt.figures == AttemptFigures.of(verdict) == AttemptFigures.from_dict(event.to_dict())

@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from harness.verdict import Status
 from store import (
     Target,
     append_message,
@@ -18,6 +17,7 @@ from store import (
     usage_points,
 )
 from tests.support.store import Builders
+from vocabulary.verdict import Status
 
 SOFTMAX = "import torch\n# softmax\n"
 
@@ -50,7 +50,7 @@ def test_the_leaderboard_ranks_the_best_of_each_job_within_the_filters(session: 
     assert [(r.job_id, r.best_n) for r in rows] == [(fast.id, 2), (middling.id, 2), (slow.id, 3)]
     top = rows[0]
     assert top.problem_bundled_id == "level1/softmax" and top.target is Target.CUDA
-    assert top.speedup_vs_eager == 2.0 and top.median_ms == 2.0 and top.llm_model == "script"
+    assert top.best.speedup_vs_eager == 2.0 and top.best.median_ms == 2.0 and top.llm_model == "script"
     assert top.verdict["baselines"]["eager_ms"] == 4.0 and top.attempts_count == 2
     # A plain key ranks its own jobs; the problem is a bundled id or a sha256; the target filters.
     assert [r.job_id for r in leaderboard_rows(session=session, owner_id=alice)] == [middling.id, slow.id]

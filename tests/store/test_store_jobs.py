@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness.verdict import Status
 from store import (
     Attempt,
     CancelOutcome,
@@ -50,6 +49,7 @@ from store import (
     session_scope,
 )
 from tests.support.store import Builders
+from vocabulary.verdict import Status
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LEASE = 60.0

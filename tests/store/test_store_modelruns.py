@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from harness.regionplan import share_weights
 from store import (
     JobState,
     ModelRunState,
@@ -25,6 +24,7 @@ from store import (
 )
 from tests.support.models import fake_profile
 from tests.support.store import Builders
+from vocabulary.regionplan import share_weights
 
 
 def _run(session: Session, owner_id: int | None = None) -> int:
@@ -34,7 +34,7 @@ def _run(session: Session, owner_id: int | None = None) -> int:
                for r in profile["regions"]]  # type: ignore[union-attr]
     return create_model_run(session=session, name="mlp_stack.py", model_source="# model", model_sha256="0" * 64,
                             target=Target.CPU, profile=profile, regions=regions, owner_id=owner_id,
-                            llm_profile="replay").id
+                            llm_profile="scripted").id
 
 
 def test_a_run_queues_one_job_per_region_largest_share_first(session: Session) -> None:

@@ -6,10 +6,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from harness.verdict import Status
 from store import StoreCounts, Target, append_event, claim_next_job, read_store_counts, record_attempt
 from tests.support.store import Builders
-from vocabulary import EventType
+from vocabulary.events import EventType
+from vocabulary.verdict import Status
 
 
 def test_counts_by_state_status_and_events(session: Session, build: Any) -> None:

@@ -10,9 +10,11 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from harness.verdict import AttemptKind, CompileResult, ErrorKind, Stage, StageSeconds, Status, Verdict
 from store import Job, NotFound, claim_job, job_timings, record_attempt
 from tests.support.store import Builders
+from vocabulary.builds import CompileResult
+from vocabulary.stages import StageSeconds
+from vocabulary.verdict import AttemptKind, ErrorKind, Stage, Status, Verdict
 
 
 def _record(session: Session, job_id: int, verdict: Verdict, tool: str = "benchmark") -> None:

@@ -10,8 +10,8 @@ only, never from another test module or a conftest; conftests hold fixtures alon
 - `dashboard`: a live API on SQLite (`live_service`), jobs, attempts and recorded agent sessions
   written into its store, `login`, and the headless Chromium the browser tests drive.
 - `cli`: the ``kernelloop`` commands run as a user runs them, and a real ``kernelloop up``.
-- `agents`: the agent's seed problems, replay profile, fakes and job specs.
-- `doubles`: the agent's test doubles: an in-memory recorder, a fake evaluator, and scripted
+- `agents`: the agent's seed problems, scripted LLM profile, fakes and job specs.
+- `doubles`: the agent's test doubles: an in-memory recorder, a fake evaluator, and fake
   Chat Completions servers modelled on the real ones (out of the shipped `agent` package).
 - `worker`: the worker's jobs, settings, `ScriptedReferee`, a claimed job run in-process, and
   worker subprocesses; `fake_agent` is the scripted agent they run, `celery_entry` and

@@ -1,37 +1,38 @@
-"""The agent's tests' seed problems, replay profile, fakes and job specs (no compiles; the GPU
+"""The agent's tests' seed problems, scripted LLM profile, fakes and job specs (no compiles; the GPU
 tests import it too, on a host without the service's packages)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent import Budgets, JobSpec
-from agent.providers.replay import ReplayProvider
+from agent import JobSpec
+from agent.providers.scripted import ScriptedProvider
 from problems.spec import Problem
 from tests.support.doubles import FakeCandidate, FakeEvaluator
+from vocabulary.budgets import Budgets
 
 SEED1 = "level2/conv_tanh_scale_bias_maxpool"
 SEED2 = "level2/conv_bn_scale_train"
 SEED2_EVAL = "level2/conv_bn_scale_eval"
 
 #: A script has no context window; the history is never compacted under it.
-REPLAY_WINDOW = 1 << 20
+SCRIPTED_WINDOW = 1 << 20
 
 try:
     from config.settings import LLMProfile
 
-    REPLAY: Any = LLMProfile(provider="replay", model="replay", api_key_env=None, context_window=REPLAY_WINDOW)
+    SCRIPTED: Any = LLMProfile(provider="scripted", model="scripted", api_key_env=None, context_window=SCRIPTED_WINDOW)
 except ImportError:  # the GPU box has torch and pytest, not the service's packages
     from types import SimpleNamespace
 
-    REPLAY = SimpleNamespace(provider="replay", model="replay", context_window=REPLAY_WINDOW)
+    SCRIPTED = SimpleNamespace(provider="scripted", model="scripted", context_window=SCRIPTED_WINDOW)
 
 
 def no_sleep(_seconds: float) -> None:
     return None
 
 
-def fake_for(provider: ReplayProvider, **overrides: FakeCandidate) -> FakeEvaluator:
+def fake_for(provider: ScriptedProvider, **overrides: FakeCandidate) -> FakeEvaluator:
     """A fake that judges a seed script's candidates as the real harness would."""
     kinds = {"draft": FakeCandidate("compile_error"), "wrong": FakeCandidate("wrong"),
              "slow": FakeCandidate("pass", median_ms=5.0), "fast": FakeCandidate("pass", median_ms=1.0)}
@@ -49,7 +50,7 @@ def budgets_of(**changes: Any) -> Budgets:
     return Budgets(**{**TEST_BUDGETS, **changes})
 
 
-def spec_for(problem: Problem, target: str = "cpu", *, budgets: Budgets | None = None, llm: Any = REPLAY,
+def spec_for(problem: Problem, target: str = "cpu", *, budgets: Budgets | None = None, llm: Any = SCRIPTED,
              **kw: Any) -> JobSpec:
     return JobSpec(problem=problem, target=target, llm=llm, budgets=budgets or Budgets(**TEST_BUDGETS), **kw)
 

@@ -19,11 +19,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api import StreamOptions
 from config import Settings
-from harness.verdict import Status
 from store import create_api_key, revoke_api_key, session_scope
 from tests.support.databases import redis_db
 from tests.support.store import PROBLEM_SOURCE as PROBLEM_SOURCE  # the API tests post the store's problem
 from tests.support.store import Builders
+from vocabulary.verdict import Status
 
 CANDIDATE_SOURCE = """
 import torch

@@ -25,10 +25,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api import NullDispatcher, StreamOptions, create_app
 from config import Settings
-from harness import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
-from harness.builds import KernelInfo
-from harness.provenance import Provenance
-from harness.verdict import StageSeconds
 from problems import Problem, load_problem
 from store import (
     JobState,
@@ -49,7 +45,12 @@ from store.migrate import upgrade
 from tests.support.api import serve
 from tests.support.databases import sqlite_url_in
 from tests.support.paths import REPO
-from vocabulary import EventType
+from vocabulary.builds import CompileResult, KernelInfo
+from vocabulary.events import EventType
+from vocabulary.provenance import Provenance
+from vocabulary.stages import StageSeconds
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Trial, Verdict
 
 SEED_PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 WORKER_ID = "test-worker"
@@ -111,7 +112,7 @@ def verdict(
             for i in range(3)
         ) if status is not Status.ERROR else (),
         timing=_timing(median_ms) if (correct and median_ms is not None) else None,
-        baselines=Baselines(eager=_timing(eager_ms), compiled=_timing(compile_ms)) if correct else None,
+        baselines=Baselines(eager=_timing(eager_ms), torch_compile=_timing(compile_ms)) if correct else None,
         sol_ms=0.21,
         flops=4.83e9,
         min_bytes=3.1e8,
@@ -152,7 +153,7 @@ def create_running_job(
     problem: str = SEED_PROBLEM,
     target: Target = Target.CUDA,
     budgets: dict[str, Any] | None = None,
-    llm: tuple[str, str] = ("replay", "replay"),
+    llm: tuple[str, str] = ("scripted", "scripted"),
 ) -> int:
     """A job as a worker holds it: created, then claimed by `WORKER_ID` (``llm``: profile, model)."""
     with session_scope(factory) as session:

@@ -22,9 +22,9 @@ import time
 from typing import Any
 
 from agent import CandidateRecord, Evaluator, JobResult, JobSpec, LLMProvider, Recorder, StopReason, Totals
-from harness import Depth, Stage, Status, Verdict
-from harness.verdict import source_sha256
 from tests.support.worker import SEED1_CPU
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import Stage, Status, Verdict, source_sha256
 
 CALLS: list[str] = []
 #: What ``benchmark_two`` benchmarks, in order.

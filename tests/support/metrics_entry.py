@@ -15,9 +15,12 @@ import tempfile
 from pathlib import Path
 
 from agent.retry import NO_RETRY
-from harness import CompileResult, Depth, ErrorKind, Stage, Status, Target, Timing, Trial, Verdict
-from harness.verdict import Baselines, StageSeconds
 from tests.support.worker import ScriptedReferee
+from vocabulary.builds import CompileResult
+from vocabulary.evaluation import Depth, Target
+from vocabulary.stages import StageSeconds
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Trial, Verdict
 from worker.evaluator import RefereeEvaluator
 from worker.metrics import serve_worker_metrics
 
@@ -27,7 +30,7 @@ def _timed(median_ms: float, seconds: StageSeconds) -> Verdict:
     eager = Timing.from_samples([4.0] * 5, clock="monotonic")
     return Verdict(status=Status.PASS, stage=Stage.DONE, compile=CompileResult(ok=True, seconds=0.0),
                    trials=(Trial(seed_index=0, passed=True, max_abs_err=0.0, mean_abs_err=0.0, mismatch_frac=0.0),),
-                   timing=timing, baselines=Baselines(eager=eager, compiled=None), stage_seconds=seconds)
+                   timing=timing, baselines=Baselines(eager=eager, torch_compile=None), stage_seconds=seconds)
 
 
 #: Four verdicts on cpu: one of each candidate kind, 10 s of lane time together (compiles beside it).

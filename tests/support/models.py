@@ -7,9 +7,9 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from harness.wire import JsonObject
 from problems import Problem, parse_problem
 from tests.support.paths import REPO
+from vocabulary.wire import JsonObject
 
 EXAMPLES = REPO / "examples" / "models"
 KERNELS = EXAMPLES / "kernels"
@@ -115,9 +115,9 @@ def _region_source(name: str) -> str:
 
 
 def fake_profile(target: str = "cpu", shares: tuple[float, ...] = (0.2, 0.5, 0.3)) -> JsonObject:
-    """A `ModelProfile` of the MLP example as JSON, made up (no torch): region names with replay
-    scripts, sources that parse as problems."""
-    from harness.regionplan import Boundary, CaptureReport, ModelProfile, Region, RegionInstance
+    """A `ModelProfile` of the MLP example as JSON, made up (no torch): region names the scripted
+    LLM has scripts for, sources that parse as problems."""
+    from vocabulary.regionplan import Boundary, CaptureReport, ModelProfile, Region, RegionInstance
 
     names = ("r1_layer_norm", "r2_linear_gelu", "r3_linear_add")[: len(shares)]
     regions = tuple(

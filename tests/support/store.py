@@ -6,9 +6,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from harness.builds import KernelInfo
-from harness.provenance import Provenance
-from harness.verdict import Baselines, CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from store import (
     Job,
     StoredProblem,
@@ -16,6 +13,10 @@ from store import (
     create_job,
     get_or_create_problem,
 )
+from vocabulary.builds import CompileResult, KernelInfo
+from vocabulary.provenance import Provenance
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Trial, Verdict
 
 PROBLEM_SOURCE = '''
 """ReLU of a vector."""
@@ -55,7 +56,7 @@ class Builders:
             problem_id=problem_id,
             target=target,
             owner_id=owner_id,
-            llm_profile="replay",
+            llm_profile="scripted",
             llm_model="script",
             budgets={"turns": 10, "tool_calls": 30},
             **kwargs,
@@ -88,7 +89,7 @@ class Builders:
                 for i in range(3)
             ),
             timing=timing(median_ms) if median_ms is not None else None,
-            baselines=Baselines(eager=timing(eager_ms), compiled=timing(compile_ms)),
+            baselines=Baselines(eager=timing(eager_ms), torch_compile=timing(compile_ms)),
             sol_ms=0.25,
             flags=("speedup_over_limit",) if status is Status.SUSPICIOUS else (),
             provenance=Provenance(device="cpu", torch="2.13.0", harness="0.1.0"),

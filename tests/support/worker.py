@@ -16,11 +16,13 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
-from harness import Depth, ErrorKind, HarnessOptions, Stage, Status, Timeouts, TimingOptions, Verdict
-from harness.devices import DeviceSpecs
+from harness import HarnessOptions, Timeouts, TimingOptions
 from problems import load_problem
 from store import JobKind, Target, claim_job, create_job, get_or_create_problem, session_scope
 from tests.support.paths import REPO
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker.runner import RunOutcome, run_claimed_job
 
 PROBLEM_ID = "level2/conv_tanh_scale_bias_maxpool"
@@ -83,7 +85,7 @@ def evaluation_job(session: Session, source: str = SEED1_CPU, target: Target = T
     return job.id
 
 
-def agent_job(session: Session, script: str, *, trajectories: int = 1, llm_profile: str = "replay",
+def agent_job(session: Session, script: str, *, trajectories: int = 1, llm_profile: str = "scripted",
               target: Target = Target.CPU) -> int:
     job = create_job(session=session, problem_id=problem_row_id(session), target=target, kind=JobKind.AGENT,
                      llm_profile=llm_profile, llm_model=script, budgets={"turns": 4},

@@ -126,7 +126,7 @@ def test_a_dead_optimize_process_leaves_no_job_running(tmp_path: Path) -> None:
         for name, worker_id in (("dead", f"optimize-{host}-{dead.pid}"), ("alive", f"optimize-{host}-{os.getpid()}"),
                                 ("service", f"embedded-cpu@{host}:{dead.pid}:abcd")):
             job = create_job(session=session, problem_id=problem.id, target=Target.CPU, kind=JobKind.AGENT,
-                             llm_profile="replay")
+                             llm_profile="scripted")
             claim_job(session=session, job_id=job.id, worker_id=worker_id, lease_seconds=600)
             jobs[name] = job.id
     assert fail_orphaned_jobs(factory) == [jobs["dead"]]

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.retry import InfraRetry
-from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
+from harness import ReferenceFailed
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker.evaluator import RefereeEvaluator
 
 PROBLEM_VERDICT = Verdict(status=Status.ERROR, stage=Stage.PROBLEM, error_kind=ErrorKind.PROBLEM,

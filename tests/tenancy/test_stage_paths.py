@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness import HarnessOptions
-from harness.options import Target
 from harness.problemstage import limit_message, problem_stage_spec
 from harness.sandbox import _interpreter_paths, host_private_paths
 from harness.sandboxspec import REPO_ROOT
+from vocabulary.evaluation import Target
 
 
 def test_the_working_directory_and_the_checkout_are_never_needed_paths(

@@ -1,4 +1,4 @@
-"""`harness.verdict.attempt_kind`, the one classification of a verdict (metrics, reports, dashboard),
+"""`vocabulary.verdict.attempt_kind`, the one classification of a verdict (metrics, reports, dashboard),
 and `StageSeconds`' lane seconds and sums."""
 
 from __future__ import annotations
@@ -8,20 +8,10 @@ from dataclasses import fields
 import pytest
 
 from display.timings import KIND_ORDER, STAGE_ORDER
-from harness.verdict import (
-    LANE_STAGES,
-    AttemptKind,
-    Baselines,
-    CompileResult,
-    ErrorKind,
-    Stage,
-    StageSeconds,
-    Status,
-    Timing,
-    Trial,
-    Verdict,
-    attempt_kind,
-)
+from vocabulary.builds import CompileResult
+from vocabulary.stages import LANE_STAGES, StageSeconds
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import AttemptKind, ErrorKind, Stage, Status, Trial, Verdict, attempt_kind
 
 
 def _timing(ms: float) -> Timing:
@@ -35,7 +25,7 @@ def _verdict(status: Status, stage: Stage, *, error_kind: ErrorKind | None = Non
                    trials=(Trial(seed_index=0, passed=status is not Status.FAIL, max_abs_err=0.0, mean_abs_err=0.0,
                                  mismatch_frac=0.0),),
                    timing=_timing(median_ms) if median_ms is not None else None,
-                   baselines=Baselines(eager=_timing(4.0), compiled=_timing(2.0)), depth=depth)
+                   baselines=Baselines(eager=_timing(4.0), torch_compile=_timing(2.0)), depth=depth)
 
 
 @pytest.mark.parametrize(("verdict", "kind"), [

@@ -4,23 +4,13 @@ from typing import Any
 
 import pytest
 
-from harness.builds import BuildFailure, BuildPhase, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
-from harness.causes import KernelError
-from harness.provenance import Provenance, Tolerance
-from harness.verdict import (
-    Baselines,
-    ClockBound,
-    CompileResult,
-    ErrorKind,
-    ProfileRow,
-    Stage,
-    StageSeconds,
-    Status,
-    Timing,
-    Trial,
-    Verdict,
-)
-from harness.wire import WireError
+from vocabulary.builds import BuildFailure, BuildPhase, CompileResult, ExtensionBuild, HeaderUse, KernelInfo, UnitBuild
+from vocabulary.causes import KernelError
+from vocabulary.provenance import Provenance, Tolerance
+from vocabulary.stages import StageSeconds
+from vocabulary.timing import Baselines, ClockBound, Timing
+from vocabulary.verdict import ErrorKind, ProfileRow, Stage, Status, Trial, Verdict
+from vocabulary.wire import WireError
 
 
 def test_timing_statistics_are_derived_from_raw_samples() -> None:
@@ -38,7 +28,7 @@ def test_verdict_json_round_trip_and_derived_figures() -> None:
         trials=(Trial(0, True, 1e-7, 1e-8, 0.0),),
         timing=Timing.from_samples([2.0, 2.0, 2.0], clock="cuda_events"),
         baselines=Baselines(eager=Timing.from_samples([4.0], clock="cuda_events"),
-                            compiled=Timing.from_samples([3.0], clock="cuda_events")),
+                            torch_compile=Timing.from_samples([3.0], clock="cuda_events")),
         sol_ms=0.5,
     )
     data = json.loads(json.dumps(verdict.to_dict()))
@@ -47,7 +37,7 @@ def test_verdict_json_round_trip_and_derived_figures() -> None:
     assert data["pct_of_sol"] == 25.0
     assert data["compiled"] is True and data["correct"] is True and data["compile_s"] == 1.5
     assert data["timing"]["median_ms"] == 2.0 and data["timing"]["n"] == 3
-    assert data["baselines"]["eager_ms"] == 4.0 and data["baselines"]["compile_ms"] == 3.0
+    assert data["baselines"]["eager_ms"] == 4.0 and data["baselines"]["torch_compile_ms"] == 3.0
     assert Verdict.from_dict(data) == verdict
 
 
@@ -105,7 +95,7 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
             'trusted_clock': {'overhead_ms': 0.05, 'excess_ms': 0.01, 'allowed_ms': 0.15, 'calls': 5,
                               'audits': 2}},
  'baselines': {'eager_ms': 20.5,
-               'compile_ms': None,
+               'torch_compile_ms': None,
                'eager': {'median_ms': 20.5,
                          'iqr_ms': 1.0,
                          'mean_ms': 20.5,
@@ -114,7 +104,7 @@ FULL_VERDICT_JSON: dict[str, Any] = {'status': 'suspicious',
                          'warnings': [],
                          'samples_ms': [20.0, 21.0],
                          'trusted_clock': None},
-               'compile': None,
+               'torch_compile': None,
                'notes': ['torch.compile failed: E']},
  'speedup_vs_eager': 6.833333333333333,
  'speedup_vs_compile': None,
@@ -226,7 +216,7 @@ def _full_verdict() -> Verdict:
                 Trial(2, True, 2e-7, 1e-8, 0.0, kind="shape:0")),
         timing=replace(Timing.from_samples([1.0, 2.0, 3.0, 4.0, 5.0], clock="cuda_events", warnings=["noisy: x"]),
                        bound=ClockBound(overhead_ms=0.05, excess_ms=0.01, allowed_ms=0.15, calls=5, audits=2)),
-        baselines=Baselines(eager=Timing.from_samples([20.0, 21.0], clock="cuda_events"), compiled=None,
+        baselines=Baselines(eager=Timing.from_samples([20.0, 21.0], clock="cuda_events"), torch_compile=None,
                             notes=("torch.compile failed: E",)),
         sol_ms=0.25, flops=1e9, min_bytes=3e8, flags=("speedup_over_limit",), hints=("a hint",), log="the log",
         provenance=Provenance(
@@ -276,3 +266,13 @@ def test_a_malformed_verdict_names_the_field() -> None:
     data["trials"] = [{"seed_index": "zero", "passed": True, "mismatch_frac": 0.0}]
     with pytest.raises(WireError, match="seed_index"):
         Verdict.from_dict(data)
+
+
+def test_a_verdict_stored_before_the_torch_compile_rename_reads_the_same() -> None:
+    verdict = Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing.from_samples([2.0], clock="wall"),
+                      baselines=Baselines(eager=Timing.from_samples([4.0], clock="wall"),
+                                          torch_compile=Timing.from_samples([3.0], clock="wall")))
+    stored = verdict.to_dict()
+    baselines = dict(stored["baselines"])  # as 0.2 wrote it: "compile" and "compile_ms"
+    baselines["compile"], baselines["compile_ms"] = baselines.pop("torch_compile"), baselines.pop("torch_compile_ms")
+    assert Verdict.from_dict({**stored, "baselines": baselines}) == verdict

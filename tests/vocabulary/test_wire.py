@@ -1,10 +1,10 @@
-"""`harness.wire`: typed reads of JSON at the edges, and the errors that name the field."""
+"""`vocabulary.wire`: typed reads of JSON at the edges, and the errors that name the field."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness.wire import Reader, WireError, as_json
+from vocabulary.wire import Reader, WireError, as_json
 
 
 def test_reads_each_type_and_defaults() -> None:

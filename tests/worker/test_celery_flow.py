@@ -8,11 +8,11 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
-from harness import Status
 from store import JobState, events_after, get_job, list_attempts, session_scope
 from tests.support.processes import mapped_files
 from tests.support.waiting import wait_for
 from tests.support.worker import celery_worker_argv, evaluation_job, make_settings, worker_process
+from vocabulary.verdict import Status
 from worker.celery_app import make_celery
 from worker.tasks import RUN_JOB
 

@@ -8,7 +8,6 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from config import Settings
-from harness import Status
 from store import (
     JobState,
     Target,
@@ -24,6 +23,7 @@ from store import (
 from tests.support import fake_agent
 from tests.support.waiting import wait_for
 from tests.support.worker import SEED1_CPU, SEED1_CPU_WRONG, agent_job, evaluation_job, quick_options
+from vocabulary.verdict import Status
 from worker.embedded import EmbeddedWorker
 from worker.runner import RunOutcome
 
@@ -86,10 +86,10 @@ def test_cancel_stops_a_running_job_at_the_next_safe_point(
 
 
 @pytest.mark.slow
-def test_the_real_agent_with_the_replay_provider(
+def test_the_real_agent_with_the_scripted_provider(
     sqlite_settings: Settings, sqlite_factory: sessionmaker[Session]
 ) -> None:
-    """The agent package itself (replay script, no network) through the worker: about 45 s on 2 cores,
+    """The agent package itself (the scripted LLM, no network) through the worker: about 45 s on 2 cores,
     most of it the script's deliberate compile error (failed builds are not cached)."""
     with session_scope(sqlite_factory) as session:
         job_id = agent_job(session, "n/a")  # budgets: 4 turns

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from agent.retry import NO_RETRY, InfraRetry
-from harness import Depth, ErrorKind, ReferenceFailed, Stage, Status, Target, Verdict
-from harness.devices import DeviceSpecs
+from harness import ReferenceFailed
 from tests.support.paths import REPO
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker.devicelock import device_key, device_lock
 from worker.evaluator import RefereeEvaluator
 

@@ -14,10 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.retry import NO_RETRY
 from config import Settings
-from harness import CompileResult, Depth, Stage, Status, Target, Timing, Verdict
-from harness.verdict import Baselines, ErrorKind, StageSeconds
 from store import claim_job, session_scope
 from tests.support.worker import INFRA, ScriptedReferee, agent_job, claim, evaluation_job, run_claimed
+from vocabulary.builds import CompileResult
+from vocabulary.evaluation import Depth, Target
+from vocabulary.stages import StageSeconds
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker.evaluator import RefereeEvaluator
 from worker.lease import LeaseKeeper
 from worker.recorder import StoreRecorder
@@ -69,7 +72,7 @@ def test_an_evaluation_counts_its_stages_its_kind_and_its_lane_seconds_the_compi
     compiled = _verdict(compile_s=12.5, timed=False).with_changes(
         stage_seconds=StageSeconds(header_build=2.0, compile=12.5))
     timed = _verdict(compile_s=0.0).with_changes(
-        baselines=Baselines(eager=eager, compiled=None),
+        baselines=Baselines(eager=eager, torch_compile=None),
         stage_seconds=StageSeconds(load=0.25, correctness=1.5, timing=1.25))
     referee = ScriptedReferee([compiled, timed], target=Target.CUDA)
     evaluator = RefereeEvaluator(referee, cache_dir=tmp_path, device_key="gpu-kinds", retry=NO_RETRY)

@@ -8,7 +8,6 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent import StopReason
-from harness.verdict import CompileResult, ErrorKind, Stage, Status, Timing, Trial, Verdict
 from store import (
     JobState,
     LeaseLost,
@@ -26,6 +25,9 @@ from store import (
     utcnow,
 )
 from tests.support.worker import SEED1_CPU, SEED1_CPU_WRONG, agent_job
+from vocabulary.builds import CompileResult
+from vocabulary.timing import Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Trial, Verdict
 from worker.lease import LeaseKeeper
 from worker.recorder import StoreRecorder, trajectory_state_for
 
@@ -197,17 +199,17 @@ def test_the_mapping_matches_agent_stop_reason_outcome() -> None:
 
 def test_a_rerun_of_a_source_is_attributed_to_its_own_earlier_attempt(sqlite_factory: sessionmaker[Session]) -> None:
     """Issue 24: the dashboard said "edited from attempt 4" of a source identical to attempt 5's.
-    The agent loop with the seed's replay script (it benchmarks the source it checked) writes
+    The agent loop with the seed's scripted LLM (it benchmarks the source it checked) writes
     through the worker's recorder: a re-run's parent is the earlier attempt of the same source."""
     from agent import run_job
-    from agent.providers.replay import ReplayProvider
+    from agent.providers.scripted import ScriptedProvider
     from problems import load_problem
     from tests.support.agents import SEED1, fake_for, no_sleep, spec_for
 
     job_id = _claimed(sqlite_factory)
     recorder, _ = _recorder(sqlite_factory, job_id)
-    replay = ReplayProvider.for_problem(SEED1, "cpu")
-    run_job(spec_for(load_problem(SEED1)), evaluator=fake_for(replay), recorder=recorder, provider=replay,
+    scripted = ScriptedProvider.for_problem(SEED1, "cpu")
+    run_job(spec_for(load_problem(SEED1)), evaluator=fake_for(scripted), recorder=recorder, provider=scripted,
             sleep=no_sleep)
     with session_scope(sqlite_factory) as session:
         attempts = list_attempts(session=session, job_id=job_id).items

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from harness import Status
 from store import JobState, events_after, get_job, list_attempts, session_scope
 from tests.support.waiting import wait_for
 from tests.support.worker import (
@@ -24,6 +23,7 @@ from tests.support.worker import (
     make_settings,
     worker_process,
 )
+from vocabulary.verdict import Status
 from worker.celery_app import make_celery
 from worker.tasks import RUN_JOB
 

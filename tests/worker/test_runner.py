@@ -13,11 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from agent import Budgets
 from agent.retry import InfraRetry
 from config import Settings
-from harness import ErrorKind, HarnessOptions, Stage, Status, Target, Timing, Verdict
-from harness.wire import WireError
+from harness import HarnessOptions
 from store import (
     JobState,
     TrajectoryState,
@@ -44,6 +42,11 @@ from tests.support.worker import (
     quick_options,
     run_claimed,
 )
+from vocabulary.budgets import Budgets
+from vocabulary.evaluation import Target
+from vocabulary.timing import Timing
+from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
+from vocabulary.wire import WireError
 from worker.runner import RunOutcome, agent_budgets, retime_options
 
 
@@ -171,7 +174,7 @@ def test_an_unknown_llm_profile_fails_the_job_with_what_to_fix(
     assert fake_agent.CALLS == []
     with session_scope(sqlite_factory) as session:
         assert get_job(session=session, job_id=job_id).error == (
-            "unknown LLM profile 'gpt-9' (this service has: openai, replay)")
+            "unknown LLM profile 'gpt-9' (this service has: openai, scripted)")
 
 
 def test_a_worker_without_the_profiles_key_fails_the_job_at_once_naming_it(

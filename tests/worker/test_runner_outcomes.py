@@ -1,4 +1,4 @@
-"""How agent jobs end, through `worker.runner.run_claimed_job` with the real agent and a scripted LLM server.
+"""How agent jobs end, through `worker.runner.run_claimed_job` with the real agent and a fake LLM server.
 
 A job succeeds only with a verified kernel; otherwise it fails with a reason a user can act on
 (no attempt, refused, context, budget, the LLM endpoint's own message). The referee is a fake
@@ -15,19 +15,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.schemas import JobPublic, MessagePublic
 from config import LLMProfile, Settings
-from harness import Depth, Target, Verdict
 from store import JobState, claim_job, get_job, list_attempts, list_messages, session_scope
 from tests.support.doubles import (
     Call,
     FakeCandidate,
     FakeEvaluator,
+    FakeLLMServer,
     LlamaCppServer,
     OpenAIServer,
     Reply,
-    ScriptedServer,
     VLLMServer,
 )
 from tests.support.worker import agent_job, quick_options
+from vocabulary.evaluation import Depth, Target
+from vocabulary.verdict import Verdict
 from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "test-worker"
@@ -56,14 +57,14 @@ class FakeReferee:
         self.inner.cancel()
 
 
-def _run(settings: Settings, factory: sessionmaker[Session], server: ScriptedServer, *,
+def _run(settings: Settings, factory: sessionmaker[Session], server: FakeLLMServer, *,
          budgets: dict[str, Any] | None = None, **profile: Any) -> tuple[RunOutcome, Callable[[Session], Any]]:
     llm = LLMProfile(base_url=server.base_url, model=server.model, api_key_env=None, max_retries=1,
                      context_window=profile.pop("context_window", server.context_window), max_output_tokens=1024,
                      idle_timeout_s=5.0, **profile)
-    settings = settings.model_copy(update={"llm_profiles": {**settings.llm_profiles, "scripted": llm}})
+    settings = settings.model_copy(update={"llm_profiles": {**settings.llm_profiles, "fake_server": llm}})
     with session_scope(factory) as session:
-        job_id = agent_job(session, "unused", llm_profile="scripted")
+        job_id = agent_job(session, "unused", llm_profile="fake_server")
         if budgets:
             get_job(session=session, job_id=job_id).budgets = {**budgets}
     with session_scope(factory) as session:

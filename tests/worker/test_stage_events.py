@@ -8,11 +8,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.retry import NO_RETRY
 from config import Settings
-from harness import Depth, Stage, StageEvent, StageListener, StageName, StagePhase, Status, Target, Verdict
+from harness import StageListener
 from store import claim_job, events_after, session_scope
 from tests.support import fake_agent
 from tests.support.worker import evaluation_job, quick_options
-from vocabulary import EventType
+from vocabulary.evaluation import Depth, Target
+from vocabulary.events import EventType
+from vocabulary.stages import StageEvent, StageName, StagePhase
+from vocabulary.verdict import Stage, Status, Verdict
 from worker.runner import RunOutcome, run_claimed_job
 
 WORKER = "stage-worker"

@@ -21,7 +21,6 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from harness import Status, Verdict
 from problems import parse_problem
 from store import JobKind, JobState, Target, create_job, session_scope
 from tests.support.browser import PROMPT, arrived, count, screenshot, sign_in, text, wait
@@ -39,6 +38,7 @@ from tests.support.dashboard import (
     verdict,
     worker_recorder,
 )
+from vocabulary.verdict import Status, Verdict
 
 pytestmark = pytest.mark.timeout(180)
 

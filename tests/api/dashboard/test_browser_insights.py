@@ -19,8 +19,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 from sqlalchemy import select, update
 
-from harness import Status
-from harness.verdict import Verdict
 from store import Attempt, Job, JobState, Message, Target, Trajectory, session_scope
 from tests.support.browser import PROMPT, arrived, count, element_screenshot, screenshot, sign_in, text, wait
 from tests.support.dashboard import (
@@ -35,6 +33,7 @@ from tests.support.dashboard import (
     verdict,
     worker_recorder,
 )
+from vocabulary.verdict import Status, Verdict
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -179,7 +178,7 @@ def test_the_leaderboard_ranks_jobs_across_models(browser: Any, service: Service
     gpt = ("openai", "gpt-4o-mini")
     qwen = ("vllm", "Qwen/Qwen3-32B")
     seed = [job(SEED_PROBLEM, gpt, 1.9), job(SEED_PROBLEM, qwen, 2.4), job(SEED_PROBLEM, gpt, 2.1),
-            job(SEED_PROBLEM, ("replay", "replay"), 1.31)]
+            job(SEED_PROBLEM, ("scripted", "scripted"), 1.31)]
     job(SEED_PROBLEM, qwen, None)  # no verified kernel: not ranked
     softmax = [job("level1/softmax", qwen, 0.8, target=Target.CPU, device="cpu"),
                job("level1/softmax", gpt, 1.4, target=Target.CPU, device="cpu")]
@@ -196,7 +195,7 @@ def test_the_leaderboard_ranks_jobs_across_models(browser: Any, service: Service
     assert ranked(groups[1]) == [seed[1], seed[2], seed[0], seed[3]]
     assert ranked(groups[0]) == [softmax[1], softmax[0]]
     chips = [c.text for c in groups[1].find_elements(By.CSS_SELECTOR, ".chip.model-best")]
-    assert chips == ["vllm · Qwen/Qwen3-32B 2.40× (1)", "openai · gpt-4o-mini 2.10× (2)", "replay 1.31× (1)"]
+    assert chips == ["vllm · Qwen/Qwen3-32B 2.40× (1)", "openai · gpt-4o-mini 2.10× (2)", "scripted 1.31× (1)"]
     top = groups[1].find_element(By.CSS_SELECTOR, "tbody tr")
     assert "NVIDIA H200" in top.text and "4.000 · 2.500" in top.text and "2.40×" in top.text
     screenshot(browser, "leaderboard.png", artifacts_dir)

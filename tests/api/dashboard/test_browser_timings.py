@@ -17,8 +17,6 @@ import pytest
 from selenium.webdriver.common.by import By
 from sqlalchemy import update
 
-from harness import Stage, Status
-from harness.verdict import StageSeconds, Verdict
 from store import Job, get_job, session_scope
 from tests.support.browser import element_screenshot, sign_in, text, wait
 from tests.support.dashboard import (
@@ -30,6 +28,8 @@ from tests.support.dashboard import (
     verdict,
     worker_recorder,
 )
+from vocabulary.stages import StageSeconds
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.timeout(180)
 

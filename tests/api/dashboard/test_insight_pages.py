@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from api.dashboard.charts import roofline_chart, usage_chart
-from harness import Status
 from store import Attempt, JobState, UsagePoint
 from tests.support.dashboard import Service, add_attempt, create_key, create_running_job, finish, login, verdict
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.timeout(120)
 

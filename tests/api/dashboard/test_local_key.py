@@ -19,10 +19,10 @@ import pytest
 from api import NullDispatcher, create_app
 from cli.keys import ensure_local_key
 from config import Settings
-from harness import Status
 from store import JobState, create_api_key, make_engine, make_session_factory, session_scope, set_api_key_admin
 from tests.support.api import serve
 from tests.support.dashboard import add_attempt, create_running_job, finish, login, verdict
+from vocabulary.verdict import Status
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from harness.modelreport import ApplyReport, RegionOutcome
-from harness.verdict import Verdict
 from store import ModelRunState, NewModelRegion, Target, create_model_run, finish_model_run, session_scope
 from tests.support.dashboard import Service, create_key, login, verdict
 from tests.support.models import fake_profile
+from vocabulary.modelreport import ApplyReport, RegionOutcome
+from vocabulary.verdict import Verdict
 
 pytestmark = pytest.mark.timeout(120)
 

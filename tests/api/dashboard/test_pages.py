@@ -10,8 +10,6 @@ import re
 import httpx
 import pytest
 
-from harness import Status
-from harness.verdict import Verdict
 from problems import load_problem, parse_problem
 from store import JobKind, Target, create_job, session_scope, source_sha256
 from tests.support.dashboard import (
@@ -26,6 +24,7 @@ from tests.support.dashboard import (
     verdict,
     worker_recorder,
 )
+from vocabulary.verdict import Status, Verdict
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,9 +20,10 @@ from api.dashboard.views import (
     mark_kind,
     sample_plot,
 )
-from harness import Baselines, Stage, Status, Timing, Verdict
 from problems import bundled_problems
 from tests.support.paths import REPO
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import Stage, Status, Verdict
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 KEY_HASH = "ab" * 32
@@ -110,7 +111,7 @@ def test_diff_lines_number_both_sides() -> None:
 def test_the_samples_plot_keeps_every_sample_and_goes_logarithmic_for_wide_ranges() -> None:
     def timed(candidate: list[float], eager: list[float]) -> Verdict:
         return Verdict(status=Status.PASS, stage=Stage.DONE, timing=Timing.from_samples(candidate, clock="cuda_events"),
-                       baselines=Baselines(eager=Timing.from_samples(eager, clock="cuda_events"), compiled=None))
+                       baselines=Baselines(eager=Timing.from_samples(eager, clock="cuda_events"), torch_compile=None))
 
     plot = sample_plot(timed([1.0, 1.1, 0.9], [4.0, 4.2]))
     assert plot is not None and not plot.log_scale

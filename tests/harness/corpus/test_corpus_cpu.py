@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import Referee, Stage, Status, Verdict
-from harness.builds import BuildPhase
+from harness import Referee
 from problems import load_problem
 from tests.support.integrity import make_options
+from vocabulary.builds import BuildPhase
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.slow
 

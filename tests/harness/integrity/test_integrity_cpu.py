@@ -26,13 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import Depth, Referee, Stage, Status, Verdict
-from harness.integrity import NOTICE_FLAGS
+from harness import Referee
 from problems import load_problem
 from problems.spec import parse_problem
 from tests.support.integrity import forged_loop, make_options
 from tests.support.paths import REPO
 from tests.support.processes import processes_with_arg
+from vocabulary.evaluation import Depth
+from vocabulary.flags import NOTICE_FLAGS
+from vocabulary.verdict import Stage, Status, Verdict
 
 pytestmark = pytest.mark.slow
 

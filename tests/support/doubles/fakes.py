@@ -6,11 +6,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.builds import ExtensionBuild, KernelInfo
-from harness.devices import DeviceSpecs
-from harness.options import Depth
-from harness.provenance import Provenance, Tolerance
-from harness.verdict import Baselines, CompileResult, ErrorKind, ProfileRow, Stage, Status, Timing, Trial, Verdict
+from vocabulary.builds import CompileResult, ExtensionBuild, KernelInfo
+from vocabulary.devices import DeviceSpecs
+from vocabulary.evaluation import Depth
+from vocabulary.provenance import Provenance, Tolerance
+from vocabulary.timing import Baselines, Timing
+from vocabulary.verdict import ErrorKind, ProfileRow, Stage, Status, Trial, Verdict
 
 __all__ = ["FAKE_SPECS", "FakeCandidate", "FakeEvaluator", "make_verdict"]
 
@@ -112,7 +113,7 @@ def make_verdict(kind: str, depth: Depth | str, *, median_ms: float = 1.0, eager
                        trials=trials, depth=depth, profile=rows, provenance=provenance)
     samples = tuple(median_ms * f for f in (0.99, 1.0, 1.01, 1.0, 1.02))
     baselines = Baselines(eager=Timing.from_samples([eager_ms] * 5, clock="cuda_events"),
-                          compiled=Timing.from_samples([compile_ms] * 5, clock="cuda_events"))
+                          torch_compile=Timing.from_samples([compile_ms] * 5, clock="cuda_events"))
     timing = Timing.from_samples(samples, clock="cuda_events")
     verdict = Verdict(status=Status.PASS, stage=Stage.DONE, message="correct and timed", compile=built, trials=trials,
                       timing=timing, baselines=baselines, sol_ms=0.25, flops=76e9, min_bytes=0.4e9, depth=depth,

@@ -1,4 +1,4 @@
-"""A scripted server that answers as llama.cpp's ``llama-server`` does.
+"""A fake server that answers as llama.cpp's ``llama-server`` does.
 
 Reproduced (llama.cpp sources: tools/server/server-context.cpp, the slot's prompt check;
 tools/server/server-task.cpp ``server_task_result_error::to_json``; tools/server/server-common.cpp
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from harness.wire import JsonObject, JsonValue
-from tests.support.doubles.scripted import Failure, ScriptedServer, Step
+from tests.support.doubles.llm_server import Failure, FakeLLMServer, Step
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["LlamaCppServer"]
 
 
-class LlamaCppServer(ScriptedServer):
+class LlamaCppServer(FakeLLMServer):
     """``llama-server -m MODEL.gguf -c N [--jinja] [--reasoning-format none]``.
 
     Args:

@@ -1,6 +1,6 @@
-"""The machinery of the scripted LLM servers: HTTP, Server-Sent Events, a token count, a script.
+"""The machinery of the fake LLM servers: HTTP, Server-Sent Events, a token count, a script.
 
-A `ScriptedServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 for the real ``openai``
+A `FakeLLMServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 for the real ``openai``
 client. Each request is first checked the way the real server kind checks it (`validate`: the
 subclasses in `tests.support.doubles.servers` reproduce OpenAI's, vLLM's, SGLang's, llama.cpp's and
 Ollama's validation, errors and chunk formats), then answered from the script: a `Reply` (what
@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
 from agent.providers.base import call_function, message_calls
-from harness.wire import JsonObject, JsonValue
 from tests.support.doubles.localhttp import LocalPostServer, parse_body
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = [
     "Call",
     "Failure",
+    "FakeLLMServer",
     "Reply",
-    "ScriptedServer",
     "count_tokens",
     "prompt_tokens",
     "request_messages",
@@ -50,7 +50,7 @@ TEMPLATE_TOKENS_PER_MESSAGE = 4
 
 
 def count_tokens(text: str) -> int:
-    """The scripted servers' token count: words and punctuation marks (code comes out near 3
+    """The fake servers' token count: words and punctuation marks (code comes out near 3
     characters a token, as real tokenizers count it)."""
     return len(_TOKEN.findall(text))
 
@@ -90,7 +90,7 @@ def prompt_tokens(body: Mapping[str, JsonValue]) -> list[str]:
 
 @dataclass(frozen=True)
 class Call:
-    """A tool call the scripted model makes; ``arguments`` given as a str are sent as they are
+    """A tool call the fake model makes; ``arguments`` given as a str are sent as they are
     (cut-off or malformed JSON), a dict is JSON-encoded, unless ``as_object``: then it is sent as
     a JSON object where the protocol has a string (as some servers and proxies do)."""
 
@@ -101,7 +101,7 @@ class Call:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the scripted model answers.
+    """What the fake model answers.
 
     Args:
         content: the visible text (a ``<think>`` block in it is sent as it is).
@@ -159,7 +159,7 @@ class _Exchange:
     disconnected: bool = False
 
 
-class ScriptedServer(LocalPostServer):
+class FakeLLMServer(LocalPostServer):
     """A Chat Completions server on 127.0.0.1 that answers from a script, the way its kind does.
 
     Subclasses override `validate` (a real server's checks, before any generation), `error`
@@ -192,7 +192,7 @@ class ScriptedServer(LocalPostServer):
     cache_block: int = 16
     cache_min_tokens: int = 0
 
-    def __init__(self, script: Iterable[Step] = (), *, model: str = "scripted-model",
+    def __init__(self, script: Iterable[Step] = (), *, model: str = "fake-model",
                  context_window: int = 32_768) -> None:
         super().__init__()
         self.model = model
@@ -240,7 +240,7 @@ class ScriptedServer(LocalPostServer):
         with self._lock:
             step = self._queue.popleft() if self._queue else None
         if step is None:
-            return self.error(500, "the scripted server's script is exhausted", type="server_error")
+            return self.error(500, "the fake server's script is exhausted", type="server_error")
         return step(body) if callable(step) else step
 
     # -- one request -----------------------------------------------------------------------------

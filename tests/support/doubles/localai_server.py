@@ -1,4 +1,4 @@
-"""A scripted server that ignores ``"stream": true``, as LocalAI did before it streamed.
+"""A fake server that ignores ``"stream": true``, as LocalAI did before it streamed.
 
 Reproduced (mudler/LocalAI issue #416, fixed by pull request #465): the server logged the request
 with ``"stream":true``, then ran it with ``Stream:false`` and answered one ``application/json``
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tests.support.doubles.scripted import ScriptedServer, Step
+from tests.support.doubles.llm_server import FakeLLMServer, Step
 
 __all__ = ["LocalAIServer"]
 
 
-class LocalAIServer(ScriptedServer):
+class LocalAIServer(FakeLLMServer):
     """``local-ai`` of mid-2023: Chat Completions, never streamed, tokens not counted."""
 
     streams = False

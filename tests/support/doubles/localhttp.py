@@ -1,6 +1,6 @@
 """A small HTTP server on 127.0.0.1 for the test servers: a thread, quiet logs, POST bodies handed on.
 
-`StubChatServer` and `ScriptedServer` subclass `LocalPostServer` and implement `handle_post`; a
+`StubChatServer` and `FakeLLMServer` subclass `LocalPostServer` and implement `handle_post`; a
 body is JSON on the wire (`parse_body` reads it as a `JsonObject`).
 """
 
@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
-from harness.wire import JsonObject
+from vocabulary.wire import JsonObject
 
 __all__ = ["LocalPostServer", "parse_body"]
 

@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from harness.verdict import ErrorKind, Verdict, source_sha256
-from harness.wire import JsonObject
+from vocabulary.verdict import ErrorKind, Verdict, source_sha256
+from vocabulary.wire import JsonObject
 
 __all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedStart", "RecordedUsage"]
 

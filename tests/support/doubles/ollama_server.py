@@ -1,4 +1,4 @@
-"""A scripted server that answers as Ollama's OpenAI-compatible endpoint (``/v1``) does.
+"""A fake server that answers as Ollama's OpenAI-compatible endpoint (``/v1``) does.
 
 Reproduced (Ollama sources: openai/openai.go ``NewError``, ``FromCompletionToolCall``,
 ``ToStreamChunks``, ``FinishChunk``; middleware/openai.go ``ChatMiddleware``; server/prompt.go and
@@ -23,13 +23,13 @@ import json
 from collections.abc import Iterable, Mapping
 
 from agent.providers.base import call_function, message_calls, text_field
-from harness.wire import JsonObject, JsonValue
-from tests.support.doubles.scripted import Failure, ScriptedServer, Step, prompt_tokens, request_messages
+from tests.support.doubles.llm_server import Failure, FakeLLMServer, Step, prompt_tokens, request_messages
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["OllamaServer"]
 
 
-class OllamaServer(ScriptedServer):
+class OllamaServer(FakeLLMServer):
     """``ollama serve`` with a model whose ``num_ctx`` is ``context_window``.
 
     Args:

@@ -1,4 +1,4 @@
-"""A scripted server that answers as OpenAI's Chat Completions API does, chat and reasoning models.
+"""A fake server that answers as OpenAI's Chat Completions API does, chat and reasoning models.
 
 Reproduced (OpenAI API reference, https://platform.openai.com/docs/api-reference/chat, and the
 errors users report against it, e.g. github.com/microsoft/vscode-copilot-release/issues/8065):
@@ -29,13 +29,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from agent.providers.base import message_calls, text_field
-from harness.wire import JsonObject, JsonValue
-from tests.support.doubles.scripted import Failure, ScriptedServer, Step, request_messages, requested_output_tokens
+from tests.support.doubles.llm_server import Failure, FakeLLMServer, Step, request_messages, requested_output_tokens
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["OpenAIServer"]
 
 
-class OpenAIServer(ScriptedServer):
+class OpenAIServer(FakeLLMServer):
     """OpenAI's Chat Completions.
 
     Args:

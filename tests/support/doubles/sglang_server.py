@@ -1,4 +1,4 @@
-"""A scripted server that answers as SGLang's OpenAI-compatible server (``sglang.launch_server``) does.
+"""A fake server that answers as SGLang's OpenAI-compatible server (``sglang.launch_server``) does.
 
 Reproduced (SGLang sources: python/sglang/srt/managers/tokenizer_manager.py, the request
 validation; python/sglang/srt/entrypoints/openai/protocol.py ``ErrorResponse``):
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from harness.wire import JsonObject, JsonValue
-from tests.support.doubles.scripted import Failure, ScriptedServer, Step, requested_output_tokens
+from tests.support.doubles.llm_server import Failure, FakeLLMServer, Step, requested_output_tokens
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["SGLangServer"]
 
 
-class SGLangServer(ScriptedServer):
+class SGLangServer(FakeLLMServer):
     """``python -m sglang.launch_server --model-path M --context-length N [--tool-call-parser P]
     [--reasoning-parser R]``."""
 

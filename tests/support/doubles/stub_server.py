@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 
-from harness.wire import JsonObject
 from tests.support.doubles.localhttp import LocalPostServer, parse_body
+from vocabulary.wire import JsonObject
 
 __all__ = ["StubChatServer", "StubResponse"]
 

@@ -1,4 +1,4 @@
-"""A scripted server that answers as vLLM's OpenAI-compatible server (``vllm serve``) does.
+"""A fake server that answers as vLLM's OpenAI-compatible server (``vllm serve``) does.
 
 Reproduced (vLLM sources: vllm/entrypoints/openai/engine/protocol.py ``ErrorResponse``,
 vllm/entrypoints/openai/chat_completion/serving.py, vllm/entrypoints/chat_utils.py
@@ -30,20 +30,20 @@ import json
 from collections.abc import Iterable, Mapping
 
 from agent.providers.base import call_function, message_calls
-from harness.wire import JsonObject, JsonValue
-from tests.support.doubles.scripted import (
+from tests.support.doubles.llm_server import (
     Failure,
-    ScriptedServer,
+    FakeLLMServer,
     Step,
     request_messages,
     requested_output_tokens,
     roles_alternate,
 )
+from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["VLLMServer"]
 
 
-class VLLMServer(ScriptedServer):
+class VLLMServer(FakeLLMServer):
     """``vllm serve MODEL --max-model-len N [--enable-auto-tool-choice --tool-call-parser P]
     [--reasoning-parser R]``.
 
