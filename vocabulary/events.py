@@ -113,8 +113,7 @@ class AttemptPayload(_Payload, AttemptFigures):
     def from_dict(cls, data: object) -> Self:
         r = Reader(data, "an attempt event")
         figures = AttemptFigures.from_dict(data)
-        return cls(**{f.name: getattr(figures, f.name) for f in fields(AttemptFigures)},
-                   n=r.integer("n"), attempt_id=r.integer("attempt_id"),
+        return cls(**vars(figures), n=r.integer("n"), attempt_id=r.integer("attempt_id"),
                    trajectory_id=r.optional_integer("trajectory_id"), tool=r.text("tool"), best=r.flag("best", False),
                    eager_ms=r.optional_number("eager_ms"), compile_ms=r.optional_number("compile_ms"))
 

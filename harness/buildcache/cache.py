@@ -121,8 +121,7 @@ class BuildCache(_NinjaHooks):
 
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
                     **kwargs: Any) -> ModuleType | None:
-        """`torch.utils.cpp_extension.load_inline`, cached by content; ``None`` in the trusted
-        builder's mode, which builds and never loads."""
+        """torch's ``load_inline`` cached by content; ``None`` in the builder's mode (it never loads)."""
         kwargs.pop("build_directory", None)
         kwargs.pop("verbose", None)
         parts: dict[str, object] = {
