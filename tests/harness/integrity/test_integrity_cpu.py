@@ -939,7 +939,8 @@ def test_canary_in_the_worker_environment_is_out_of_reach(harness_cache: Path, t
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from harness import Depth, Referee
+        from harness import Referee
+        from vocabulary.evaluation import Depth
         from problems import load_problem
         from tests.support.integrity import forged_loop, make_options
         assert "{canary}" in open(f"/proc/{{os.getpid()}}/environ").read()  # the canary is really there
