@@ -223,9 +223,11 @@ def smoke_results() -> dict[tuple[str, int], dict[str, Any]]:
         text=True,
         timeout=SMOKE_TIMEOUT_S,
         cwd=REPO_ROOT,
-        # One thread, as the harness's stages run: at CPU sizes worth timing (eager >= 1 ms) ops enter
-        # OpenMP regions, and two threads on a loaded 2-core host stall at barriers (a 3 ms forward
-        # of level2/gemm_swiglu took 614 ms under a load of 11).
+        # One thread: at CPU sizes worth timing (eager >= 1 ms) ops enter OpenMP regions, and two
+        # threads on a loaded 2-core host stall at barriers (a 3 ms forward of level2/gemm_swiglu
+        # took 614 ms under a load of 11); and with two, after the convolutions before it, one
+        # forward of gelu_tanh on a loaded host once saturated tanh on one thread's half of the
+        # elements (-0.0 where -1.7e-4 is right). The child had set two threads over this variable.
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
@@ -373,9 +375,6 @@ def _child_check(problem: Problem, shape_index: int) -> dict[str, Any]:
 
 
 def _child_main(ids: list[str]) -> None:
-    import torch
-
-    torch.set_num_threads(2)
     by_id = {p.id: p for p in bundled_problems()}
     for pid in ids:
         problem = by_id[pid]
