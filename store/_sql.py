@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from typing import Any
@@ -19,9 +18,7 @@ __all__ = [
     "bump_counter",
     "dialect_name",
     "dumps_json",
-    "finite_or_none",
     "insert_ignoring_conflicts",
-    "sha256_hex",
     "write_row",
 ]
 
@@ -90,19 +87,6 @@ def bump_counter(
         if also:
             session.expire(loaded, list(also))
     return int(value)
-
-
-def sha256_hex(text: str) -> str:
-    """SHA-256 of the UTF-8 text, hex: how problem and candidate sources are identified."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def finite_or_none(value: Any) -> float | None:
-    """A JSON number as a finite float, or ``None`` (missing, null, NaN, ±inf, not a number)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def _sanitize(value: Any) -> Any:

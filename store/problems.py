@@ -8,9 +8,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from store._sql import insert_ignoring_conflicts, sha256_hex
+from store._sql import insert_ignoring_conflicts
 from store.errors import NotFound
 from store.models import Baseline, StoredProblem, utcnow
+from vocabulary.verdict import source_sha256
 from vocabulary.wire import JsonObject, JsonValue
 
 __all__ = ["get_baseline", "get_or_create_problem", "get_problem", "put_baseline"]
@@ -32,7 +33,7 @@ def get_or_create_problem(
             the first row only.
         bundled_id: the bundled id when the source is a bundled problem's.
     """
-    digest = sha256_hex(source)
+    digest = source_sha256(source)
     # Most jobs name a problem seen before (a bundled one): one SELECT, no source sent back.
     existing = session.scalars(select(StoredProblem).where(StoredProblem.sha256 == digest)).one_or_none()
     if existing is not None:

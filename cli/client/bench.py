@@ -77,7 +77,7 @@ def read_suite(suite: Path) -> list[SuiteEntry]:
 
 
 #: What a problem without a best kernel shows: no figures.
-NO_FIGURES = AttemptFigures(status=Status.FAIL, stage=Stage.PROBLEM)
+_NO_FIGURES = AttemptFigures(status=Status.FAIL, stage=Stage.PROBLEM)
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,14 @@ class BenchResult:
     def correct(self) -> bool:
         return self.best is not None and self.best.correct
 
+    @property
+    def figures(self) -> AttemptFigures:
+        """The best kernel's figures, or none to show (every figure ``None``)."""
+        return self.best or _NO_FIGURES
+
     def to_dict(self) -> JsonObject:
         """The report's row: flat, the best kernel's figures beside the problem's."""
-        best = self.best or NO_FIGURES
+        best = self.figures
         return {"problem": self.problem, "job_id": self.job_id, "state": self.state, "correct": self.correct,
                 "speedup_vs_eager": best.speedup_vs_eager, "speedup_vs_compile": best.speedup_vs_compile,
                 "median_ms": best.median_ms, "tokens": self.tokens, "cost_usd": self.cost_usd}
@@ -202,7 +207,7 @@ def bench_markdown(results: Sequence[BenchResult], summary: BenchSummary, *, tit
         "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        best = r.best or NO_FIGURES
+        best = r.figures
         lines.append(
             f"| {r.problem} | {r.job_id or '—'} | {r.state} | {'yes' if r.correct else 'no'} | "
             f"{num(best.median_ms, '')} | {num(best.speedup_vs_eager)} | {num(best.speedup_vs_compile)} | "
@@ -232,7 +237,7 @@ def _bench_candidates(entries: Sequence[SuiteEntry], suite: Path, candidates: Pa
 
     def show(run: CandidateRun) -> None:
         r = run.result
-        best = r.best or NO_FIGURES
+        best = r.figures
         err.print(f"{r.problem}: {r.state}, {fmt_speedup(best.speedup_vs_eager)} vs eager, "
                   f"{fmt_speedup(best.speedup_vs_compile)} vs torch.compile" + (" (re-timed)" if run.retimed else ""),
                   highlight=False)
@@ -354,7 +359,7 @@ def bench(
         for col in ("problem", "job", "state", "correct", "vs eager", "vs compile", "tokens", "cost"):
             table.add_column(col)
         for r in results:
-            best = r.best or NO_FIGURES
+            best = r.figures
             table.add_row(
                 r.problem, str(r.job_id or "—"), r.state, "yes" if r.correct else "no",
                 fmt_speedup(best.speedup_vs_eager), fmt_speedup(best.speedup_vs_compile), f"{r.tokens:,}",

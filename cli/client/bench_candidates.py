@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cli.client.bench import NO_FIGURES, BenchResult, BenchSummary, SuiteEntry, summarize
+from cli.client.bench import BenchResult, BenchSummary, SuiteEntry, summarize
 from cli.client.bench_timings import timings_markdown, verdicts_time_to_verdict
 from harness.options import HarnessOptions
 from harness.retime import evaluate_with_retime
@@ -122,7 +122,7 @@ def kernelbench_table(results: Sequence[BenchResult], summary: BenchSummary, env
         "|---|---|---|---:|---:|---:|",
     ]
     for r in results:
-        best = r.best or NO_FIGURES
+        best = r.figures
         median = "—" if best.median_ms is None else f"{best.median_ms:.4f}"
         lines.append(f"| {r.problem} | {r.state} | {'yes' if r.correct else 'no'} | {median} | "
                      f"{x(best.speedup_vs_eager)} | {x(best.speedup_vs_compile)} |")
