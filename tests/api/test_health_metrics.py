@@ -48,8 +48,9 @@ def test_health_is_503_when_the_database_is_down(tmp_path, dispatcher: Recording
 def test_metrics_parse_as_prometheus_text(client: TestClient, alice: Key) -> None:
     job_id = client.post("/jobs", json=job_body(), headers=alice.headers).json()["id"]
     client.post(f"/jobs/{job_id}/cancel", headers=alice.headers)
-    client.post("/jobs", json=job_body(), headers=alice.headers)
-    client.get("/jobs/77", headers=alice.headers)
+    second_id = client.post("/jobs", json=job_body(), headers=alice.headers).json()["id"]
+    # Ids are not reset between tests (SQLite's AUTOINCREMENT), so a fixed id may be this test's job.
+    client.get(f"/jobs/{second_id + 1000}", headers=alice.headers)
     client.get("/no/such/route")
     response = client.get("/metrics")
     assert response.status_code == 200

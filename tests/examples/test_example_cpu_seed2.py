@@ -23,6 +23,9 @@ def test_seed2_cpu_example_passes(problem_id: str, harness_cache: Path) -> None:
         cache_dir=harness_cache,
         secret_seed=4321,
         compile_baseline=False,
+        # The question here is build and correctness: on a loaded 2-core host eager's time swings
+        # enough to cross the quarantine's 10x (CI: once); the quarantine has its own tests.
+        suspicious_speedup=float("inf"),
         timing=QUICK_TIMING,
         timeouts=Timeouts(trial_s=8.0, load_s=60.0, timing_s=60.0),
     )
