@@ -147,9 +147,10 @@ def optimize_model(
         try:
             for _, job_id in job_ids:
                 with session_scope(factory) as session:
-                    claim_job(session=session, job_id=job_id, worker_id=worker_id,
-                              lease_seconds=settings.lease_seconds)
-                run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=worker_id)
+                    claimed = claim_job(session=session, job_id=job_id, worker_id=worker_id,
+                                        lease_seconds=settings.lease_seconds)
+                if claimed is not None:  # else `kernelloop up` on the same data directory runs it, or it was cancelled
+                    run_claimed_job(job_id, settings=settings, session_factory=factory, worker_id=worker_id)
         except BaseException as exc:  # noqa: BLE001 - shown after the live view
             failure.append(exc)
 

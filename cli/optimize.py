@@ -204,8 +204,11 @@ def optimize(
                              budgets=budgets.to_dict(), trajectories_count=trajectories,
                              owner_id=local_key.key_id)
             job_id = job.id
-        with session_scope(factory) as session:
-            claim_job(session=session, job_id=job_id, worker_id=worker_id, lease_seconds=settings.lease_seconds)
+            # Claimed in the transaction that creates it: a `kernelloop up` sharing the data
+            # directory polls for queued jobs and, given the moment between two, took this one.
+            if claim_job(session=session, job_id=job_id, worker_id=worker_id,
+                         lease_seconds=settings.lease_seconds) is None:
+                raise RuntimeError(f"job {job_id} could not be claimed in the transaction that created it")
         run = _Run(job_id=job_id, worker_id=worker_id, settings=settings, factory=factory)
         if as_json:
             print_json(run.read_job())
