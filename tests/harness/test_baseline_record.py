@@ -128,10 +128,15 @@ def test_a_baseline_slowed_on_purpose_is_retaken_and_never_cached(tmp_path: Path
     assert any("disagreeing with this machine's earlier" in note and "nothing is cached" in note
                for note in busy.notes), busy.notes
 
-    # 3. The host is quiet again: the figure agrees with the first job's, and is cached.
+    # 3. The host is quiet again: the figure agrees with the first job's, and is cached. A figure
+    #    whose own samples spread widely is not (a loaded CI host: one sample 58 ms of 50), so a
+    #    noisy one is measured again, as the next job would.
     slow_file.unlink()
-    quiet, entry, recorded = measure()
-    assert 49 < quiet.eager.median_ms < 150 and entry.exists(), quiet.notes
+    for _ in range(3):
+        quiet, entry, recorded = measure()
+        if not quiet.eager.spread_noisy:
+            break
+    assert 49 < quiet.eager.median_ms < 150 and entry.exists(), (quiet.notes, quiet.eager.warnings)
     assert Baselines.from_dict(json.loads(entry.read_text())).eager.median_ms == quiet.eager.median_ms
 
     # 4. Later jobs read the cache: the busy figures never reached it.
