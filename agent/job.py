@@ -129,7 +129,8 @@ class CandidateRecord:
     source_sha256: str
     #: The tool that produced the verdict (``benchmark``, ``submit`` …).
     tool: str
-    trajectory: int | None
+    #: The index of the trajectory that produced it (`TrajectoryResult.index`), if any.
+    trajectory_index: int | None
     #: The source this one was derived from in its trajectory, if any.
     parent_sha256: str | None
     verdict: Verdict
@@ -140,7 +141,7 @@ class CandidateRecord:
 
     def to_dict(self) -> JsonObject:
         return {**self.verdict.to_dict(), "source": self.source, "source_sha256": self.source_sha256,
-                "tool": self.tool, "trajectory": self.trajectory, "parent_sha256": self.parent_sha256}
+                "tool": self.tool, "trajectory_index": self.trajectory_index, "parent_sha256": self.parent_sha256}
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ class _Trajectory:
         usage = turn.usage if turn else Usage()
         calls = message_calls(message)
         self.recorder.message(
-            trajectory=self.index, role=text_field(message, "role") or "", content=text_field(message, "content"),
+            trajectory_index=self.index, role=text_field(message, "role") or "", content=text_field(message, "content"),
             tool_calls=[dict(c) for c in calls] if "tool_calls" in message else None,
             tool_call_id=text_field(message, "tool_call_id"),
             tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
@@ -256,7 +256,7 @@ class _Trajectory:
         if usage.empty:
             return
         self.job.add_usage(usage, call=False)
-        self.recorder.usage(trajectory=self.index, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
+        self.recorder.usage(trajectory_index=self.index, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
                             cost_usd=usage.cost_usd, tokens_reasoning=usage.tokens_reasoning,
                             tokens_cached=usage.tokens_cached)
 
@@ -280,7 +280,7 @@ class _Trajectory:
             raise _Stop(StopReason.CONTEXT_OVERFLOW, f"the conversation does not fit the model's context window "
                         f"({self.history.window} tokens): {exc}{said}") from None
         # The summary is what the model reads in place of the older turns: store it like a message.
-        self.recorder.message(trajectory=self.index, role="user", content=summary, tool_calls=None,
+        self.recorder.message(trajectory_index=self.index, role="user", content=summary, tool_calls=None,
                               tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
         log.info("trajectory %d: history compacted (%d so far)", self.index, self.history.compactions)
 
@@ -405,7 +405,7 @@ class _Trajectory:
                 self._record({"role": "tool", "tool_call_id": call.id,
                               "content": f"not run: the session ended ({ended.value})"})
                 continue
-            result = self.executor.execute(call, trajectory=self.index, ledger=self.ledger)
+            result = self.executor.execute(call, trajectory_index=self.index, ledger=self.ledger)
             self.attempted += 1 if (result.source is not None or result.infra_failure) else 0
             if result.charged:
                 self.tool_calls += 1

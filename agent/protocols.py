@@ -44,7 +44,7 @@ class Recorder(Protocol):
 
     def trajectory_started(self, *, index: int, temperature: float, strategy: str) -> None: ...
 
-    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
+    def message(self, *, trajectory_index: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
                 cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         """One message (``tool_calls``: an assistant message's calls, as the history keeps them); an
@@ -52,7 +52,7 @@ class Recorder(Protocol):
         part of ``tokens_out``, ``tokens_cached`` part of ``tokens_in``)."""
         ...
 
-    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+    def usage(self, *, trajectory_index: int, tokens_in: int, tokens_out: int, cost_usd: float,
               tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         """Usage of LLM calls that produced no message (abandoned, cut or failed tries): it is
         paid for all the same, so it counts towards the job's totals."""
@@ -63,7 +63,7 @@ class Recorder(Protocol):
         (verdicts with ``error_kind == "infra"`` excluded)."""
         ...
 
-    def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
+    def attempt(self, *, trajectory_index: int, tool: str, source: str, parent_sha256: str | None,
                 verdict: Verdict) -> None: ...
 
     def trajectory_finished(self, *, index: int, reason: str) -> None: ...

@@ -180,14 +180,14 @@ class Ledger:
     def best_ms(self) -> float | None:
         return self.best.median_ms if self.best else None
 
-    def observe(self, tool: str, verdict: Verdict, source: str, trajectory: int) -> None:
+    def observe(self, tool: str, verdict: Verdict, source: str, trajectory_index: int) -> None:
         sha = source_sha256(source)
         parent = self.parent_of.get(sha)
         self.sources[sha] = source
         self.latest_source = source
         changed = change_summary(source, self.sources.get(parent) if parent else None, parent)
         self.notes.append(AttemptNote.from_verdict(tool, verdict, source_sha256=sha, changed=changed))
-        record = CandidateRecord(source=source, source_sha256=sha, tool=tool, trajectory=trajectory,
+        record = CandidateRecord(source=source, source_sha256=sha, tool=tool, trajectory_index=trajectory_index,
                                  parent_sha256=parent, verdict=verdict)
         if verdict.is_verified:
             median = record.median_ms
@@ -242,7 +242,7 @@ class ToolExecutor:
         return None
 
     # -- one call ----------------------------------------------------------------------------
-    def execute(self, call: ToolCall, *, trajectory: int, ledger: Ledger) -> ToolResult:
+    def execute(self, call: ToolCall, *, trajectory_index: int, ledger: Ledger) -> ToolResult:
         """Validate and run one tool call; malformed calls come back as error text for the model,
         uncharged (a call that ran nothing costs no budget)."""
         if call.error:
@@ -267,7 +267,7 @@ class ToolExecutor:
             return _rejected(f"{tool.value} takes only `source`; unexpected: {', '.join(unexpected)}")
         if len(source.encode()) > MAX_SOURCE_BYTES:
             return _rejected(f"the source is {len(source.encode())} bytes; the limit is {MAX_SOURCE_BYTES}")
-        return self._run_code_tool(tool, source, trajectory=trajectory, ledger=ledger)
+        return self._run_code_tool(tool, source, trajectory_index=trajectory_index, ledger=ledger)
 
     def _stored(self, tool: ToolName, sha: str) -> tuple[ToolName, Verdict] | None:
         order = [tool, *(t for t in ToolName if t is not tool and t is not ToolName.GET_GPU_SPECS)]
@@ -281,7 +281,7 @@ class ToolExecutor:
         with self._lock:
             return self._inflight.setdefault(key, threading.Lock())
 
-    def _run_code_tool(self, tool: ToolName, source: str, *, trajectory: int, ledger: Ledger) -> ToolResult:
+    def _run_code_tool(self, tool: ToolName, source: str, *, trajectory_index: int, ledger: Ledger) -> ToolResult:
         sha = source_sha256(source)
         parent = ledger.parent_for(sha)
         best_before = ledger.best_ms
@@ -291,11 +291,11 @@ class ToolExecutor:
             stored = self._stored(tool, sha)
             if stored is not None:
                 stored_tool, verdict = stored
-                ledger.observe(tool.value, verdict, source, trajectory)
+                ledger.observe(tool.value, verdict, source, trajectory_index)
                 text = verdict_feedback(tool.value, verdict, reused_from=stored_tool.value, best_ms=best_before,
                                         compile_s_total=ledger.compile_s, compiles=ledger.compiles)
                 return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
-            verdict = self._evaluate_with_retries(tool, source, trajectory=trajectory, parent=parent)
+            verdict = self._evaluate_with_retries(tool, source, trajectory_index=trajectory_index, parent=parent)
         if verdict.error_kind is ErrorKind.CANCELLED:  # the job is stopping: nothing was judged
             return ToolResult(f"{tool.value} was stopped: the job is ending (not your code).", charged=False)
         if verdict.error_kind is ErrorKind.INFRA:
@@ -306,13 +306,13 @@ class ToolExecutor:
             return ToolResult(f"{tool.value} could not judge your code: the problem's own reference code failed "
                               f"({verdict.message[:500]}). This is not your code's fault; the job stops.",
                               charged=False, verdict=verdict, source=source)
-        ledger.observe(tool.value, verdict, source, trajectory)
+        ledger.observe(tool.value, verdict, source, trajectory_index)
         ledger.charge_compile(verdict)
         text = verdict_feedback(tool.value, verdict, best_ms=best_before, compile_s_total=ledger.compile_s,
                                 compiles=ledger.compiles)
         return ToolResult(text, ends_trajectory=tool is ToolName.SUBMIT, verdict=verdict, source=source)
 
-    def _evaluate_with_retries(self, tool: ToolName, source: str, *, trajectory: int,
+    def _evaluate_with_retries(self, tool: ToolName, source: str, *, trajectory_index: int,
                                parent: str | None) -> Verdict:
         depth = DEPTH_OF[tool]
         verdict: Verdict | None = None
@@ -325,8 +325,8 @@ class ToolExecutor:
                                   message=f"the evaluator raised {type(exc).__name__}: {exc}", depth=depth)
             with self._lock:
                 self.evaluations += 1
-            self.recorder.attempt(trajectory=trajectory, tool=tool.value, source=source, parent_sha256=parent,
-                                  verdict=verdict)
+            self.recorder.attempt(trajectory_index=trajectory_index, tool=tool.value, source=source,
+                                  parent_sha256=parent, verdict=verdict)
             if not self.retry.retryable(verdict) or self.stopping():
                 return verdict
             if pause is not None:

@@ -204,7 +204,7 @@ class BestSummary(AttemptFiguresPublic):  # type: ignore[misc, valid-type]
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> BestSummary:
         eager_ms, compile_ms = attempt.read_verdict().baselines_ms
-        return cls(**vars(attempt.figures), n=attempt.seq, eager_ms=eager_ms, compile_ms=compile_ms)
+        return cls(**vars(attempt.figures), n=attempt.n, eager_ms=eager_ms, compile_ms=compile_ms)
 
 
 class JobPublic(BaseModel):
@@ -291,7 +291,7 @@ class AttemptPublic(AttemptFiguresPublic):  # type: ignore[misc, valid-type]
 
     @classmethod
     def from_attempt(cls, attempt: Attempt) -> AttemptPublic:
-        return cls(**vars(attempt.figures), id=attempt.id, n=attempt.seq, trajectory_id=attempt.trajectory_id,
+        return cls(**vars(attempt.figures), id=attempt.id, n=attempt.n, trajectory_id=attempt.trajectory_id,
                    parent_id=attempt.parent_id, tool=attempt.tool, sha256=attempt.sha256,
                    message=str((attempt.verdict or {}).get("message", "")), created_at=attempt.created_at)
 

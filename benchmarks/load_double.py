@@ -71,15 +71,15 @@ def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
             provider: LLMProvider | None = None) -> JobResult:
     """One trajectory: a system message, a tool call, its (failed) compile attempt, the tool's answer."""
     recorder.trajectory_started(index=0, temperature=0.2, strategy="load double")
-    recorder.message(trajectory=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
+    recorder.message(trajectory_index=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
                      tool_calls=None, tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     time.sleep(STEP_S)
     call = [{"id": "call_1", "type": "function", "function": {"name": "benchmark", "arguments": "{}"}}]
-    recorder.message(trajectory=0, role="assistant", content="time it", tool_calls=call, tool_call_id=None,
+    recorder.message(trajectory_index=0, role="assistant", content="time it", tool_calls=call, tool_call_id=None,
                      tokens_in=100, tokens_out=50, latency_ms=STEP_S * 1000, cost_usd=0.0)
     time.sleep(STEP_S)
-    recorder.attempt(trajectory=0, tool="benchmark", source=CANDIDATE, parent_sha256=None, verdict=_VERDICT)
-    recorder.message(trajectory=0, role="tool", content=_VERDICT.message, tool_calls=None, tool_call_id="call_1",
+    recorder.attempt(trajectory_index=0, tool="benchmark", source=CANDIDATE, parent_sha256=None, verdict=_VERDICT)
+    recorder.message(trajectory_index=0, role="tool", content=_VERDICT.message, tool_calls=None, tool_call_id="call_1",
                      tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     time.sleep(STEP_S)
     recorder.trajectory_finished(index=0, reason="submitted")

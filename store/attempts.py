@@ -95,11 +95,11 @@ def record_attempt(
         owner = session.scalar(select(Attempt.job_id).where(Attempt.id == parent_id))
         if owner != job_id:
             raise ValueError(f"attempt {parent_id} is not one of job {job_id}'s")
-    seq = bump_counter(session, Job, job_id, Job.attempts_count)
+    n = bump_counter(session, Job, job_id, Job.attempts_count)
     attempt = Attempt(
         job_id=job_id,
         trajectory_id=trajectory_id,
-        seq=seq,
+        n=n,
         tool=tool,
         source=source,
         sha256=source_sha256(source),
@@ -117,7 +117,7 @@ def record_attempt(
         if trajectory_id is not None:
             _promote(session, Trajectory, trajectory_id, attempt)
     eager_ms, compile_ms = verdict.baselines_ms
-    payload = AttemptPayload(**vars(figures), n=seq, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool,
+    payload = AttemptPayload(**vars(figures), n=n, attempt_id=attempt.id, trajectory_id=trajectory_id, tool=tool,
                              best=best, eager_ms=finite_or_none(eager_ms), compile_ms=finite_or_none(compile_ms))
     append_event(session=session, job_id=job_id, type=EventType.ATTEMPT, payload=payload.to_dict(), now=now)
     return attempt
@@ -128,7 +128,7 @@ def fastest_verified_attempt(*, session: Session, job_id: int, exclude: Collecti
     worker re-judges in a fresh process before it calls one the job's best."""
     stmt = (select(Attempt)
             .where(Attempt.job_id == job_id, Attempt.status == Status.PASS, Attempt.median_ms.is_not(None))
-            .order_by(Attempt.median_ms, Attempt.seq))
+            .order_by(Attempt.median_ms, Attempt.n))
     if exclude:
         stmt = stmt.where(Attempt.sha256.not_in(list(exclude)))
     return session.scalars(stmt.limit(1)).first()
@@ -161,12 +161,12 @@ def find_attempt_by_source(
     if not include_infra_errors:
         stmt = stmt.where(or_(Attempt.error_kind.is_(None),
                               Attempt.error_kind.not_in((ErrorKind.INFRA, ErrorKind.CANCELLED))))
-    return session.scalars(stmt.order_by(Attempt.seq.desc()).limit(1)).first()
+    return session.scalars(stmt.order_by(Attempt.n.desc()).limit(1)).first()
 
 
 def get_attempt(*, session: Session, job_id: int, n: int) -> Attempt:
     """Attempt number ``n`` (1-based) of a job, or NotFound."""
-    attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.seq == n)).first()
+    attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id, Attempt.n == n)).first()
     if attempt is None:
         raise NotFound("attempt", f"{job_id}/{n}")
     return attempt
@@ -179,14 +179,14 @@ def list_attempts(
     check_limit(limit)
     stmt = (
         select(Attempt)
-        .where(Attempt.job_id == job_id, Attempt.seq > after_n)
-        .order_by(Attempt.seq)
+        .where(Attempt.job_id == job_id, Attempt.n > after_n)
+        .order_by(Attempt.n)
         .limit(limit + 1)
     )
-    return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda a: a.seq)
+    return keyset_page(list(session.scalars(stmt)), limit=limit, key=lambda a: a.n)
 
 
 def first_attempts(*, session: Session, job_id: int, limit: int) -> list[Attempt]:
     """A job's first ``limit`` attempts in order, in one query (a whole job for a page, not an API page)."""
-    stmt = select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.seq).limit(limit)
+    stmt = select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.n).limit(limit)
     return list(session.scalars(stmt))

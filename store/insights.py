@@ -78,7 +78,7 @@ def leaderboard_rows(
             job_id=job.id, problem_bundled_id=bundled_id, problem_sha256=sha256, target=job.target,
             llm_profile=job.llm_profile, llm_model=job.llm_model, attempts_count=job.attempts_count,
             tokens=job.tokens_in + job.tokens_out, cost_usd=job.cost_usd, created_at=job.created_at,
-            finished_at=job.finished_at, best_n=best.seq, best=best.figures, verdict=dict(best.verdict or {}),
+            finished_at=job.finished_at, best_n=best.n, best=best.figures, verdict=dict(best.verdict or {}),
         )
         for job, best, bundled_id, sha256 in session.execute(stmt)
     ]

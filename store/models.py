@@ -201,7 +201,7 @@ class Job(Base):
     #: nobody claimed, see `store.jobs.redispatch_stale_jobs`); ``None``: only when it was created.
     dispatched_at: Mapped[datetime | None]
 
-    #: Attempts stored so far; also the allocator of ``attempts.seq`` (the ``n`` of the API).
+    #: Attempts stored so far; also the allocator of ``attempts.n`` (the ``n`` of the API).
     attempts_count: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
     best_attempt_id: Mapped[int | None] = mapped_column(
         ForeignKey("attempts.id", use_alter=True, ondelete="SET NULL")
@@ -288,7 +288,7 @@ class Attempt(Base):
 
     __tablename__ = "attempts"
     __table_args__ = (
-        sa.UniqueConstraint("job_id", "seq"),
+        sa.UniqueConstraint("job_id", "n"),
         # What `find_attempt_by_source` looks up.
         sa.Index("ix_attempts_job_id_sha256", "job_id", "sha256"),
         {"sqlite_autoincrement": True},  # ids never reused (migration 0005)
@@ -301,7 +301,7 @@ class Attempt(Base):
         ForeignKey("trajectories.id", ondelete="CASCADE"), index=True
     )
     #: 1-based number within the job: the ``n`` of ``/jobs/{id}/attempts/{n}``.
-    seq: Mapped[int]
+    n: Mapped[int]
     #: The tool that ran it: ``compile``, ``check_correctness``, ``benchmark``, ``profile``,
     #: ``submit``, or ``evaluate`` for an evaluation job.
     tool: Mapped[str] = mapped_column(String(32))
@@ -324,10 +324,6 @@ class Attempt(Base):
     pct_of_sol: Mapped[float | None]
     compile_s: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-    @property
-    def n(self) -> int:
-        return self.seq
 
     def read_verdict(self) -> Verdict:
         """The stored verdict, typed: the one way to read it (`Verdict.from_dict`)."""

@@ -63,15 +63,15 @@ def job_timings(*, session: Session, job_id: int, limit: int = MAX_TIMED_ATTEMPT
     if job.started_at is not None and job.created_at is not None:
         queue_wait = max(0.0, (job.started_at - job.created_at).total_seconds())
     rows = session.execute(
-        select(Attempt.seq, Attempt.tool, Attempt.verdict, Attempt.created_at)
-        .where(Attempt.job_id == job_id).order_by(Attempt.seq).limit(limit)
+        select(Attempt.n, Attempt.tool, Attempt.verdict, Attempt.created_at)
+        .where(Attempt.job_id == job_id).order_by(Attempt.n).limit(limit)
     )
     attempts = []
-    for seq, tool, stored, created_at in rows:
+    for n, tool, stored, created_at in rows:
         try:
             verdict = Verdict.from_dict(stored)
         except (WireError, ValueError):
             continue
-        attempts.append(AttemptTiming(n=seq, tool=tool, kind=attempt_kind(verdict),
+        attempts.append(AttemptTiming(n=n, tool=tool, kind=attempt_kind(verdict),
                                       stage_seconds=verdict.stage_seconds, created_at=created_at))
     return JobTimings(job_id=job_id, queue_wait_s=queue_wait, attempts=tuple(attempts))

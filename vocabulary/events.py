@@ -142,6 +142,8 @@ class TrajectoryPayload(_Payload):
 class MessagePayload(_Payload):
     """``message``: a chat message was stored (its content's first characters in ``preview``)."""
 
+    #: The trajectory's index (`TrajectoryPayload.index`; a ``trajectory_index`` elsewhere): the
+    #: stream's field, and stored events', keeps its first name.
     trajectory: int
     trajectory_id: int
     message_id: int

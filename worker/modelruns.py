@@ -47,7 +47,7 @@ def best_kernels(factory: sessionmaker[Session], run_id: int) -> dict[str, Kerne
             best = job.best_attempt
             if best is None:
                 continue
-            attempt = get_attempt(session=session, job_id=job.id, n=best.seq)
+            attempt = get_attempt(session=session, job_id=job.id, n=best.n)
             kernels[item.region.name] = KernelChoice(attempt.source, attempt.read_verdict())
     return kernels
 

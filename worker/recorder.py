@@ -129,7 +129,7 @@ class StoreRecorder:
     def message(
         self,
         *,
-        trajectory: int,
+        trajectory_index: int,
         role: str,
         content: str | None,
         tool_calls: Sequence[JsonObject] | None = None,
@@ -141,11 +141,11 @@ class StoreRecorder:
         tokens_reasoning: int = 0,
         tokens_cached: int = 0,
     ) -> None:
-        """Store one chat message of trajectory number ``trajectory`` (an assistant message with
+        """Store one chat message of trajectory ``trajectory_index`` (an assistant message with
         its call's usage; reasoning and cached tokens are parts of ``tokens_out`` and ``tokens_in``)."""
         llm = role == "assistant"
         with self._guarded() as session:
-            trajectory_id = self._trajectory_id(session, trajectory)
+            trajectory_id = self._trajectory_id(session, trajectory_index)
             stored = append_message(
                 session=session, trajectory_id=trajectory_id, role=role, content=content,
                 tool_calls=tool_calls, tool_call_id=tool_call_id, tokens_in=tokens_in, tokens_out=tokens_out,
@@ -153,8 +153,8 @@ class StoreRecorder:
                 tokens_cached=tokens_cached if llm else None,
             )
             payload = MessagePayload(
-                trajectory=trajectory, trajectory_id=trajectory_id, message_id=stored.id, seq=stored.seq, role=role,
-                tool_calls=tool_call_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
+                trajectory=trajectory_index, trajectory_id=trajectory_id, message_id=stored.id, seq=stored.seq,
+                role=role, tool_calls=tool_call_names(tool_calls), tool_call_id=tool_call_id, tokens_in=tokens_in,
                 tokens_out=tokens_out, tokens_reasoning=stored.tokens_reasoning, tokens_cached=stored.tokens_cached,
                 latency_ms=latency_ms, cost_usd=cost_usd, preview=(content or "")[:MESSAGE_PREVIEW_CHARS],
             )
@@ -163,7 +163,7 @@ class StoreRecorder:
         metrics.LLM_TOKENS.labels("out").inc(max(0, tokens_out))
         metrics.LLM_COST.inc(max(0.0, cost_usd))
 
-    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+    def usage(self, *, trajectory_index: int, tokens_in: int, tokens_out: int, cost_usd: float,
               tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         """Add the usage of LLM calls that produced no message (abandoned, cut or failed tries) to
         the job's totals."""
@@ -181,7 +181,7 @@ class StoreRecorder:
     def attempt(
         self,
         *,
-        trajectory: int | None,
+        trajectory_index: int | None,
         tool: str,
         source: str,
         parent_sha256: str | None,
@@ -189,7 +189,8 @@ class StoreRecorder:
     ) -> None:
         """Store one evaluated candidate (its ``attempt`` event comes from the store)."""
         with self._guarded() as session:
-            trajectory_id = self._trajectory_id(session, trajectory) if trajectory is not None else None
+            trajectory_id = (self._trajectory_id(session, trajectory_index) if trajectory_index is not None
+                             else None)
             parent_id = None
             if parent_sha256:
                 parent = find_attempt_by_source(session=session, job_id=self.job_id, sha256=parent_sha256,
@@ -204,7 +205,7 @@ class StoreRecorder:
             found = fastest_verified_attempt(session=session, job_id=self.job_id, exclude=exclude)
             if found is None:
                 return None
-            return VerifiedAttempt(attempt_id=found.id, n=found.seq, trajectory_id=found.trajectory_id,
+            return VerifiedAttempt(attempt_id=found.id, n=found.n, trajectory_id=found.trajectory_id,
                                    tool=found.tool, source=found.source, sha256=found.sha256)
 
     def rejudged(self, *, of: VerifiedAttempt, tool: str, verdict: Verdict) -> int:

@@ -302,8 +302,8 @@ def _run_evaluation(
         raise LeaseLost(job.id, recorder.worker_id)
     if keeper.cancel_requested:
         return RunOutcome.CANCELLED, "cancelled by its owner"
-    recorder.attempt(trajectory=None, tool=EVALUATION_TOOL, source=job.candidate_source, parent_sha256=None,
-                     verdict=verdict)
+    recorder.attempt(trajectory_index=None, tool=EVALUATION_TOOL, source=job.candidate_source,
+                     parent_sha256=None, verdict=verdict)
     if verdict.error_kind is ErrorKind.INFRA:
         return RunOutcome.FAILED, _infra_reason(verdict, evaluator.infra_failures)
     return RunOutcome.SUCCEEDED, ""
@@ -410,7 +410,7 @@ def _retime(
             return
         recorder.progress("retime", source_sha256=candidate.source_sha256)
         verdict = _retimed(candidate.source, problem, job, options, recorder, referee_factory)
-        recorder.attempt(trajectory=candidate.trajectory, tool=RETIME_TOOL, source=candidate.source,
+        recorder.attempt(trajectory_index=candidate.trajectory_index, tool=RETIME_TOOL, source=candidate.source,
                          parent_sha256=candidate.source_sha256, verdict=verdict)
 
 

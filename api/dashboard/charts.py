@@ -148,7 +148,7 @@ def roofline_chart(attempts: Sequence[Attempt], *, job_id: int, best_n: int | No
     lo = 10 ** math.floor(math.log10(min(values) / 1.2))
     hi = max(100.0, max(values)) * 1.25
     plot_w, plot_h = _RW - _RL - _RR, _RH - _RT - _RB
-    last_n = max([a.seq for a in attempts] + [1])
+    last_n = max([a.n for a in attempts] + [1])
 
     def x(n: int) -> float:  # half an attempt of room on either side
         return round(_RL + plot_w * (n - 0.5) / last_n, 1)
@@ -187,10 +187,10 @@ def roofline_chart(attempts: Sequence[Attempt], *, job_id: int, best_n: int | No
             achieved.append(_si(roof.flops / (attempt.median_ms or 1.0) * 1e3, "FLOP/s"))
         status = attempt.status.value
         marks.append(Mark(
-            x(attempt.seq), y(pct), f"pt status-{status}" + (" best" if attempt.seq == best_n else ""),
-            f"attempt {attempt.seq} ({attempt.tool}, {status}): {fmt_ms(attempt.median_ms)} ms, {_pct(pct)} of the "
-            f"speed of light ({', '.join(achieved)})", f"/dashboard/jobs/{job_id}/attempts/{attempt.seq}",
-            n=attempt.seq))
+            x(attempt.n), y(pct), f"pt status-{status}" + (" best" if attempt.n == best_n else ""),
+            f"attempt {attempt.n} ({attempt.tool}, {status}): {fmt_ms(attempt.median_ms)} ms, {_pct(pct)} of the "
+            f"speed of light ({', '.join(achieved)})", f"/dashboard/jobs/{job_id}/attempts/{attempt.n}",
+            n=attempt.n))
     intensity = roof.flops / roof.min_bytes if roof.flops and roof.min_bytes else None
     notes = [f"speed of light {fmt_ms(roof.sol_ms)} ms"]
     if roof.flops is not None:
@@ -309,8 +309,8 @@ def usage_chart(
         tick += step
     labels.append(Label(_UL + plot_w / 2, _UH - 2, "wall clock since the job started", "axis", "middle"))
     marks = tuple(Mark(x(seconds), bottom + 8, f"tick status-{a.status.value}",
-                       f"attempt {a.seq} ({a.tool}, {a.status.value}) at {_clock(seconds)}",
-                       f"/dashboard/jobs/{job_id}/attempts/{a.seq}", shape="tick", n=a.seq)
+                       f"attempt {a.n} ({a.tool}, {a.status.value}) at {_clock(seconds)}",
+                       f"/dashboard/jobs/{job_id}/attempts/{a.n}", shape="tick", n=a.n)
                   for a, seconds in zip(attempts, judged, strict=True))
     areas = tuple((_UL, _UT + i * (panel_h + _UGAP), plot_w, panel_h) for i in range(2))
     return Chart(width=_UW, height=_UH, areas=areas, lines=tuple(lines), polylines=tuple(polylines), marks=marks,
@@ -358,7 +358,7 @@ class JobCharts:
 
 def job_charts(job: Job, attempts: Sequence[Attempt], points: Sequence[UsagePoint], *, now: datetime) -> JobCharts:
     budgets = Reader(job.budgets or {}, f"job {job.id}'s budgets")
-    best_n = job.best_attempt.seq if job.best_attempt is not None else None
+    best_n = job.best_attempt.n if job.best_attempt is not None else None
     start = job.started_at or job.created_at
     return JobCharts(
         roofline=roofline_chart(attempts, job_id=job.id, best_n=best_n),

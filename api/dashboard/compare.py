@@ -66,5 +66,5 @@ def compare_attempts(a: Attempt, b: Attempt) -> Comparison:
                   f"{b.compile_s:.1f}" if b.compile_s is not None else "—", _lower_wins(a.compile_s, b.compile_s)),
         FigureRow("message", va.message or "—", vb.message or "—"),
     )
-    return Comparison(a_n=a.seq, b_n=b.seq, a_status=a.status.value, b_status=b.status.value, rows=rows,
+    return Comparison(a_n=a.n, b_n=b.n, a_status=a.status.value, b_status=b.status.value, rows=rows,
                       diff=Diff.between(a.source, b.source))

@@ -180,10 +180,10 @@ def timeline(
         entry = TimelineEntry(
             kind="attempt", at=_utc(a.created_at),
             trajectory_index=index_of.get(a.trajectory_id) if a.trajectory_id is not None else None,
-            attempt_n=a.seq, status=a.status.value, tool=a.tool, speedup_vs_eager=a.speedup_vs_eager,
+            attempt_n=a.n, status=a.status.value, tool=a.tool, speedup_vs_eager=a.speedup_vs_eager,
             preview=str((a.verdict or {}).get("message", ""))[:MESSAGE_PREVIEW_CHARS],
         )
-        entries.append((entry.at, 1, a.seq, entry))
+        entries.append((entry.at, 1, a.n, entry))
     return tuple(e for *_, e in sorted(entries, key=lambda e: e[:3]))
 
 
@@ -336,7 +336,7 @@ class AttemptDiff:
 def _attempt_diff(against: str, other: Attempt | None, source: str) -> AttemptDiff | None:
     if other is None:
         return None
-    return AttemptDiff(against=against, other_n=other.seq, diff=Diff.between(other.source, source))
+    return AttemptDiff(against=against, other_n=other.n, diff=Diff.between(other.source, source))
 
 
 @dataclass(frozen=True)
@@ -395,14 +395,14 @@ def attempt_view(
         ) if d is not None
     )
     return AttemptView(
-        n=attempt.seq, tool=attempt.tool, status=attempt.status.value, stage=attempt.stage,
+        n=attempt.n, tool=attempt.tool, status=attempt.status.value, stage=attempt.stage,
         error_kind=attempt.error_kind.value if attempt.error_kind else None,
         trajectory_index=index_of.get(attempt.trajectory_id) if attempt.trajectory_id is not None else None,
         created_at=_utc(attempt.created_at), source=attempt.source, sha256=attempt.sha256, verdict=verdict,
-        provenance=_provenance_rows(verdict.provenance.to_dict()), parent_n=parent.seq if parent is not None else None,
-        best_n=best.seq if best is not None else None, diffs=diffs, plot=sample_plot(verdict),
-        previous_n=attempt.seq - 1 if attempt.seq > 1 else None,
-        next_n=attempt.seq + 1 if attempt.seq < attempts_count else None, profile=profile_lines(verdict),
+        provenance=_provenance_rows(verdict.provenance.to_dict()), parent_n=parent.n if parent is not None else None,
+        best_n=best.n if best is not None else None, diffs=diffs, plot=sample_plot(verdict),
+        previous_n=attempt.n - 1 if attempt.n > 1 else None,
+        next_n=attempt.n + 1 if attempt.n < attempts_count else None, profile=profile_lines(verdict),
     )
 
 

@@ -72,6 +72,6 @@ def download_best(job_id: JobId, key: CurrentKey, session: SessionDep) -> Respon
         media_type="text/x-python",
         headers={
             "Content-Disposition": f'attachment; filename="job{job_id}_best.py"',
-            "X-Attempt-N": str(best.seq),
+            "X-Attempt-N": str(best.n),
         },
     )

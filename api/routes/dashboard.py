@@ -268,7 +268,7 @@ def best_fragment(job: OwnedJob) -> HTMLResponse:
     if best is None:
         return html_page('<span class="muted">No verified kernel yet.</span>')
     response = html_page(highlight(best.source))
-    response.headers["X-Attempt-N"] = str(best.seq)
+    response.headers["X-Attempt-N"] = str(best.n)
     return response
 
 

@@ -38,7 +38,7 @@ def _recorded_job(service: Service) -> int:
         recorder.trajectory_started(index=0)
         record_session(recorder, 0, agent_session(), user_prompt="Write a faster ModelNew for this problem.")
         source = json.dumps({"source": "import torch\nclass ModelNew(torch.nn.Module):\n    TILE = 128\n"})
-        recorder.message(trajectory=0, role="assistant", content="Submitting.", tokens_in=7_000, tokens_out=300,
+        recorder.message(trajectory_index=0, role="assistant", content="Submitting.", tokens_in=7_000, tokens_out=300,
                          tool_calls=[{"id": "call_submit", "type": "function",
                                       "function": {"name": "submit", "arguments": source}}])
     finish(service.factory, job_id)

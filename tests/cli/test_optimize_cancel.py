@@ -89,7 +89,7 @@ def _interrupt_and_check(tmp_path: Path, harness_cache: Path, interrupt: Callabl
                 states = [e.payload.get("state") for e in session.query(JobEvent).filter_by(job_id=1, type="state")
                           .order_by(JobEvent.id)]
                 assert states == ["queued", "running", "cancelled"], states
-                attempts = session.query(Attempt).filter_by(job_id=1).order_by(Attempt.seq).all()
+                attempts = session.query(Attempt).filter_by(job_id=1).order_by(Attempt.n).all()
                 kinds = [(a.tool, a.status.value, a.error_kind.value if a.error_kind else None) for a in attempts]
         finally:
             engine.dispose()

@@ -47,15 +47,15 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
     factory = make_session_factory(make_engine(f"sqlite:///{data_dir / 'kernelloop.db'}"))
     with session_scope(factory) as session:
         job = session.scalars(select(Job)).one()
-        attempts = list(session.scalars(select(Attempt).where(Attempt.job_id == job.id).order_by(Attempt.seq)))
+        attempts = list(session.scalars(select(Attempt).where(Attempt.job_id == job.id).order_by(Attempt.n)))
         messages = session.scalars(select(Message)).all()
         best = session.get(Attempt, job.best_attempt_id)
-        rows = [{"n": a.seq, "tool": a.tool, "status": a.status.value, "stage": a.stage, "median_ms": a.median_ms,
+        rows = [{"n": a.n, "tool": a.tool, "status": a.status.value, "stage": a.stage, "median_ms": a.median_ms,
                  "speedup_vs_eager": a.speedup_vs_eager, "speedup_vs_compile": a.speedup_vs_compile,
                  "pct_of_sol": a.pct_of_sol, "compile_s": a.compile_s} for a in attempts]
         report({"test": "optimize_seed1_cuda_store", "wall_s": round(wall_s, 1), "job_state": job.state.value,
                  "messages": len(messages), "attempts": rows,
-                 "best": None if best is None else {"n": best.seq, "median_ms": best.median_ms,
+                 "best": None if best is None else {"n": best.n, "median_ms": best.median_ms,
                                                     "eager_ms": (best.verdict.get("baselines") or {}).get("eager_ms"),
                                                     "compile_ms": (best.verdict.get("baselines") or {}).get(
                                                         "compile_ms"),

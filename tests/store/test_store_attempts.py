@@ -52,7 +52,7 @@ def test_columns_come_from_the_verdict(factory: sessionmaker[Session], build: An
     with factory() as fresh:
         stored = fresh.get(Attempt, attempt.id)
         assert stored is not None
-        assert stored.seq == stored.n == 1
+        assert stored.n == 1
         assert stored.status is Status.PASS and stored.stage == "done" and stored.error_kind is None
         assert stored.correct is True
         assert stored.median_ms == pytest.approx(0.5)
@@ -96,7 +96,7 @@ def test_best_attempt_is_the_fastest_pass(session: Session, build: Any) -> None:
         return get_job(session=session, job_id=job.id).best_attempt_id
 
     failed = _record(session, job.id, build.verdict(Status.FAIL, correct=False, median_ms=0.1))
-    assert best() is None and failed.seq == 1
+    assert best() is None and failed.n == 1
     _record(session, job.id, build.verdict(median_ms=None), tool="check_correctness")
     assert best() is None  # correct but untimed: not a verified kernel yet
     slow = _record(session, job.id, build.verdict(median_ms=2.0))
@@ -123,7 +123,7 @@ def test_numbering_paging_and_lookup(session: Session, build: Any) -> None:
     second = _record(session, job.id, build.verdict(), source="b", parent_id=first.id)
     _record(session, other.id, build.verdict(), source="a")
     third = _record(session, job.id, build.verdict(), source="c")
-    assert [first.seq, second.seq, third.seq] == [1, 2, 3]
+    assert [first.n, second.n, third.n] == [1, 2, 3]
     assert second.parent_id == first.id
     assert get_job(session=session, job_id=job.id).attempts_count == 3
 
@@ -132,9 +132,9 @@ def test_numbering_paging_and_lookup(session: Session, build: Any) -> None:
         get_attempt(session=session, job_id=job.id, n=4)
 
     page = list_attempts(session=session, job_id=job.id, limit=2)
-    assert [a.seq for a in page.items] == [1, 2] and page.next_cursor == 2
+    assert [a.n for a in page.items] == [1, 2] and page.next_cursor == 2
     page = list_attempts(session=session, job_id=job.id, after_n=page.next_cursor, limit=2)
-    assert [a.seq for a in page.items] == [3] and page.next_cursor is None
+    assert [a.n for a in page.items] == [3] and page.next_cursor is None
 
     with pytest.raises(ValueError, match="not one of job"):
         _record(session, other.id, build.verdict(), parent_id=first.id)

@@ -109,6 +109,6 @@ def test_the_store_s_own_events_read_back_typed(session: Session, build: Any) ->
     parsed = [parse_payload(e.type, e.payload) for e in events_after(session=session, job_id=job.id)]
     assert parsed[0] == StatePayload(state="queued")
     event = parsed[-1]
-    assert isinstance(event, AttemptPayload) and event.best and event.n == attempt.seq
+    assert isinstance(event, AttemptPayload) and event.best and event.n == attempt.n
     # One shape of the figures: the columns, the event and the verdict they came from agree.
     assert attempt.figures == AttemptFigures.of(verdict) == AttemptFigures.from_dict(event.to_dict())

@@ -190,7 +190,7 @@ def add_attempt(
         )
         if tokens or cost_usd:
             add_job_usage(session=session, job_id=job_id, tokens_in=tokens, tokens_out=tokens // 4, cost_usd=cost_usd)
-        return attempt.seq
+        return attempt.n
 
 
 def finish(factory: sessionmaker[Session], job_id: int, state: JobState = JobState.SUCCEEDED,
@@ -348,20 +348,20 @@ def agent_session(threads: int = 256, tag: str = "") -> list[Turn]:
     ]
 
 
-def record_session(recorder: Any, trajectory: int, turns: Sequence[Turn], *, user_prompt: str) -> None:
+def record_session(recorder: Any, trajectory_index: int, turns: Sequence[Turn], *, user_prompt: str) -> None:
     """Write a scripted trajectory through the recorder: messages, tool results and attempts."""
-    recorder.message(trajectory=trajectory, role="system", content="You write CUDA kernels that replace a "
+    recorder.message(trajectory_index=trajectory_index, role="system", content="You write CUDA kernels that replace a "
                      "PyTorch reference model. Contract: weights, mode, inputs, tolerances …", tokens_in=0)
-    recorder.message(trajectory=trajectory, role="user", content=user_prompt)
+    recorder.message(trajectory_index=trajectory_index, role="user", content=user_prompt)
     for turn in turns:
         calls = _call(turn.tool, turn.source)
-        recorder.message(trajectory=trajectory, role="assistant", content=turn.text, tool_calls=calls,
+        recorder.message(trajectory_index=trajectory_index, role="assistant", content=turn.text, tool_calls=calls,
                          tokens_in=6_000, tokens_out=900, latency_ms=2_400.0, cost_usd=0.012)
         if turn.source is not None and turn.verdict is not None:
             parent = None if turn.parent is None else source_sha256(turn.parent)
-            recorder.attempt(trajectory=trajectory, tool=turn.tool, source=turn.source, parent_sha256=parent,
-                             verdict=Verdict.from_dict(turn.verdict))
+            recorder.attempt(trajectory_index=trajectory_index, tool=turn.tool, source=turn.source,
+                             parent_sha256=parent, verdict=Verdict.from_dict(turn.verdict))
             feedback = turn.feedback or f"{turn.verdict['status']}: {turn.verdict['message'] or 'correct'}"
         else:
             feedback = turn.feedback
-        recorder.message(trajectory=trajectory, role="tool", content=feedback, tool_call_id=calls[0]["id"])
+        recorder.message(trajectory_index=trajectory_index, role="tool", content=feedback, tool_call_id=calls[0]["id"])

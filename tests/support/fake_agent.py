@@ -45,13 +45,13 @@ def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
     script = spec.llm.model
     CALLS.append(script)
     recorder.trajectory_started(index=0, temperature=0.2, strategy="fuse the epilogue")
-    recorder.message(trajectory=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
+    recorder.message(trajectory_index=0, role="system", content=f"problem {spec.problem.id} on {spec.target}",
                      tool_calls=None, tool_call_id=None, tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     if script == "until_cancelled":
         turn = 0
         while not recorder.cancelled():
             turn += 1
-            recorder.message(trajectory=0, role="assistant", content=f"thinking {turn}", tool_calls=None,
+            recorder.message(trajectory_index=0, role="assistant", content=f"thinking {turn}", tool_calls=None,
                              tool_call_id=None, tokens_in=10, tokens_out=5, latency_ms=1.0, cost_usd=0.001)
             time.sleep(0.1)
         recorder.trajectory_finished(index=0, reason="cancelled")
@@ -60,32 +60,32 @@ def run_job(spec: JobSpec, *, evaluator: Evaluator, recorder: Recorder,
     sha = source_sha256(SEED1_CPU)
     if script == "quarantine":
         suspicious = Verdict(status=Status.SUSPICIOUS, stage=Stage.DONE, message="faster than believed")
-        entry = CandidateRecord(source=SEED1_CPU, source_sha256=sha, tool="benchmark", trajectory=0,
+        entry = CandidateRecord(source=SEED1_CPU, source_sha256=sha, tool="benchmark", trajectory_index=0,
                                 parent_sha256=None, verdict=suspicious)
         recorder.trajectory_finished(index=0, reason="submitted")
         return _result(StopReason.COMPLETED, quarantined=(entry,))
     if script == "benchmark_two":
         for n, source in enumerate(TWO_SOURCES):
             verdict = evaluator.evaluate(source, Depth.BENCHMARK)
-            recorder.attempt(trajectory=0, tool="benchmark", source=source,
+            recorder.attempt(trajectory_index=0, tool="benchmark", source=source,
                              parent_sha256=source_sha256(TWO_SOURCES[0]) if n else None, verdict=verdict)
         recorder.trajectory_finished(index=0, reason="submitted")
         return _result(StopReason.SUBMITTED)
     if script == "fail":
         recorder.trajectory_finished(index=0, reason="llm_error")
         return _result(StopReason.LLM_ERROR, error="the LLM endpoint failed: 401 Unauthorized")
-    recorder.message(trajectory=0, role="assistant", content="compile it", tool_calls=_tool_call("compile", 1),
+    recorder.message(trajectory_index=0, role="assistant", content="compile it", tool_calls=_tool_call("compile", 1),
                      tool_call_id=None, tokens_in=100, tokens_out=50, latency_ms=12.0, cost_usd=0.01)
     first_run = recorder.find_attempt(source_sha256=sha, tool="compile") is None
     if first_run:
         verdict = evaluator.evaluate(SEED1_CPU, Depth.COMPILE)
-        recorder.attempt(trajectory=0, tool="compile", source=SEED1_CPU, parent_sha256=None, verdict=verdict)
-    recorder.message(trajectory=0, role="tool", content="compiled", tool_calls=None, tool_call_id="call_1",
+        recorder.attempt(trajectory_index=0, tool="compile", source=SEED1_CPU, parent_sha256=None, verdict=verdict)
+    recorder.message(trajectory_index=0, role="tool", content="compiled", tool_calls=None, tool_call_id="call_1",
                      tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     if script == "hang_after_compile" and first_run:
         while True:  # the test kills this worker here
             time.sleep(1)
     verdict = evaluator.evaluate(SEED1_CPU, Depth.CORRECTNESS)
-    recorder.attempt(trajectory=0, tool="check_correctness", source=SEED1_CPU, parent_sha256=sha, verdict=verdict)
+    recorder.attempt(trajectory_index=0, tool="check_correctness", source=SEED1_CPU, parent_sha256=sha, verdict=verdict)
     recorder.trajectory_finished(index=0, reason="submitted")
     return _result(StopReason.SUBMITTED)

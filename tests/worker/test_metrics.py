@@ -163,7 +163,8 @@ def test_recorded_messages_count_tokens_and_cost(sqlite_factory: sessionmaker[Se
     tokens_in, tokens_out = _value("kernelloop_worker_llm_tokens_total", direction="in"), _value(
         "kernelloop_worker_llm_tokens_total", direction="out")
     cost = _value("kernelloop_worker_llm_cost_usd_total")
-    recorder.message(trajectory=0, role="assistant", content="hello", tokens_in=1200, tokens_out=300, cost_usd=0.25)
+    recorder.message(trajectory_index=0, role="assistant", content="hello", tokens_in=1200, tokens_out=300,
+                     cost_usd=0.25)
     assert _value("kernelloop_worker_llm_tokens_total", direction="in") == tokens_in + 1200
     assert _value("kernelloop_worker_llm_tokens_total", direction="out") == tokens_out + 300
     assert _value("kernelloop_worker_llm_cost_usd_total") == cost + 0.25

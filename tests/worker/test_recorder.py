@@ -71,22 +71,22 @@ def test_round_trip(factory: sessionmaker[Session]) -> None:
 
     recorder.trajectory_started(index=0, temperature=0.2, strategy="fuse")
     recorder.trajectory_started(index=1, temperature=0.8, strategy="tile")
-    recorder.message(trajectory=0, role="system", content="the problem", tool_calls=None, tool_call_id=None,
+    recorder.message(trajectory_index=0, role="system", content="the problem", tool_calls=None, tool_call_id=None,
                      tokens_in=0, tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     calls = [{"id": "c1", "type": "function", "function": {"name": "benchmark", "arguments": "{}"}}]
-    recorder.message(trajectory=0, role="assistant", content="x" * 1000, tool_calls=calls, tool_call_id=None,
+    recorder.message(trajectory_index=0, role="assistant", content="x" * 1000, tool_calls=calls, tool_call_id=None,
                      tokens_in=120, tokens_out=80, latency_ms=900.0, cost_usd=0.02)
-    recorder.message(trajectory=1, role="assistant", content="other", tool_calls=None, tool_call_id=None,
+    recorder.message(trajectory_index=1, role="assistant", content="other", tool_calls=None, tool_call_id=None,
                      tokens_in=10, tokens_out=5, latency_ms=100.0, cost_usd=0.001)
 
     sha = source_sha256(SEED1_CPU)
     assert recorder.find_attempt(source_sha256=sha, tool="benchmark") is None
-    recorder.attempt(trajectory=0, tool="benchmark", source=SEED1_CPU, parent_sha256=None,
+    recorder.attempt(trajectory_index=0, tool="benchmark", source=SEED1_CPU, parent_sha256=None,
                      verdict=_verdict(median_ms=2.0))
-    recorder.attempt(trajectory=1, tool="check_correctness", source=SEED1_CPU_WRONG, parent_sha256=sha,
+    recorder.attempt(trajectory_index=1, tool="check_correctness", source=SEED1_CPU_WRONG, parent_sha256=sha,
                      verdict=_verdict(Status.FAIL, median_ms=None))
     infra = _verdict(infra=True)
-    recorder.attempt(trajectory=1, tool="benchmark", source=SEED1_CPU_WRONG, parent_sha256=sha, verdict=infra)
+    recorder.attempt(trajectory_index=1, tool="benchmark", source=SEED1_CPU_WRONG, parent_sha256=sha, verdict=infra)
 
     found = recorder.find_attempt(source_sha256=sha, tool="benchmark")
     assert found is not None and found.status is Status.PASS and found.timing is not None
@@ -137,7 +137,7 @@ def test_a_cancel_is_seen_and_a_lost_lease_stops_every_write(factory: sessionmak
     with session_scope(factory) as session:
         cancel_job(session=session, job_id=job_id)
     # The next write (a heartbeat in the same transaction) learns of the cancel.
-    recorder.message(trajectory=0, role="assistant", content="a", tool_calls=None, tool_call_id=None,
+    recorder.message(trajectory_index=0, role="assistant", content="a", tool_calls=None, tool_call_id=None,
                      tokens_in=1, tokens_out=1, latency_ms=1.0, cost_usd=0.0)
     assert recorder.cancelled() and keeper.cancel_requested
 
@@ -146,10 +146,10 @@ def test_a_cancel_is_seen_and_a_lost_lease_stops_every_write(factory: sessionmak
         (reaped,) = reap_expired_leases(session=session, max_requeues=1, now=utcnow() + timedelta(seconds=LEASE + 1))
         assert reaped.state is JobState.CANCELLED
     with pytest.raises(LeaseLost):
-        recorder.message(trajectory=0, role="assistant", content="b", tool_calls=None, tool_call_id=None,
+        recorder.message(trajectory_index=0, role="assistant", content="b", tool_calls=None, tool_call_id=None,
                          tokens_in=1, tokens_out=1, latency_ms=1.0, cost_usd=0.0)
     with pytest.raises(LeaseLost):
-        recorder.attempt(trajectory=0, tool="compile", source=SEED1_CPU, parent_sha256=None, verdict=_verdict())
+        recorder.attempt(trajectory_index=0, tool="compile", source=SEED1_CPU, parent_sha256=None, verdict=_verdict())
     assert keeper.lost and recorder.cancelled()
     with session_scope(factory) as session:
         assert len(list_messages(session=session, job_id=job_id).items) == 1
@@ -160,14 +160,14 @@ def test_a_requeued_job_reuses_its_trajectory_rows(sqlite_factory: sessionmaker[
     job_id = _claimed(sqlite_factory, "w1")
     first, _ = _recorder(sqlite_factory, job_id, "w1")
     first.trajectory_started(index=0, temperature=0.5, strategy="s")
-    first.message(trajectory=0, role="system", content="p", tool_calls=None, tool_call_id=None, tokens_in=0,
+    first.message(trajectory_index=0, role="system", content="p", tool_calls=None, tool_call_id=None, tokens_in=0,
                   tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     with session_scope(sqlite_factory) as session:
         reap_expired_leases(session=session, max_requeues=1, now=utcnow() + timedelta(seconds=LEASE + 1))
         assert claim_job(session=session, job_id=job_id, worker_id="w2", lease_seconds=LEASE) is not None
     second, _ = _recorder(sqlite_factory, job_id, "w2")
     second.trajectory_started(index=0, temperature=0.5, strategy="s")
-    second.message(trajectory=0, role="system", content="p", tool_calls=None, tool_call_id=None, tokens_in=0,
+    second.message(trajectory_index=0, role="system", content="p", tool_calls=None, tool_call_id=None, tokens_in=0,
                    tokens_out=0, latency_ms=0.0, cost_usd=0.0)
     with session_scope(sqlite_factory) as session:
         (trajectory,) = list_trajectories(session=session, job_id=job_id)
@@ -177,7 +177,7 @@ def test_a_requeued_job_reuses_its_trajectory_rows(sqlite_factory: sessionmaker[
 def test_messages_of_an_unstarted_trajectory_are_misuse(sqlite_factory: sessionmaker[Session]) -> None:
     recorder, _ = _recorder(sqlite_factory, _claimed(sqlite_factory))
     with pytest.raises(ValueError, match="never started"):
-        recorder.message(trajectory=3, role="user", content="?", tool_calls=None, tool_call_id=None, tokens_in=0,
+        recorder.message(trajectory_index=3, role="user", content="?", tool_calls=None, tool_call_id=None, tokens_in=0,
                          tokens_out=0, latency_ms=0.0, cost_usd=0.0)
 
 
@@ -214,12 +214,12 @@ def test_a_rerun_of_a_source_is_attributed_to_its_own_earlier_attempt(sqlite_fac
     with session_scope(sqlite_factory) as session:
         attempts = list_attempts(session=session, job_id=job_id).items
         by_id = {a.id: a for a in attempts}
-        reruns = [a for a in attempts if any(b.sha256 == a.sha256 and b.seq < a.seq for b in attempts)]
-        assert reruns, [(a.seq, a.tool) for a in attempts]
+        reruns = [a for a in attempts if any(b.sha256 == a.sha256 and b.n < a.n for b in attempts)]
+        assert reruns, [(a.n, a.tool) for a in attempts]
         for rerun in reruns:
             assert rerun.parent_id is not None
             parent = by_id[rerun.parent_id]
-            assert parent.sha256 == rerun.sha256 and parent.seq < rerun.seq, (rerun.seq, parent.seq)
+            assert parent.sha256 == rerun.sha256 and parent.n < rerun.n, (rerun.n, parent.n)
         # A first run still names the source it was edited from.
         firsts = [a for a in attempts if a not in reruns and a.parent_id is not None]
         assert firsts and all(by_id[a.parent_id].sha256 != a.sha256 for a in firsts)

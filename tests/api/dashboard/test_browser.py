@@ -70,8 +70,8 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
     # A cold cache: the header build and the reference are done, the baselines are being timed.
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.trajectory_started(index=0, temperature=0.2)
-        recorder.message(trajectory=0, role="system", content="You write CUDA kernels …")
-        recorder.message(trajectory=0, role="user", content=PROMPT)
+        recorder.message(trajectory_index=0, role="system", content="You write CUDA kernels …")
+        recorder.message(trajectory_index=0, role="user", content=PROMPT)
     stage_event(service.factory, job_id, "header_build", "started", at=now - timedelta(seconds=95))
     stage_event(service.factory, job_id, "header_build", "finished", 63.2, at=now - timedelta(seconds=32))
     stage_event(service.factory, job_id, "reference_start", "started", at=now - timedelta(seconds=32))
@@ -99,10 +99,10 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
     wait(browser, lambda b: count(b, "#now-steps li.done") == 3, "the baselines done")
     broken, slow = kernel_variant(128, broken=True), kernel_variant(1024)
     with worker_recorder(service.factory, job_id) as recorder:
-        recorder.message(trajectory=0, role="assistant", content="A fused pool-first epilogue.",
+        recorder.message(trajectory_index=0, role="assistant", content="A fused pool-first epilogue.",
                          tool_calls=[{"id": "c1", "type": "function", "function": {"name": "compile"}}],
                          tokens_in=5200, tokens_out=800)
-        recorder.attempt(trajectory=0, tool="compile", source=broken, parent_sha256=None,
+        recorder.attempt(trajectory_index=0, tool="compile", source=broken, parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(Status.ERROR)))
     wait(browser, lambda b: b.find_elements(By.ID, "attempt-1"), "attempt 1's row without a reload")
     wait(browser, lambda b: text(b, "now-text").startswith("attempt 1 judged: error"), "the verdict in the panel")
@@ -112,7 +112,7 @@ def test_a_running_job_shows_its_current_stage_live(browser: Any, service: Servi
     assert count(browser, "#chart path.miss") == 1 and count(browser, "#chart circle.pt") == 0
     # A timed attempt: a point in trajectory 0's colour, the best so far.
     with worker_recorder(service.factory, job_id) as recorder:
-        recorder.attempt(trajectory=0, tool="benchmark", source=slow, parent_sha256=None,
+        recorder.attempt(trajectory_index=0, tool="benchmark", source=slow, parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(median_ms=4.0 / 1.31)))
     wait(browser, lambda b: count(b, "#chart circle.pt.series-0") == 1, "the timed point")
     wait(browser, lambda b: text(b, "best-eager") == "1.31×", "the new best")

@@ -102,16 +102,16 @@ def test_the_charts_and_header_follow_a_running_job(browser: Any, service: Servi
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.trajectory_started(index=0)
         call = {"id": "c1", "type": "function", "function": {"name": "benchmark"}}
-        recorder.message(trajectory=0, role="assistant", content="A first kernel.", tokens_in=7000, tokens_out=900,
-                         cost_usd=0.03, tool_calls=[call])
-        recorder.attempt(trajectory=0, tool="benchmark", source=kernel_variant(1024), parent_sha256=None,
+        recorder.message(trajectory_index=0, role="assistant", content="A first kernel.", tokens_in=7000,
+                         tokens_out=900, cost_usd=0.03, tool_calls=[call])
+        recorder.attempt(trajectory_index=0, tool="benchmark", source=kernel_variant(1024), parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(median_ms=2.0)))
     wait(browser, lambda b: text(b, "eager-ms") == "4.000 ms", "eager's milliseconds without a reload")
     assert text(browser, "compile-ms") == "2.500 ms"
     wait(browser, lambda b: count(b, "#roofline circle.pt") == 1, "the roofline's first point")
     wait(browser, lambda b: count(b, "#usage rect.tick") == 1, "the usage chart")
     with worker_recorder(service.factory, job_id) as recorder:
-        recorder.attempt(trajectory=0, tool="benchmark", source=kernel_variant(256), parent_sha256=None,
+        recorder.attempt(trajectory_index=0, tool="benchmark", source=kernel_variant(256), parent_sha256=None,
                          verdict=Verdict.from_dict(verdict(median_ms=1.0)))
     wait(browser, lambda b: count(b, "#roofline circle.pt") == 2, "the second point, live")
     assert browser.find_element(By.CSS_SELECTOR, "#roofline circle.pt.best").get_attribute("data-n") == "2"

@@ -83,7 +83,7 @@ def test_the_job_page_shows_where_each_attempts_seconds_went(browser: Any, servi
     with worker_recorder(service.factory, job_id) as recorder:
         wrong = verdict(Status.FAIL, stage=Stage.INTEGRITY,
                         stage_seconds=StageSeconds(compile=30.0, load=0.3, correctness=2.2))
-        recorder.attempt(trajectory=None, tool="benchmark", source=kernel_variant(2048), parent_sha256=None,
+        recorder.attempt(trajectory_index=None, tool="benchmark", source=kernel_variant(2048), parent_sha256=None,
                          verdict=Verdict.from_dict(wrong))
     wait(browser, lambda b: _cells(b, "timings-kinds", "data-kind")["wrong"][1] == "2", "the new wrong attempt")
     assert _cells(browser, "timings-kinds", "data-kind")["all"][1] == "7"

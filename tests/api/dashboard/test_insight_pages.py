@@ -70,9 +70,9 @@ def test_the_charts_are_in_the_job_page_and_follow_a_signed_out_browser_to_login
     assert 'name="n" value="3"' in page and 'action="/dashboard/jobs/' in page
 
 
-def _attempt(seq: int, median_ms: float | None, *, status: Status = Status.PASS, at: datetime | None = None) -> Any:
+def _attempt(n: int, median_ms: float | None, *, status: Status = Status.PASS, at: datetime | None = None) -> Any:
     v = verdict(status, median_ms=median_ms) if status is Status.PASS else verdict(status)
-    return Attempt(seq=seq, tool="benchmark", status=status, median_ms=median_ms if status is Status.PASS else None,
+    return Attempt(n=n, tool="benchmark", status=status, median_ms=median_ms if status is Status.PASS else None,
                    verdict=v, created_at=at or datetime.now(UTC))
 
 

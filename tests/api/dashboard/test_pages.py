@@ -139,7 +139,7 @@ def test_job_page_embeds_trajectories_and_the_recent_events_the_now_panel_replay
     job_id = create_running_job(service.factory, service.key_id)
     with worker_recorder(service.factory, job_id) as recorder:
         recorder.trajectory_started(index=0, temperature=0.3, strategy="tile first")
-        recorder.message(trajectory=0, role="user", content="go")
+        recorder.message(trajectory_index=0, role="user", content="go")
     stage_event(service.factory, job_id, "compile", "started", attempt=1)
     with httpx.Client(base_url=service.base_url) as client:
         login(client, service.key)
@@ -157,7 +157,7 @@ def test_the_attempt_page_is_its_owners_and_escapes_what_it_shows(service: Servi
     first = add_attempt(service.factory, job_id, verdict(Status.FAIL, message="<b>wrong</b>"),
                         source='x = "</pre><script>alert(1)</script>"\n')
     with worker_recorder(service.factory, job_id) as recorder:
-        recorder.attempt(trajectory=None, tool="benchmark", source='x = "fixed"\n', parent_sha256=source_sha256(
+        recorder.attempt(trajectory_index=None, tool="benchmark", source='x = "fixed"\n', parent_sha256=source_sha256(
             'x = "</pre><script>alert(1)</script>"\n'), verdict=Verdict.from_dict(verdict(median_ms=2.0)))
     with httpx.Client(base_url=service.base_url) as client:
         login(client, service.key)

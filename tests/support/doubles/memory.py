@@ -14,7 +14,7 @@ __all__ = ["MemoryRecorder", "RecordedAttempt", "RecordedMessage", "RecordedStar
 
 @dataclass(frozen=True)
 class RecordedMessage:
-    trajectory: int
+    trajectory_index: int
     role: str
     content: str | None
     tool_calls: list[JsonObject] | None
@@ -37,7 +37,7 @@ class RecordedStart:
 
 @dataclass(frozen=True)
 class RecordedUsage:
-    trajectory: int
+    trajectory_index: int
     tokens_in: int
     tokens_out: int
     cost_usd: float
@@ -48,7 +48,7 @@ class RecordedUsage:
 @dataclass(frozen=True)
 class RecordedAttempt:
     n: int
-    trajectory: int
+    trajectory_index: int
     tool: str
     source: str
     sha256: str
@@ -67,7 +67,7 @@ class MemoryRecorder:
     attempts: list[RecordedAttempt] = field(default_factory=list)
     started: dict[int, RecordedStart] = field(default_factory=dict)
     finished: dict[int, str] = field(default_factory=dict)
-    #: Every call, as (method, trajectory or None), in order.
+    #: Every call, as (method, trajectory index or None), in order.
     events: list[tuple[str, int | None]] = field(default_factory=list)
     _cancelled: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -80,21 +80,21 @@ class MemoryRecorder:
             self.started[index] = RecordedStart(temperature=temperature, strategy=strategy)
             self.events.append(("trajectory_started", index))
 
-    def message(self, *, trajectory: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
+    def message(self, *, trajectory_index: int, role: str, content: str | None, tool_calls: Sequence[JsonObject] | None,
                 tool_call_id: str | None, tokens_in: int, tokens_out: int, latency_ms: float,
                 cost_usd: float, tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         with self._lock:
             calls = list(tool_calls) if tool_calls is not None else None
-            self.messages.append(RecordedMessage(trajectory, role, content, calls, tool_call_id, tokens_in,
+            self.messages.append(RecordedMessage(trajectory_index, role, content, calls, tool_call_id, tokens_in,
                                                  tokens_out, latency_ms, cost_usd, tokens_reasoning, tokens_cached))
-            self.events.append(("message", trajectory))
+            self.events.append(("message", trajectory_index))
 
-    def usage(self, *, trajectory: int, tokens_in: int, tokens_out: int, cost_usd: float,
+    def usage(self, *, trajectory_index: int, tokens_in: int, tokens_out: int, cost_usd: float,
               tokens_reasoning: int = 0, tokens_cached: int = 0) -> None:
         with self._lock:
-            self.usages.append(RecordedUsage(trajectory, tokens_in, tokens_out, cost_usd, tokens_reasoning,
+            self.usages.append(RecordedUsage(trajectory_index, tokens_in, tokens_out, cost_usd, tokens_reasoning,
                                              tokens_cached))
-            self.events.append(("usage", trajectory))
+            self.events.append(("usage", trajectory_index))
 
     def find_attempt(self, *, source_sha256: str, tool: str) -> Verdict | None:
         with self._lock:
@@ -104,13 +104,13 @@ class MemoryRecorder:
                     return attempt.verdict
         return None
 
-    def attempt(self, *, trajectory: int, tool: str, source: str, parent_sha256: str | None,
+    def attempt(self, *, trajectory_index: int, tool: str, source: str, parent_sha256: str | None,
                 verdict: Verdict) -> None:
         with self._lock:
             sha = source_sha256(source)
-            self.attempts.append(RecordedAttempt(len(self.attempts) + 1, trajectory, tool, source, sha,
+            self.attempts.append(RecordedAttempt(len(self.attempts) + 1, trajectory_index, tool, source, sha,
                                                  parent_sha256, verdict))
-            self.events.append(("attempt", trajectory))
+            self.events.append(("attempt", trajectory_index))
 
     def trajectory_finished(self, *, index: int, reason: str) -> None:
         with self._lock:
@@ -123,8 +123,8 @@ class MemoryRecorder:
         return self._cancelled
 
     # -- views for assertions ----------------------------------------------------------------
-    def messages_of(self, trajectory: int) -> list[RecordedMessage]:
-        return [m for m in self.messages if m.trajectory == trajectory]
+    def messages_of(self, trajectory_index: int) -> list[RecordedMessage]:
+        return [m for m in self.messages if m.trajectory_index == trajectory_index]
 
-    def tool_results(self, trajectory: int = 0) -> list[str]:
-        return [m.content or "" for m in self.messages_of(trajectory) if m.role == "tool"]
+    def tool_results(self, trajectory_index: int = 0) -> list[str]:
+        return [m.content or "" for m in self.messages_of(trajectory_index) if m.role == "tool"]
