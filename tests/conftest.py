@@ -35,3 +35,42 @@ def harness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return tmp_path_factory.mktemp("harness-cache")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+#: The heaviest files of `make test`: seconds their tests took under three workers on the 2-core
+#: machine (CI's run of 2026-12-05 and a fresh clone's; benchmarks/results/test_suite_dev2core.md).
+#: They are handed out first, so the workers end together: pytest-xdist's default order
+#: (``--dist loadfile`` sorts files by their number of tests) left these one-test files for last,
+#: run side by side or alone while the other workers sat idle. The Makefile passes
+#: ``--no-loadscope-reorder`` so that the order set here stands.
+HEAVY_FILES = {
+    "tests/harness/test_load_inline_styles.py": 260,
+    "tests/worker/test_model_runs.py": 260,
+    "tests/harness/corpus/test_corpus_cpu.py": 215,
+    "tests/problems/test_kernelbench_forms.py": 205,
+    "tests/harness/integrity/test_integrity_cpu.py": 200,
+    "tests/cli/test_optimize_json.py": 135,
+    "tests/cli/test_optimize_tty.py": 130,
+    "tests/cli/test_replay.py": 125,
+    "tests/cli/test_end_to_end.py": 125,
+    "tests/examples/test_level1_cpu.py": 110,
+    "tests/harness/test_trusted_builds.py": 110,
+    "tests/harness/test_patchsource.py": 95,
+    "tests/cli/test_optimize_cancel.py": 95,
+    "tests/cli/test_cli.py": 90,
+    "tests/agent/test_real_harness_cpu.py": 100,
+    "tests/worker/test_embedded.py": 60,
+    "tests/harness/test_baseline_record.py": 55,
+}
+#: A file with a test marked ``slow`` that the table does not name.
+_SLOW_FILE_S = 30
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The heaviest files first, each file's tests kept together and in their order."""
+    weight: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        slow = _SLOW_FILE_S if item.get_closest_marker("slow") is not None else 0
+        weight[path] = max(weight.get(path, 0), HEAVY_FILES.get(path, slow))
+    items.sort(key=lambda item: -weight[item.nodeid.split("::", 1)[0]])  # stable: files stay whole
