@@ -32,7 +32,7 @@ test: setup
 	scripts/ensure-compose || echo "no Compose implementation: the compose file check will be skipped"
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
+	$(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 ## Every bundled level-1 example's CPU kernel through the referee (`make test` runs three of them).
 test-examples: setup
