@@ -18,13 +18,16 @@ from vocabulary.flags import FLAG_TEXT, Flag
 from vocabulary.provenance import HARNESS_VERSION, Provenance, Tolerance
 from vocabulary.verdict import Status, Verdict
 
-__all__ = ["ROOFLINE_SLACK", "VerdictFacts", "assemble", "quarantine"]
+__all__ = ["ROOFLINE_SLACK", "UNTRUSTED_ROOFLINE_NOTE", "VerdictFacts", "assemble", "quarantine"]
 
 #: A median under this fraction of ``sol_ms`` is "faster than the roofline". The memory floor uses
 #: a *measured* copy's bandwidth, which a read-heavy kernel beats (on the H200 the copy moves
 #: ~4.3 TB/s, the datasheet says 4.8: a legit reduction timed at 100.4 % of that floor), so only
 #: clearly impossible times are quarantined, and a re-timed legit kernel at the roofline is believed.
 ROOFLINE_SLACK = 0.8
+#: A time under a roofline whose peak rates were measured only on a loaded host.
+UNTRUSTED_ROOFLINE_NOTE = ("timed under the roofline of peak rates this machine measured only while loaded "
+                           "(other work lowers them): not quarantined for it")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,16 +119,20 @@ def assemble(facts: VerdictFacts, draft: Draft, outcome: Outcome, *, log: str = 
     )
 
 
-def quarantine(verdict: Verdict, suspicious_speedup: float) -> Verdict:
+def quarantine(verdict: Verdict, suspicious_speedup: float, *, roofline_trusted: bool = True) -> Verdict:
     """A pass faster than we believe possible (over ``suspicious_speedup`` times eager, or under
     `ROOFLINE_SLACK` of the roofline's time) becomes ``suspicious``: it waits for a re-time in a
-    fresh process."""
+    fresh process. Under a roofline that is not ``roofline_trusted`` (peak rates measured only on a
+    loaded host) a pass stays a pass, with a note."""
     reasons = []
     speedup = verdict.speedup_vs_eager
     if speedup is not None and speedup > suspicious_speedup:
         reasons.append(Flag.SPEEDUP_OVER_LIMIT.value)
     if verdict.sol_ms and verdict.timing and verdict.timing.median_ms < ROOFLINE_SLACK * verdict.sol_ms:
-        reasons.append(Flag.FASTER_THAN_ROOFLINE.value)
+        if roofline_trusted:
+            reasons.append(Flag.FASTER_THAN_ROOFLINE.value)
+        else:
+            verdict = verdict.with_changes(notes=(*verdict.notes, UNTRUSTED_ROOFLINE_NOTE))
     if not reasons:
         return verdict
     text = "; ".join(FLAG_TEXT[r] for r in reasons)

@@ -394,5 +394,6 @@ class CandidateSteps:
         done = "correct and timed" + (" (re-judged in a fresh process with fresh seeds)"
                                       if self.options.rejudge else "")
         verdict = self.finish(replace(draft, timing=timing), Outcome(Status.PASS, Stage.DONE, done))
-        return quarantine(verdict, self.options.suspicious_speedup)
+        return quarantine(verdict, self.options.suspicious_speedup,
+                          roofline_trusted=self.context.reference.roofline_trusted)
 

@@ -83,6 +83,10 @@ class DeviceRecord:
         found = self.measurements()
         return len(found) >= SETTLE_AFTER or any(not m.host_loaded for m in found)
 
+    def measured_unloaded(self) -> bool:
+        """Whether any measurement was taken on an unloaded host (the rates are then believed)."""
+        return any(not m.host_loaded for m in self.measurements())
+
     def best(self) -> DeviceSpecs | None:
         """The latest measurement's specs with the highest rates any measurement found."""
         found = self.measurements()

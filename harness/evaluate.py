@@ -165,6 +165,12 @@ class Referee:
         return self._reference.info
 
     @property
+    def roofline_trusted(self) -> bool:
+        """Whether a time under the started reference's roofline quarantines a candidate (on the
+        CPU, not while this machine's peak rates were only ever measured on a loaded host)."""
+        return self._reference.roofline_trusted
+
+    @property
     def device_specs(self) -> DeviceSpecs:
         """``get_gpu_specs()`` of the agent: the device the reference runs on."""
         return self.start_reference().specs

@@ -32,8 +32,9 @@ def test_seed2_cpu_example_passes(problem_id: str, harness_cache: Path) -> None:
     )
     with Referee(load_problem(problem_id), "cpu", options) as referee:
         verdict = referee.evaluate(SEED2_CPU)
-    # A roofline measured while the host was loaded can sit above an honest time (seen: 2.5 ms
-    # timed, eager 17 ms, "faster than the roofline"); that quarantine is not this test's question.
+    # The roofline quarantine is not this test's question either: a roofline of rates measured
+    # while the host was loaded sat above an honest 2.5 ms (eager 17 ms); such a roofline no longer
+    # quarantines (tests/harness/test_pure.py), but a burst of load can still lower an "unloaded" one.
     quarantined = (verdict.status is Status.SUSPICIOUS
                    and set(verdict.flags) - {Flag.HOST_LOADED} == {Flag.FASTER_THAN_ROOFLINE})
     assert verdict.status is Status.PASS or quarantined, verdict.message + verdict.log

@@ -40,6 +40,7 @@ def test_the_record_keeps_the_best_rates_and_settles(tmp_path: Path) -> None:
     for _ in range(SETTLE_AFTER):
         loaded.add(Measurement(specs=specs(0.05e12, 5e9), host_loaded=True))
     assert loaded.settled()  # a host that is always busy still settles
+    assert not loaded.measured_unloaded() and record.measured_unloaded()
 
 
 @pytest.mark.slow
@@ -52,6 +53,7 @@ def test_a_settled_record_is_what_every_job_uses_and_no_job_measures_again(tmp_p
         first = referee.start_reference()
     (measured,) = record.measurements()
     assert first.specs == record.best() and first.specs.peak_flops["fp32"] > 0
+    assert referee.roofline_trusted is not measured.host_loaded  # rates of a loaded host: no quarantine on them
     # 2. A settled record (planted: rates no measurement here would find) is used as it is.
     record.add(Measurement(specs=specs(1e12, 1e11), host_loaded=False))
     sols = []
@@ -59,6 +61,7 @@ def test_a_settled_record_is_what_every_job_uses_and_no_job_measures_again(tmp_p
         with Referee(problem, "cpu", options) as referee:
             info = referee.start_reference()
         assert info.specs.peak_flops["fp32"] == max(1e12, measured.specs.peak_flops["fp32"])
+        assert referee.roofline_trusted  # measured unloaded once: believed
         assert info.specs.measured_bandwidth == max(1e11, measured.specs.measured_bandwidth)
         sols.append(info.sol_ms)
     assert len(record.measurements()) == 2  # nobody measured again

@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from harness.assembly import ROOFLINE_SLACK, quarantine
+from harness.assembly import ROOFLINE_SLACK, UNTRUSTED_ROOFLINE_NOTE, quarantine
 from harness.roofline import sol_ms
 from harness.seeds import derive_seed, plan_trials
 from vocabulary.devices import DeviceSpecs
@@ -38,6 +38,10 @@ def test_only_a_time_clearly_under_the_roofline_is_quarantined() -> None:
     assert held.status is Status.SUSPICIOUS and held.flags == ("faster_than_roofline",)
     over = quarantine(timed(0.15), suspicious_speedup=10.0)  # 13x eager, and under the floor
     assert over.flags == ("speedup_over_limit", "faster_than_roofline")
+    # A roofline of rates measured only on a loaded host: a time under it is noted, not held.
+    believed = quarantine(timed(ROOFLINE_SLACK * 0.5), suspicious_speedup=10.0, roofline_trusted=False)
+    assert believed.status is Status.PASS and believed.flags == () and believed.notes == (UNTRUSTED_ROOFLINE_NOTE,)
+    assert quarantine(timed(0.15), suspicious_speedup=10.0, roofline_trusted=False).flags == ("speedup_over_limit",)
 
 
 def test_seeds_are_stable_distinct_and_secret_dependent() -> None:
