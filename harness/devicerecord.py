@@ -80,8 +80,7 @@ class DeviceRecord:
 
     def settled(self) -> bool:
         """Whether no job needs to measure any more."""
-        found = self.measurements()
-        return len(found) >= SETTLE_AFTER or any(not m.host_loaded for m in found)
+        return len(self.measurements()) >= SETTLE_AFTER or self.measured_unloaded()
 
     def measured_unloaded(self) -> bool:
         """Whether any measurement was taken on an unloaded host (the rates are then believed)."""
