@@ -146,6 +146,7 @@ class FakeReference:
     target = Target.CPU
     transport = "file"
     timing_sets = (0, 1)
+    roofline_trusted = True
 
     def __init__(self, passes: Callable[[CompareItem], bool] = lambda item: item.output != NOISE) -> None:
         self.passes = passes
