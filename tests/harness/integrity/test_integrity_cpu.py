@@ -447,7 +447,9 @@ CASES: list[Case] = [
             out.copy_(_honest(self, inputs))
         threading.Thread(target=fill, daemon=True).start()
         return out'''),
-         Status.FAIL, Stage.INTEGRITY, flags=("background_threads", "timed_output_mismatch"), depth=Depth.BENCHMARK),
+         # The audit catches it; `background_threads` comes too when a thread is still alive as the
+         # loop ends, which a loaded host can take longer than the thread's 20 ms (seen once).
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
     Case("memo_by_input_values_while_timed", lambda w: cheat(f'''
         memo = self.__dict__.setdefault("_memo", {{}})
         flat = x.reshape(-1)
