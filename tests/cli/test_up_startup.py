@@ -137,6 +137,11 @@ def test_serve_with_workers_from_a_folder_holding_config(tmp_path: Path) -> None
     with _running([str(KERNELLOOP_COMMAND), "serve", "--workers", "2", "--port", str(port)], cwd=folder, env=env,
                   log=log) as serve:
         wait_healthy(f"http://127.0.0.1:{port}", serve, log, timeout=120)
-        text = log.read_text(errors="replace")
+        # The first process may answer /health before the second has started (a loaded host: seen once).
+        deadline = time.monotonic() + 120
+        while "API process 2/2 started" not in (text := log.read_text(errors="replace")):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert "API process 1/2 started" in text and "API process 2/2 started" in text, text
         assert "ImportError" not in text and "restarting" not in text, text
