@@ -303,7 +303,8 @@ class Attempt(Base):
     #: 1-based number within the job: the ``n`` of ``/jobs/{id}/attempts/{n}``.
     n: Mapped[int]
     #: The tool that ran it: ``compile``, ``check_correctness``, ``benchmark``, ``profile``,
-    #: ``submit``, or ``evaluate`` for an evaluation job.
+    #: ``submit``, ``evaluate`` for an evaluation job, or ``retime`` for the worker's re-judging
+    #: of a quarantined or best candidate in a fresh process.
     tool: Mapped[str] = mapped_column(String(32))
     source: Mapped[str] = mapped_column(Text)
     sha256: Mapped[str] = mapped_column(String(64))

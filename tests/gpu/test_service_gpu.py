@@ -31,6 +31,7 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
     from sqlalchemy import select
 
     from store import Attempt, Job, Message, make_engine, make_session_factory, session_scope
+    from worker.runner import RETIME_TOOL
 
     data_dir = tmp_path / "data"
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -57,17 +58,21 @@ def test_optimize_seed1_cuda_through_the_store(tmp_path: Path) -> None:
                  "messages": len(messages), "attempts": rows,
                  "best": None if best is None else {"n": best.n, "median_ms": best.median_ms,
                                                     "eager_ms": (best.verdict.get("baselines") or {}).get("eager_ms"),
-                                                    "compile_ms": (best.verdict.get("baselines") or {}).get(
-                                                        "compile_ms"),
+                                                    "torch_compile_ms": (best.verdict.get("baselines") or {}).get(
+                                                        "torch_compile_ms"),
                                                     "speedup_vs_eager": best.speedup_vs_eager,
                                                     "speedup_vs_compile": best.speedup_vs_compile,
                                                     "pct_of_sol": best.pct_of_sol}})
         assert job.state == "succeeded", (job.state, job.error)
+        # The script's six tool calls, then the worker's re-judging of the fastest verified kernel
+        # in a fresh process (`worker.runner`: a job's best comes from that `retime` attempt).
         assert [(a.tool, a.status.value) for a in attempts] == [
             ("compile", "error"), ("check_correctness", "fail"), ("check_correctness", "pass"),
-            ("benchmark", "pass"), ("benchmark", "pass"), ("profile", "pass")]
-        assert len(messages) >= 2 * len(attempts)  # each tool call: the assistant's turn and its result
-        assert best is not None and best.tool == "benchmark" and best.speedup_vs_eager > 1.2
+            ("benchmark", "pass"), ("benchmark", "pass"), ("profile", "pass"), (RETIME_TOOL, "pass")]
+        tool_calls = [a for a in attempts if a.tool != RETIME_TOOL]
+        assert len(messages) >= 2 * len(tool_calls)  # each tool call: the assistant's turn and its result
+        assert best is not None and best.tool == RETIME_TOOL and best.speedup_vs_eager > 1.2
+        assert best.sha256 == attempts[4].sha256  # the fast kernel, re-judged
 
 
 def test_replay_reproduces_the_jobs_speedups(tmp_path: Path) -> None:
@@ -97,7 +102,7 @@ def test_replay_reproduces_the_jobs_speedups(tmp_path: Path) -> None:
         name: {"stored": stored[name], "replayed": local[name], "ratio": local[name] / stored[name]}
         for name in ("speedup_vs_eager", "speedup_vs_compile")
     }
-    for side in ("eager_ms", "compile_ms"):
+    for side in ("eager_ms", "torch_compile_ms"):
         figures[side] = {"stored": stored["baselines"][side], "replayed": local["baselines"][side]}
     figures["median_ms"] = {"stored": stored["timing"]["median_ms"], "replayed": local["timing"]["median_ms"]}
     report({"test": "replay_seed1_cuda", "job": job_id, "replay_s": round(replay_s, 1), **figures})
