@@ -6,8 +6,9 @@ PY     := $(VENV)/bin/python
 # CUDA build of torch into the venv first (or set TORCH_SPEC) and this step keeps it.
 TORCH_SPEC ?= torch==2.13.0
 TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
-# pytest-xdist workers of `make test` (a file each: its module fixtures are built once).
-TEST_WORKERS ?= 3
+# pytest-xdist workers of `make test` (a file each: its module fixtures are built once). Four on two
+# cores: while one waits (a poll, a timeout, a server) the others compile and time.
+TEST_WORKERS ?= 4
 
 .PHONY: setup demo test test-examples test-gpu clean
 

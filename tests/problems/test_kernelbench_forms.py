@@ -187,7 +187,7 @@ def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessO
     monkeypatch.setattr(cli.main, "_options", lambda cache_dir, **changes: options.replace(
         suspicious_speedup=1e-9, **changes))
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"),
-                                      "--target", "cpu", "--json"])
+                                      "--target", "cpu", "--json", "--no-compile-baseline"])
     assert "re-timing in a fresh process with fresh seeds" in " ".join(result.output.split())
     verdict = result.output.strip().splitlines()[-1]
     assert '"status": "pass"' in verdict and '"timing_mode": "metered, re-judged"' in verdict, result.output[-3000:]
