@@ -149,7 +149,7 @@ class ModelNew(nn.Module):
 
 PYTHON_FORGERY = '''
 import struct as _struct, sys as _sys
-if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compile stage
+if "harness.meter.sandboxed" in _sys.modules:  # the candidate stage, not the compile stage
     _channel = _sys.modules["harness.channel"].Channel
     _send_frame = _channel.send_frame
 

@@ -31,7 +31,7 @@ from benchmarks.own_model_kernels import kernel_for
 from harness import HarnessOptions
 from harness.modelapply import apply_kernels
 from harness.modelextract import extract_regions
-from harness.modelstage import profile_model
+from harness.modelsandbox import profile_model
 from harness.patchsource import patched_source
 from problems import parse_problem
 from vocabulary.evaluation import Target

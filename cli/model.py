@@ -28,7 +28,7 @@ from rich.table import Table
 from cli.common import default_target
 from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions
-from harness.modelstage import ModelFailed, profile_model
+from harness.modelsandbox import ModelFailed, profile_model
 from problems import Problem, ProblemFormatError, parse_problem
 from vocabulary.evaluation import Target
 from vocabulary.modelreport import ApplyReport, KernelChoice

@@ -16,7 +16,7 @@ processes (`harness.channel`, messages typed in `harness.protocol`), the baselin
 `Verdict.to_dict()`/`from_dict()` for whoever stores it.
 
 The map, one module one job. Driver side (stdlib only): `evaluate` (the `Referee` façade),
-`stagepool` (stage processes: sandboxes, prestart, cancel), `reference` (the trusted reference:
+`sandboxpool` (stage processes: sandboxes, prestart, cancel), `reference` (the trusted reference:
 start, baselines and their cache, the timing loop's calibration, comparer), `baselinerecord`
 (what the machine measured before: when a baseline is re-taken and when cached), `devicerecord`
 (the device's rates, measured once per machine), `compiler` (compile stages, the trusted builder,
@@ -24,10 +24,10 @@ header warm-ups), `lazybuilds` (builds a candidate stage asks for while it runs)
 (the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure), `assembly`
 (verdict, provenance, quarantine), `meter` (the metered timing loop: `frames`, `build`, `drive`,
 `clock`, `noise`), `admission` and `sizing` (problems),
-`sandbox`, `sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages'
-limits). Stage side (torch): `roles` (one module per stage), `meter.stage` and `meter.local`,
+`sandbox`, `sandboxspec`, `warden` and `namespaces` (the sandbox), `problemsandbox` (problem stages'
+limits). Stage side (torch): `roles` (one module per stage), `meter.sandboxed` and `meter.local`,
 `contract`, `compare`, `transfer`, `roofline`, `footprint`, `buildcache`, `regions` (own models:
-capture, regions, the patch runtime). Own models, driver side: `modelstage` (the profile),
+capture, regions, the patch runtime). Own models, driver side: `modelsandbox` (the profile),
 `modelextract`, `patchsource`, `modelapply`; their values `regionplan` and `modelreport`.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import limit_message, problem_stage_spec
+from harness.problemsandbox import limit_message, problem_sandbox_spec
 from harness.protocol import StartFailed
 from harness.protocol.admission import (
     AdmissionCheck,
@@ -24,7 +24,7 @@ from harness.protocol.admission import (
     MeasureReply,
     MeasureRequest,
 )
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
 from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.constants import Constant, literal_sizes
@@ -99,7 +99,7 @@ def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
     workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
     # A submitted problem is code from outside too: confined like the reference stage (no cache,
     # no other run, no service data, limits named when hit).
-    return problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
+    return problem_sandbox_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
 
 
 def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, Constant]],
@@ -112,7 +112,7 @@ def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, Consta
         RuntimeError: the stage did not answer (the message holds its log's tail) or failed.
     """
     options = options or HarnessOptions()
-    with StageProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
+    with SandboxProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
         try:
             raw = process.request(MeasureRequest(problem=problem, overrides=tuple(overrides)),
                                   timeout=options.timeouts.reference_start_s)
@@ -144,7 +144,7 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
         weights_seed=derive_seed(secret, "weights"), other_weights_seed=derive_seed(secret, "weights:other"),
         budget_bytes=options.cpu_budget_bytes,
     )
-    with StageProcess(spec, sandbox=options.sandbox) as process:
+    with SandboxProcess(spec, sandbox=options.sandbox) as process:
         try:
             raw = process.request(request, timeout=options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed) as exc:

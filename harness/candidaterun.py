@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from harness.assembly import VerdictFacts, assemble, quarantine
 from harness.buildcache import copy_build
 from harness.buildcache.records import BuildAnswer
-from harness.channel import ChannelClosed, ChannelTimeout, StageMessage
+from harness.channel import ChannelClosed, ChannelTimeout, SandboxMessage
 from harness.draft import (
     Draft,
     Outcome,
@@ -53,8 +53,8 @@ from harness.protocol.candidate import (
 from harness.protocol.meter import CallInputs, MeterEnd, Metering
 from harness.protocol.reference import CompareItem
 from harness.reference import ReferenceClient
+from harness.sandboxpool import StartedSandbox
 from harness.seeds import TrialSpec, derive_seed
-from harness.stagepool import StartedStage
 from problems.spec import Policy, Problem
 from vocabulary.evaluation import Depth, Target
 from vocabulary.flags import DECISIVE_FLAGS, Flag
@@ -85,8 +85,8 @@ class RunContext:
     trials: tuple[TrialSpec, ...]
     secret: int
     reference: ReferenceClient
-    #: Waits until no prestarted stage is starting up (`harness.stagepool.StagePool.settle`).
-    settle: Callable[[StartedStage], None]
+    #: Waits until no prestarted stage is starting up (`harness.sandboxpool.SandboxPool.settle`).
+    settle: Callable[[StartedSandbox], None]
     #: The facts of the Referee's verdicts as they are now.
     facts: Callable[[], VerdictFacts]
     #: Builds one lazy build in the trusted builder (`harness.compiler.CompileClient.build_lazily`).
@@ -103,7 +103,7 @@ class CandidateSteps:
         reporter: told of each step as it starts and ends.
     """
 
-    def __init__(self, context: RunContext, stage: StartedStage, source: str, reporter: StageReporter) -> None:
+    def __init__(self, context: RunContext, stage: StartedSandbox, source: str, reporter: StageReporter) -> None:
         self.context = context
         self.options = context.options
         self.stage = stage
@@ -124,7 +124,7 @@ class CandidateSteps:
         return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome,
                         log=self.process.log_tail(self.options.output_limit))
 
-    def _ask(self, message: StageMessage, timeout: float) -> JsonObject:
+    def _ask(self, message: SandboxMessage, timeout: float) -> JsonObject:
         """Send a request and wait for its reply, serving the lazy builds the stage asks for on the
         way (`harness.lazybuilds`): the time they take is never charged to ``timeout``."""
         started = time.perf_counter()

@@ -1,7 +1,7 @@
 """The private channel between the referee and a stage process: length-prefixed JSON messages.
 
-One connected socket pair per stage (`harness.sandbox.StageProcess` makes it; the stage's end
-arrives as a file descriptor, `harness.roles`). What travels is a `StageMessage` (a request or reply
+One connected socket pair per stage (`harness.sandbox.SandboxProcess` makes it; the stage's end
+arrives as a file descriptor, `harness.roles`). What travels is a `SandboxMessage` (a request or reply
 of `harness.protocol`) as its ``to_dict()``; what arrives is a `JsonObject` for the receiver to
 read with the matching ``from_dict()``. The trusted side caps a message's size, and anything that
 is not a JSON object is `ChannelClosed`: a stage cannot make the referee allocate without bound
@@ -22,7 +22,7 @@ from typing import Protocol
 from vocabulary.wire import JsonObject
 
 __all__ = [
-    "MAX_FRAME_FDS", "MAX_MESSAGE_BYTES", "Channel", "ChannelClosed", "ChannelTimeout", "Frame", "StageMessage",
+    "MAX_FRAME_FDS", "MAX_MESSAGE_BYTES", "Channel", "ChannelClosed", "ChannelTimeout", "Frame", "SandboxMessage",
     "parse_message",
 ]
 
@@ -41,7 +41,7 @@ class ChannelTimeout(TimeoutError):
     """No message within the stage's time limit."""
 
 
-class StageMessage(Protocol):
+class SandboxMessage(Protocol):
     """A request or reply of `harness.protocol`: anything that becomes one JSON object."""
 
     def to_dict(self) -> JsonObject: ...
@@ -76,7 +76,7 @@ class Channel:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def send(self, message: StageMessage, *, fds: tuple[int, ...] = ()) -> None:
+    def send(self, message: SandboxMessage, *, fds: tuple[int, ...] = ()) -> None:
         self.send_frame(json.dumps(message.to_dict(), allow_nan=True).encode(), fds=fds)
 
     def send_frame(self, payload: bytes, *, fds: tuple[int, ...] = ()) -> None:

@@ -29,7 +29,7 @@ from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
 from harness.progress import StageReporter
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
-from harness.stagepool import StagePool, StageRole, StartedStage
+from harness.sandboxpool import SandboxPool, SandboxRole, StartedSandbox
 from vocabulary.builds import CompileResult
 from vocabulary.evaluation import Target
 from vocabulary.stages import StageName
@@ -67,7 +67,7 @@ class CompileClient:
         reporter: a new stage reporter for the Referee's current listener.
     """
 
-    def __init__(self, options: HarnessOptions, target: Target, pool: StagePool,
+    def __init__(self, options: HarnessOptions, target: Target, pool: SandboxPool,
                  reporter: Callable[[], StageReporter]) -> None:
         self.options = options
         self.target = target
@@ -78,7 +78,7 @@ class CompileClient:
         self._pch_ready = not options.pch
         #: Lazy builds answered, by their request's digest; the builder kept for an attempt's.
         self._lazy_answers: dict[str, BuildAnswer] = {}
-        self._lazy_builder: StartedStage | None = None
+        self._lazy_builder: StartedSandbox | None = None
 
     def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache.
@@ -96,15 +96,15 @@ class CompileClient:
                                  extensions=tuple(replace(e, cached=True) for e in known.extensions))
         self._warm_pch()
         with self._reporter().span(StageName.COMPILE):
-            result = self._compile_stage(source=source, pch=HeaderMode.USE if self.options.pch else HeaderMode.OFF,
-                                         delegate=self.options.trusted_builds)
+            result = self._compile_in_sandbox(source=source, pch=HeaderMode.USE if self.options.pch else HeaderMode.OFF,
+                                              delegate=self.options.trusted_builds)
         if result.ok:
             self._compiled[digest] = result
         if result.extensions:  # a candidate without an extension says nothing about the next one
             self._pool.builder_wanted = self.options.trusted_builds and any(
                 e.by_builder and not e.cached for e in result.extensions)
             if not self._pool.builder_wanted:  # an idle builder would only hold memory until then
-                self._pool.discard_spare(StageRole.BUILDER)
+                self._pool.discard_spare(SandboxRole.BUILDER)
         return result
 
     # -- precompiled headers -----------------------------------------------------------------
@@ -164,7 +164,7 @@ class CompileClient:
             workers = max(1, min(len(sets), self.options.max_jobs // 2))
             limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
             with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                results = list(pool.map(lambda flags: self._compile_stage(
+                results = list(pool.map(lambda flags: self._compile_in_sandbox(
                     source=None, pch=HeaderMode.BUILD, warmup=(flags,), trusted=True, timeout=limit), sets))
             keys = [e.pch.key for result in results for e in result.extensions if e.pch is not None and e.pch.key]
             if not (all(r.ok for r in results) and len(keys) == len(sets)):
@@ -175,16 +175,16 @@ class CompileClient:
             return True
 
     # -- the stages ---------------------------------------------------------------------------
-    def _compile_stage(self, *, source: str | None, pch: HeaderMode, delegate: bool = False,
-                       warmup: tuple[HeaderFlags, ...] = (), trusted: bool = False,
-                       timeout: float | None = None) -> CompileResult:
+    def _compile_in_sandbox(self, *, source: str | None, pch: HeaderMode, delegate: bool = False,
+                            warmup: tuple[HeaderFlags, ...] = (), trusted: bool = False,
+                            timeout: float | None = None) -> CompileResult:
         """Run a compile stage: ``source`` is the candidate to import (None: a trusted warm-up).
         Its run directory is removed unless the compile failed (kept to debug). The builds it
         delegates (`Delegation` messages) are built by a builder stage (`_build_for`)."""
         # The cache is read-only to the stage (its import-time code is the candidate's): missing
         # builds go to a private staging directory and are published once the stage has exited;
         # precompiled headers only from a trusted stage, objects only from a builder.
-        stage = self._pool.take(StageRole.COMPILE)
+        stage = self._pool.take(SandboxRole.COMPILE)
         staging = stage.run_dir / "compile" / "builds"
         candidate_path = None
         if source is not None:
@@ -195,7 +195,7 @@ class CompileClient:
                                  max_jobs=self.options.max_jobs, delegate=delegate, warmup=warmup)
         started = time.perf_counter()
         timeout = timeout or self.options.timeouts.compile_s
-        builder: StartedStage | None = None
+        builder: StartedSandbox | None = None
         delegated = 0
         try:
             with stage.process as process:
@@ -211,7 +211,7 @@ class CompileClient:
                         if delegated > _MAX_DELEGATED_BUILDS:
                             answer = BuildAnswer(ok=False, log=f"more than {_MAX_DELEGATED_BUILDS} extensions")
                         else:
-                            builder = builder or self._pool.take(StageRole.BUILDER)
+                            builder = builder or self._pool.take(SandboxRole.BUILDER)
                             answer = self._build_for(builder, delegation.request, started + timeout)
                         process.channel.send(answer)
                 except ChannelTimeout:
@@ -257,7 +257,7 @@ class CompileClient:
         self._pool.builder_wanted = True  # the next attempt's builder, started ahead
         if self._lazy_builder is not None and self._lazy_builder.process.exit_code() is not None:
             self.release_builder()
-        builder = self._lazy_builder = self._lazy_builder or self._pool.take(StageRole.BUILDER)
+        builder = self._lazy_builder = self._lazy_builder or self._pool.take(SandboxRole.BUILDER)
         limit = self.options.timeouts.compile_s
         try:
             answer = self._build_for(builder, request, time.perf_counter() + limit)
@@ -274,7 +274,7 @@ class CompileClient:
             self._lazy_builder.discard()
             self._lazy_builder = None
 
-    def _build_for(self, builder: StartedStage, build: JsonObject | None, deadline: float) -> BuildAnswer:
+    def _build_for(self, builder: StartedSandbox, build: JsonObject | None, deadline: float) -> BuildAnswer:
         """Build one extension a candidate's compile stage asked for, in the builder stage (trusted
         code only), and publish it with the objects it kept; the answer goes back to the stage.
         A builder that dies fails that build; one that runs out of the compile's time limit raises

@@ -1,7 +1,7 @@
 """The referee: `Referee` evaluates candidates for one problem on one target; `evaluate` once.
 
 `Referee` is a façade over the parts of an evaluation, one module each: the stage processes
-(`harness.stagepool`), the trusted reference (`harness.reference`), the compile
+(`harness.sandboxpool`), the trusted reference (`harness.reference`), the compile
 (`harness.compiler`), the candidate's steps (`harness.candidaterun`, judging with the pure
 `harness.draft`) and the verdict (`harness.assembly`). This module is stdlib only: the process
 driving evaluations (a worker, the CLI) never imports torch or initialises CUDA.
@@ -29,9 +29,9 @@ from harness.progress import StageListener, StageReporter
 from harness.protocol.build import HeaderFlags
 from harness.protocol.reference import ReferenceInfo
 from harness.reference import ReferenceClient, ReferenceFailed
-from harness.sandbox import kill_all_stages, protect_current_process
+from harness.sandbox import kill_all_sandboxes, protect_current_process
+from harness.sandboxpool import CANCELLED_MESSAGE, SandboxPool, SandboxRole
 from harness.seeds import new_secret, plan_trials, secret_identity
-from harness.stagepool import CANCELLED_MESSAGE, StagePool, StageRole
 from harness.toolchain import cuda_unavailable
 from problems.spec import Problem, parse_problem
 from vocabulary.builds import CompileResult
@@ -100,7 +100,7 @@ class Referee:
         #: see this one and no other job's.
         self.runs_root = self.options.runs_dir / f"referee-{secrets.token_hex(8)}"
         self.runs_root.mkdir()
-        self._pool = StagePool(self.options, self.target, self.runs_root)
+        self._pool = SandboxPool(self.options, self.target, self.runs_root)
         self._reference = ReferenceClient(problem, self.target, self.options, trials=self.trials,
                                           secret=self._secret, pool=self._pool, reporter=self._reporter)
         self._compiler = CompileClient(self.options, self.target, self._pool, self._reporter)
@@ -261,7 +261,7 @@ class Referee:
             self._problem_failed = exc.kind is ErrorKind.PROBLEM
             return assemble(self._facts(), draft, Outcome(Status.ERROR, Stage.PROBLEM, str(exc), exc.kind),
                             log=exc.details)
-        prepared = self._pool.take(StageRole.CANDIDATE)
+        prepared = self._pool.take(SandboxRole.CANDIDATE)
         context = RunContext(problem=self.problem, options=self.options, trials=self.trials, secret=self._secret,
                              reference=self._reference, settle=self._pool.settle, facts=self._facts,
                              build=self._compiler.build_lazily)
@@ -289,7 +289,7 @@ def cancel_all() -> None:
     the evaluations in flight end as cancelled rather than as the candidates' crashes."""
     for referee in list(_LIVE_REFEREES):
         referee.cancel()
-    kill_all_stages()
+    kill_all_sandboxes()
 
 
 def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,

@@ -66,14 +66,14 @@ class LazyBuilds:
         build: builds one request in the trusted builder and publishes it
             (`harness.compiler.CompileClient.build_lazily`); None: no builder (every lazy build fails).
         builds_dir: the cache the builder publishes into.
-        stage_builds: the candidate stage's own builds, where a finished build is copied.
+        sandbox_builds: the candidate stage's own builds, where a finished build is copied.
     """
 
     def __init__(self, build: Callable[[JsonObject | None], BuildAnswer] | None, builds_dir: Path,
-                 stage_builds: Path) -> None:
+                 sandbox_builds: Path) -> None:
         self._build = build
         self._builds_dir = builds_dir
-        self._stage_builds = stage_builds
+        self._sandbox_builds = sandbox_builds
         self.asked = 0
         #: Seconds spent building (never charged to a step's time limit).
         self.seconds = 0.0
@@ -113,7 +113,7 @@ class LazyBuilds:
         if answer.ok and record is not None and answer.key is not None:
             if not (record.name.isidentifier() and answer.key.isalnum()):
                 return BuildAnswer(ok=False, log="the builder answered with a malformed build")
-            copy_build(self._builds_dir, record.name, answer.key, self._stage_builds, trusted=True)
+            copy_build(self._builds_dir, record.name, answer.key, self._sandbox_builds, trusted=True)
         return answer
 
     def settle(self, *, ok: bool) -> None:

@@ -28,7 +28,7 @@ from harness.meter.clock import Calibration
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
 from harness.options import HarnessOptions
-from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
+from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
 from harness.progress import StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
 from harness.protocol.meter import MeterEnd, Metering
@@ -43,9 +43,9 @@ from harness.protocol.reference import (
     ReferenceStart,
     Timed,
 )
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
+from harness.sandboxpool import CANCELLED_MESSAGE, SandboxPool, sandbox_namespaces
 from harness.seeds import TrialSpec, derive_seed
-from harness.stagepool import CANCELLED_MESSAGE, StagePool, stage_namespaces
 from problems.spec import Problem
 from vocabulary.evaluation import Target
 from vocabulary.provenance import HARNESS_VERSION
@@ -87,7 +87,7 @@ def _where(errors: str, what: str) -> str:
     return f"{what}{place}: {lines[-1].strip()[:300]}" if lines else what
 
 
-def _problem_failure(process: StageProcess, what: str, details: str) -> str:
+def _problem_failure(process: SandboxProcess, what: str, details: str) -> str:
     """``what`` failed in a problem stage; led by the limit it hit, if it hit one."""
     limit = limit_message(process.spec, process.exit_code(1.0), details)
     return f"{limit}: {what}" if limit else what
@@ -105,7 +105,7 @@ class ReferenceClient:
     """
 
     def __init__(self, problem: Problem, target: Target, options: HarnessOptions, *, trials: tuple[TrialSpec, ...],
-                 secret: int, pool: StagePool, reporter: Callable[[], StageReporter]) -> None:
+                 secret: int, pool: SandboxPool, reporter: Callable[[], StageReporter]) -> None:
         self.problem = problem
         self.target = target
         self.options = options
@@ -113,7 +113,7 @@ class ReferenceClient:
         self._secret = secret
         self._pool = pool
         self._reporter = reporter
-        self._process: StageProcess | None = None
+        self._process: SandboxProcess | None = None
         #: What the started reference knows (None until it started).
         self.info: ReferenceInfo | None = None
         #: Whether a time under the roofline (``info.sol_ms``) may quarantine a candidate.
@@ -145,7 +145,7 @@ class ReferenceClient:
         self._pool.discard_spares()
         self.close()
 
-    def _process_alive(self) -> StageProcess:
+    def _process_alive(self) -> SandboxProcess:
         assert self._process is not None, "the reference is not started"
         return self._process
 
@@ -169,14 +169,14 @@ class ReferenceClient:
         caches.mkdir(parents=True, exist_ok=True)
         # Its own PID namespace on cuda too, unless outputs travel by CUDA IPC (which fails across
         # PID namespaces): everything the problem's code starts dies with the stage.
-        namespaces = stage_namespaces(self.target if self.options.cuda_transport == "cuda_ipc" else Target.CPU)
-        spec = problem_stage_spec(
+        namespaces = sandbox_namespaces(self.target if self.options.cuda_transport == "cuda_ipc" else Target.CPU)
+        spec = problem_sandbox_spec(
             "reference", workdir, self.options, self.target, namespaces=namespaces,
             visible=(self._pool.runs_root,), writable=(caches,),
             extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
                        "TRITON_CACHE_DIR": str(caches / "triton")})
         meter = install_meter(self.options.builds_dir, workdir)
-        process = self._pool.started(StageProcess(spec, sandbox=self.options.sandbox))
+        process = self._pool.started(SandboxProcess(spec, sandbox=self.options.sandbox))
         devices = self._device_record()
         settled = devices.settled()
         request = ReferenceStart(

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 
-from harness.channel import Channel, StageMessage
+from harness.channel import Channel, SandboxMessage
 from harness.protocol import Exit
 from harness.sandboxspec import REPO_ROOT, SandboxReport, SandboxSpec
 from vocabulary.wire import JsonObject
@@ -33,10 +33,10 @@ from vocabulary.wire import JsonObject
 __all__ = [
     "ALWAYS_HIDDEN",
     "ExitCode",
-    "StageProcess",
+    "SandboxProcess",
     "host_private_paths",
-    "kill_all_stages",
-    "kill_stages",
+    "kill_all_sandboxes",
+    "kill_sandboxes",
     "paused_tree",
     "protect_current_process",
     "read_tail",
@@ -50,15 +50,15 @@ _WARDEN = Path(__file__).with_name("warden.py")
 _TERM_GRACE_S = 3.0
 #: Packages of this checkout a stage imports; the rest of it (a deployment's configuration, keys,
 #: data beside the code) is not bound back when the checkout lies under a hidden path.
-_STAGE_PACKAGES = ("harness", "problems", "vocabulary")
+_SANDBOX_PACKAGES = ("harness", "problems", "vocabulary")
 #: Never hidden as "the service's working directory or home": covering one of these (or an
 #: ancestor of one) would take the system away from the stage.
 _SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",
                                        "/proc", "/sys", "/var", "/tmp", "/run", "/nix", "/snap"))
 #: How long `paused_tree` tries to stop a stage's whole tree (it forks, or wakes itself).
 _PAUSE_S = 2.0
-#: Every stage this process started and has not killed yet (`kill_all_stages`).
-_LIVE: set[StageProcess] = set()
+#: Every stage this process started and has not killed yet (`kill_all_sandboxes`).
+_LIVE: set[SandboxProcess] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -94,7 +94,7 @@ def _interpreter_paths() -> list[Path]:
     hidden with them (`host_private_paths`)."""
     cwd = os.path.realpath(os.getcwd())
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
-    paths.update(REPO_ROOT / name for name in _STAGE_PACKAGES)
+    paths.update(REPO_ROOT / name for name in _SANDBOX_PACKAGES)
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
@@ -120,7 +120,7 @@ def host_private_paths() -> list[Path]:
     return found
 
 
-def kill_stages(stages: list[StageProcess]) -> None:
+def kill_sandboxes(stages: list[SandboxProcess]) -> None:
     """Kill stages side by side (each may take its SIGTERM grace; a cancel must be quick)."""
     threads = [threading.Thread(target=stage.kill, daemon=True) for stage in stages]
     for thread in threads:
@@ -129,12 +129,12 @@ def kill_stages(stages: list[StageProcess]) -> None:
         thread.join()
 
 
-def kill_all_stages() -> int:
+def kill_all_sandboxes() -> int:
     """Kill every stage this process started and did not kill yet, with their trees (a worker
     orphaned by its supervisor, a cancel): returns how many there were."""
     with _LIVE_LOCK:
         stages = list(_LIVE)
-    kill_stages(stages)
+    kill_sandboxes(stages)
     return len(stages)
 
 
@@ -207,7 +207,7 @@ def read_tail(path: Path, limit: int) -> str:
     return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
 
 
-class StageProcess:
+class SandboxProcess:
     """One running sandboxed stage. Use as a context manager: the tree dies on exit."""
 
     def __init__(self, spec: SandboxSpec, *, sandbox: bool = True) -> None:
@@ -248,7 +248,7 @@ class StageProcess:
             self.sandbox_report = SandboxReport.parse(fh.read())
 
     # -- messages ------------------------------------------------------------------------
-    def request(self, message: StageMessage, *, timeout: float) -> JsonObject:
+    def request(self, message: SandboxMessage, *, timeout: float) -> JsonObject:
         """Send one message and wait for the reply, for the caller to read with the reply's
         ``from_dict`` (raises ChannelTimeout / ChannelClosed)."""
         self.channel.send(message)
@@ -317,7 +317,7 @@ class StageProcess:
         self.exit_code(timeout)
         self.kill()
 
-    def __enter__(self) -> StageProcess:
+    def __enter__(self) -> SandboxProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,7 +4,7 @@ A `SandboxSpec` says what a stage process may see and use: its role, working dir
 namespaces, the paths it writes, needs or must not see, whether a GPU is visible, its environment
 (an allowlisted copy of the harness's, `ENV_ALLOWLIST`) and its `ResourceLimits`. The warden
 (`harness.warden`) applies it and reports what it achieved as a `SandboxReport`;
-`harness.sandbox.StageProcess` starts the stage under it. Standard library only.
+`harness.sandbox.SandboxProcess` starts the stage under it. Standard library only.
 """
 
 from __future__ import annotations

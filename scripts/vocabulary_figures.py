@@ -170,7 +170,7 @@ def problem_parses(root: Path) -> int | None:
         return None
 
 
-def stage_reparses(root: Path) -> list[str]:
+def sandbox_reparses(root: Path) -> list[str]:
     """Stage requests whose stage parses the problem's source again on receipt (`request_problem`)."""
     found = []
     for path in sorted((root / "harness" / "protocol").glob("*.py")):
@@ -217,7 +217,7 @@ def main() -> int:
         "stored_verdict_reads": verdict_reads(files, root),
         "event_type_definitions": event_definitions(files, root),
         "problem_parses_per_job": problem_parses(root),
-        "stage_requests_reparsing_the_problem": stage_reparses(root),
+        "sandbox_requests_reparsing_the_problem": sandbox_reparses(root),
         "modules_over_350_lines": long_modules(by_package, root),
         "counts": counts(files),
     }
@@ -233,8 +233,8 @@ def main() -> int:
     print(f"ways of reading a stored verdict: {len(reads)} {reads}")
     print(f"event-type definitions: {len(figures['event_type_definitions'])} {figures['event_type_definitions']}")
     print(f"problem parses per job, in the worker: {figures['problem_parses_per_job']}; stage requests that parse "
-          f"it again: {len(figures['stage_requests_reparsing_the_problem'])} "
-          f"{figures['stage_requests_reparsing_the_problem']}")
+          f"it again: {len(figures['sandbox_requests_reparsing_the_problem'])} "
+          f"{figures['sandbox_requests_reparsing_the_problem']}")
     over = figures["modules_over_350_lines"]
     print(f"modules over {MAX_LINES} lines: {sum(len(v) for v in over.values())}")
     for name, modules in over.items():

@@ -120,7 +120,7 @@ class TrialReply:
     ops: tuple[str, ...] | None = None
     #: What its extension functions raised while forward went on (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
-    #: The guarded harness objects the candidate's code changed (`harness.meter.stage.Meter.tampered`).
+    #: The guarded harness objects the candidate's code changed (`harness.meter.sandboxed.Meter.tampered`).
     tampered: tuple[str, ...] = ()
 
     def to_dict(self) -> JsonObject:

@@ -22,8 +22,8 @@ import torch
 from harness import contract
 from harness.buildcache import BuildCache
 from harness.buildcache.records import BuildAnswer
-from harness.channel import Channel, StageMessage
-from harness.meter.stage import Meter
+from harness.channel import Channel, SandboxMessage
+from harness.meter.sandboxed import Meter
 from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
 from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
@@ -329,7 +329,7 @@ def serve(channel: Channel) -> None:
     while True:
         message = channel.recv()
         op = op_of(message)
-        reply: StageMessage
+        reply: SandboxMessage
         try:
             if op is Op.EXIT:
                 return

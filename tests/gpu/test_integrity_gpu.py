@@ -244,12 +244,12 @@ CASES: list[Case] = [
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
     Case("scales_what_the_harness_records", lambda n: cheat("return _honest(self, x)", prelude='''
         import sys as _sys
-        if "harness.meter.stage" in _sys.modules:
-            _stage = _sys.modules["harness.meter.stage"]
+        if "harness.meter.sandboxed" in _sys.modules:
+            _stage = _sys.modules["harness.meter.sandboxed"]
             _run = _stage.Meter.run
             _stage.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
          depth=Depth.BENCHMARK),
     # Named at the first trial (the replacement is a changed harness function); with the tamper
     # check replaced too, the trusted clock says so (the next row).

@@ -11,7 +11,7 @@ import pytest
 
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.baselinerecord import AGREEMENT_RATIO, MAX_RETAKES, BaselineRecord, agrees, measure_consistently
-from harness.problemstage import compiler_cache_dir
+from harness.problemsandbox import compiler_cache_dir
 from problems import parse_problem
 from vocabulary.timing import HOST_LOADED_WARNING, Baselines, Timing
 

@@ -28,9 +28,9 @@ from harness.progress import StageReporter
 from harness.protocol import Op
 from harness.protocol.build import Delegation
 from harness.protocol.reference import Compared, CompareItem
+from harness.sandboxpool import StartedSandbox
 from harness.sandboxspec import SandboxReport
 from harness.seeds import plan_trials
-from harness.stagepool import StartedStage
 from problems import load_problem
 from vocabulary.builds import BuildPhase, CompileResult, KernelInfo
 from vocabulary.causes import KernelError
@@ -193,7 +193,7 @@ def run(where: tuple[Path, Path], answer: Reply = honest, *, depth: Depth = Dept
     context = RunContext(problem=PROBLEM, options=options, trials=TRIALS,
                          secret=3, reference=reference or FakeReference(),  # type: ignore[arg-type]
                          settle=lambda stage: None, facts=lambda: FACTS, build=build)
-    started = StartedStage(process=process, run_dir=tmp_path, ready=True)  # type: ignore[arg-type]
+    started = StartedSandbox(process=process, run_dir=tmp_path, ready=True)  # type: ignore[arg-type]
     verdict = CandidateSteps(context, started, "class ModelNew: ...", StageReporter(None)).run(
         Draft(depth=depth, compile=compiled))
     return verdict, process
@@ -275,9 +275,9 @@ def test_integrity_flags_fail_the_candidate(where: tuple[Path, Path]) -> None:
     for scale in (1e6, 0.3):  # more than the call took, and a third of it
         forged, _ = run(where, loop=FakeLoop(scale=scale))
         assert forged.flags == ("clock_disagrees",) and "the timing was tampered with" in forged.message
-    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.meter.stage.Meter.run"]}))
+    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.meter.sandboxed.Meter.run"]}))
     assert tampered.flags == ("harness_tampered",)
-    assert "changed the referee's code" in tampered.message and "harness.meter.stage.Meter.run" in tampered.message
+    assert "changed the referee's code" in tampered.message and "harness.meter.sandboxed.Meter.run" in tampered.message
 
 
 def test_a_load_failure_says_what_failed(where: tuple[Path, Path]) -> None:
@@ -291,7 +291,7 @@ def test_a_load_failure_says_what_failed(where: tuple[Path, Path]) -> None:
 KEY = "ab" * 12
 
 
-class LazyStage:
+class LazySandbox:
     """The honest stage, except that its first trial first asks for a build (a build on the first
     forward), then answers as the candidate would: carried on (``catches``) or failed."""
 
@@ -329,7 +329,7 @@ def builder(ok: bool, seconds: float = 0.2) -> Callable[[JsonObject | None], Bui
 
 def test_a_build_on_the_first_forward_is_built_for_the_stage_and_counted_as_compile_time(
         where: tuple[Path, Path]) -> None:
-    stage = LazyStage()
+    stage = LazySandbox()
     verdict, process = run(where, but(Op.LOAD, {"ok": True, "extensions": []}), stage=stage,
                            build=builder(ok=True, seconds=0.3), compiled=CompileResult(ok=True, seconds=1.0))
     assert (verdict.status, verdict.message) == (Status.PASS, "correct and timed"), verdict.message
@@ -345,7 +345,7 @@ def test_a_build_on_the_first_forward_is_built_for_the_stage_and_counted_as_comp
 
 
 def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tuple[Path, Path]) -> None:
-    caught, _ = run(where, stage=LazyStage(catches=True), build=builder(ok=False),
+    caught, _ = run(where, stage=LazySandbox(catches=True), build=builder(ok=False),
                     compiled=CompileResult(ok=True, seconds=1.0))
     assert caught.status is Status.PASS and caught.message.splitlines()[0] == (
         "extension 'kl_lazy' failed to build in forward and the candidate caught the error (falling back without "
@@ -353,7 +353,7 @@ def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tup
     assert caught.message.splitlines()[1] == "correct and timed"
     assert caught.log.startswith("extension 'kl_lazy' (in forward), first compiler errors:\nmain.cpp:3:5")
     assert caught.compile is not None and caught.compile.extensions == ()
-    uncaught, _ = run(where, stage=LazyStage(catches=False), build=builder(ok=False),
+    uncaught, _ = run(where, stage=LazySandbox(catches=False), build=builder(ok=False),
                       compiled=CompileResult(ok=True, seconds=1.0))
     assert (uncaught.status, uncaught.stage, uncaught.error_kind) == (Status.ERROR, Stage.COMPILE, ErrorKind.CANDIDATE)
     assert uncaught.message == "extension 'kl_lazy' failed to build (built lazily, in forward)"
@@ -364,7 +364,7 @@ def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tup
 
 def test_a_lazy_build_the_builder_refuses_is_never_built_and_says_to_build_it_at_import(
         where: tuple[Path, Path]) -> None:
-    stage = LazyStage(catches=False, refusal="flag '-I/opt/x'")
+    stage = LazySandbox(catches=False, refusal="flag '-I/opt/x'")
     built: list[JsonObject | None] = []
 
     def build(request: JsonObject | None) -> BuildAnswer:

@@ -31,6 +31,6 @@ def test_the_driver_side_needs_only_the_standard_library() -> None:
 
 def test_stage_modules_need_only_torch_and_the_standard_library() -> None:
     modules = sorted(p.stem for p in (REPO / "harness" / "roles").glob("*.py") if p.stem != "__main__")
-    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.stage")
+    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.sandboxed")
     assert "torch" in found
     assert found & SERVICE_PACKAGES == set(), found & SERVICE_PACKAGES

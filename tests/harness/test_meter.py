@@ -22,7 +22,7 @@ from harness.channel import parse_message
 from harness.meter.clock import Calibration, check_clock
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.frames import DoneStatus
-from harness.meter.stage import call_inputs
+from harness.meter.sandboxed import call_inputs
 from harness.protocol.meter import MeterEnd
 from tests.support.meter import metered_child
 from vocabulary.wire import Reader
@@ -78,7 +78,7 @@ def test_an_honest_forward_is_timed_and_its_audited_outputs_are_what_it_returned
 def test_python_level_tampering_leaves_the_samples_alone_and_is_named(harness_cache: Path) -> None:
     # The prelude of issue 23: scale what the harness records, by patching what Python can reach.
     tamper = SETUP + '''
-import harness.meter.stage as stage
+import harness.meter.sandboxed as stage
 import harness.contract as contract
 original = stage.Meter.run
 def scaled(self, *args, **kwargs):
@@ -93,8 +93,8 @@ time.perf_counter = lambda: 0.0
     honest.close()
     patched.close()
     assert patched.failure is None and patched.protocol_error is None
-    assert {"harness.meter.stage.Meter.run", "harness.contract.tf32_is_off",
-            "harness.meter.stage.call_inputs"} <= set(end.tampered)
+    assert {"harness.meter.sandboxed.Meter.run", "harness.contract.tf32_is_off",
+            "harness.meter.sandboxed.call_inputs"} <= set(end.tampered)
     ratio = statistics.median(c.sample_ms for c in patched.timed) / statistics.median(c.sample_ms for c in honest.timed)
     assert 0.5 < ratio < 2.0, ratio  # the same work, measured the same way (a loaded host: loose)
 

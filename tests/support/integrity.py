@@ -35,9 +35,9 @@ def forged_loop(scale: float, *, hide_tampering: bool = False, spin_between_runs
     to catch it is the trusted clock."""
     return f'''
 import sys as _sys
-if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compile stage
+if "harness.meter.sandboxed" in _sys.modules:  # the candidate stage, not the compile stage
     import fcntl as _fcntl, json as _json, os as _os, socket as _socket, struct as _struct, time as _time
-    _stage = _sys.modules["harness.meter.stage"]
+    _stage = _sys.modules["harness.meter.sandboxed"]
     _GO = _struct.Struct("=4sIQQQQII")
     _spinners = []
 

@@ -32,7 +32,7 @@ def descendants(root_pid: int, parents: dict[int, tuple[int, str]] | None = None
     return tree
 
 
-def stage_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
+def sandbox_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
     """Live sandbox processes (wardens and roles; only ``role``'s stage when given) descending
     from ``root_pid`` (default: us)."""
     states = _parents()

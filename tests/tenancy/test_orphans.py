@@ -38,7 +38,7 @@ from store.migrate import upgrade
 from tests.support.databases import sqlite_url_in
 from tests.support.network import free_port, healthy
 from tests.support.paths import REPO
-from tests.support.processes import stage_processes
+from tests.support.processes import sandbox_processes
 from tests.support.tenancy import CANDIDATE, PROBLEM_TAIL
 from tests.support.waiting import wait_for
 
@@ -94,8 +94,9 @@ def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path
                               json={"problem_source": HANG, "candidate_source": CANDIDATE, "target": "cpu"})
         assert response.status_code == 202, response.text
         (worker,) = _children(up.pid, "embedded-worker")
-        wait_for(lambda: bool(stage_processes(worker, role="reference")), timeout=300, what="the job's reference stage")
-        stages = stage_processes(worker)
+        wait_for(lambda: bool(sandbox_processes(worker, role="reference")), timeout=300,
+                 what="the job's reference stage")
+        stages = sandbox_processes(worker)
 
         up.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()

@@ -25,7 +25,7 @@ import agent
 from config import Settings
 from harness import HarnessOptions, Referee
 from harness.modelextract import MODEL_JSON, SUITE_FILE, extract_regions, region_problem
-from harness.modelstage import profile_model
+from harness.modelsandbox import profile_model
 from harness.patchsource import patched_source
 from problems import Problem
 from store import (

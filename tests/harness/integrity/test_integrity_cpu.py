@@ -474,7 +474,7 @@ CASES: list[Case] = [
     # (the loop writes its frames itself), and the patching is named after the first trial.
     Case("scales_what_the_harness_records", lambda w: cheat("return _honest(self, x)", prelude='''
         import struct as _struct, sys as _sys
-        if "harness.meter.stage" in _sys.modules:
+        if "harness.meter.sandboxed" in _sys.modules:
             _channel = _sys.modules["harness.channel"].Channel
             _send_frame = _channel.send_frame
             def _scaled(self, payload, *, fds=()):
@@ -496,7 +496,7 @@ CASES: list[Case] = [
     # trial; with the tamper check replaced too, the trusted clock, timing the same calls, says so.
     Case("replaces_the_timing_loop", lambda w: cheat("time.sleep(0.02)\nreturn _honest(self, x)",
                                                      prelude="import time\n" + forged_loop(0.3)),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
          depth=Depth.BENCHMARK),
     Case("replaces_the_timing_loop_and_the_tamper_check", lambda w: cheat(
         "time.sleep(0.02)\nreturn _honest(self, x)", prelude="import time\n" + forged_loop(0.5, hide_tampering=True)),

@@ -22,7 +22,7 @@ from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
 __all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
-           "problem_stage_spec", "process_limit"]
+           "problem_sandbox_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
 _MEMORY_ERRORS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc",
@@ -85,9 +85,9 @@ def compiler_cache_dir(options: HarnessOptions, problem_sha256: str) -> Path:
     return options.cache_dir / "problem-caches" / problem_sha256[:32]
 
 
-def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,
-                       namespaces: tuple[str, ...], visible: tuple[Path, ...] = (),
-                       writable: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> SandboxSpec:
+def problem_sandbox_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,
+                         namespaces: tuple[str, ...], visible: tuple[Path, ...] = (),
+                         writable: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> SandboxSpec:
     """The sandbox of a stage running problem code.
 
     Args:

@@ -1,7 +1,7 @@
 """Profile a user's model in a sandboxed stage: `profile_model` (driver side, standard library only).
 
 The model file is untrusted code, like a problem: it runs only in the ``model`` stage
-(`harness.roles.model`), confined as a problem's stages are (`harness.problemstage`: no cache but
+(`harness.roles.model`), confined as a problem's stages are (`harness.problemsandbox`: no cache but
 its own compiler cache, the service's data hidden, memory, CPU and process limits). What comes
 back is a `vocabulary.regionplan.ModelProfile`, read through `vocabulary.wire.Reader`; what goes wrong
 in the model's code is `ModelFailed`, with the model's file and line.
@@ -14,10 +14,10 @@ import secrets
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
+from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
 from harness.seeds import derive_seed, new_secret
 from harness.toolchain import cuda_unavailable
 from problems.spec import Problem
@@ -87,15 +87,15 @@ def profile_model(problem: Problem, target: Target | str, options: HarnessOption
     workdir = options.runs_dir / f"model-{secrets.token_hex(8)}"
     caches = compiler_cache_dir(options, problem.sha256)
     caches.mkdir(parents=True, exist_ok=True)
-    spec = problem_stage_spec("model", workdir, options, target, namespaces=("user", "mount", "net", "pid"),
-                              writable=(caches,),
-                              extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                                         "TRITON_CACHE_DIR": str(caches / "triton")})
+    spec = problem_sandbox_spec("model", workdir, options, target, namespaces=("user", "mount", "net", "pid"),
+                                writable=(caches,),
+                                extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                                           "TRITON_CACHE_DIR": str(caches / "triton")})
     request = ProfileModelRequest(problem=problem, target=target, init_seed=derive_seed(secret, "init"),
                                   input_seed=derive_seed(secret, "trial:0"), compile_gains=compile_gains,
                                   profile_calls=max(1, profile_calls), timing=options.timing)
     limit_s = profile_timeout_s(options, compile_gains)
-    with StageProcess(spec, sandbox=options.sandbox) as process:
+    with SandboxProcess(spec, sandbox=options.sandbox) as process:
         try:
             raw = process.request(request, timeout=limit_s)
         except (ChannelTimeout, ChannelClosed) as exc:

@@ -1,6 +1,6 @@
 """A Referee's stage processes: their sandboxes, starting them ahead of time, killing them all.
 
-`StagePool` starts the compile, builder and candidate stages of one Referee, each in a fresh run
+`SandboxPool` starts the compile, builder and candidate stages of one Referee, each in a fresh run
 directory under the Referee's own (``runs_root``), in the sandbox its role gets (`spec`). It keeps
 one of each started ahead for the next attempt (`prestart`: an interpreter start and torch import
 cost 3-4 s on the H200 host), waits for them to be ready before anything is timed (`settle`), and
@@ -20,15 +20,15 @@ from pathlib import Path
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import memory_limits
+from harness.problemsandbox import memory_limits
 from harness.protocol import Ready
-from harness.sandbox import ALWAYS_HIDDEN, StageProcess, kill_stages, visible_under_run
+from harness.sandbox import ALWAYS_HIDDEN, SandboxProcess, kill_sandboxes, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
-__all__ = ["CANCELLED_MESSAGE", "StagePool", "StageRole", "StartedStage", "stage_namespaces"]
+__all__ = ["CANCELLED_MESSAGE", "SandboxPool", "SandboxRole", "StartedSandbox", "sandbox_namespaces"]
 
-#: The verdict message of an evaluation cut short by `StagePool.cancel` (`harness.Referee.cancel`).
+#: The verdict message of an evaluation cut short by `SandboxPool.cancel` (`harness.Referee.cancel`).
 CANCELLED_MESSAGE = "cancelled: the job is stopping"
 #: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
 #: reference share one so CUDA IPC stays possible (it fails across PID namespaces: docs/architecture.md, "Processes").
@@ -40,11 +40,11 @@ _NAMESPACES = {
 _MAX_FILE_BYTES = 4 << 30
 
 
-def stage_namespaces(target: Target) -> tuple[str, ...]:
+def sandbox_namespaces(target: Target) -> tuple[str, ...]:
     return _NAMESPACES[target]
 
 
-class StageRole(StrEnum):
+class SandboxRole(StrEnum):
     """The stages a pool starts (`harness.roles` runs ``builder`` as a ``compile`` stage)."""
 
     COMPILE = "compile"
@@ -53,11 +53,11 @@ class StageRole(StrEnum):
 
 
 @dataclass
-class StartedStage:
+class StartedSandbox:
     """A compile or candidate stage process with a run directory of its own, possibly started
     before its attempt: it runs no candidate code until a request hands it one."""
 
-    process: StageProcess
+    process: SandboxProcess
     run_dir: Path
     ready: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -76,7 +76,7 @@ class StartedStage:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-class StagePool:
+class SandboxPool:
     """The stages of one Referee (see the module's docstring).
 
     Args:
@@ -93,10 +93,10 @@ class StagePool:
         #: first) suggests the next will too; a Referee re-evaluating built sources needs none.
         self.builder_wanted = options.trusted_builds
         #: Stages started ahead for the next attempt, by role (`prestart`).
-        self._spares: dict[StageRole, StartedStage] = {}
+        self._spares: dict[SandboxRole, StartedSandbox] = {}
         self._lock = threading.Lock()
         #: Every stage process started for the Referee (`cancel` kills those still alive).
-        self._stages: list[StageProcess] = []
+        self._stages: list[SandboxProcess] = []
         self._cancelled = threading.Event()
 
     # -- the cancel registry ----------------------------------------------------------------
@@ -105,13 +105,13 @@ class StagePool:
         self._cancelled.set()
         with self._lock:
             stages = list(self._stages)
-        kill_stages(stages)
+        kill_sandboxes(stages)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def started(self, process: StageProcess) -> StageProcess:
+    def started(self, process: SandboxProcess) -> SandboxProcess:
         """Record a new stage (for `cancel`); one started as the cancel came is killed at once."""
         with self._lock:
             self._stages = [p for p in self._stages if p.exit_code() is None]
@@ -144,13 +144,13 @@ class StagePool:
         path.mkdir(parents=True)
         return path
 
-    def start(self, role: StageRole) -> StartedStage:
+    def start(self, role: SandboxRole) -> StartedSandbox:
         """A compile, builder or candidate stage in a fresh run directory. The candidate stage sees
         no build but the copies of its own the candidate run puts in ``<run_dir>/builds``."""
         run_dir = self.new_run_dir("attempt")
-        if role is StageRole.COMPILE:
+        if role is SandboxRole.COMPILE:
             spec = self.spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
-        elif role is StageRole.BUILDER:
+        elif role is SandboxRole.BUILDER:
             # Trusted, but it compiles candidates' text: it sees the published headers and objects
             # (read-only) and no other build, so no flag or include can reach a candidate's file.
             shared = tuple(self.options.builds_dir / d for d in ("pch", "objects"))
@@ -163,9 +163,9 @@ class StagePool:
             builds.mkdir()
             spec = self.spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
                              gpu_visible=self.target is Target.CUDA)
-        return StartedStage(self.started(StageProcess(spec, sandbox=self.options.sandbox)), run_dir)
+        return StartedSandbox(self.started(SandboxProcess(spec, sandbox=self.options.sandbox)), run_dir)
 
-    def take(self, role: StageRole) -> StartedStage:
+    def take(self, role: SandboxRole) -> StartedSandbox:
         """The prestarted stage of this role if it is alive, else a new one."""
         with self._lock:
             spare = self._spares.pop(role, None)
@@ -188,9 +188,9 @@ class StagePool:
         """
         if not self.options.prestart or self._cancelled.is_set():
             return
-        roles = [StageRole.COMPILE, StageRole.CANDIDATE]
+        roles = [SandboxRole.COMPILE, SandboxRole.CANDIDATE]
         if builder and self.builder_wanted:
-            roles.append(StageRole.BUILDER)
+            roles.append(SandboxRole.BUILDER)
         for role in roles:
             with self._lock:
                 if role in self._spares:
@@ -203,7 +203,7 @@ class StagePool:
             if extra is not None:  # another thread prestarted one meanwhile
                 stage.discard()
 
-    def settle(self, *more: StartedStage) -> None:
+    def settle(self, *more: StartedSandbox) -> None:
         """Wait until no prestarted stage (nor ``more``) is starting up: their imports must not
         overlap a timing. A stage that fails to start is found out by whoever takes it."""
         with self._lock:
@@ -218,7 +218,7 @@ class StagePool:
         with self._lock:
             return {role.value: stage.process.pid for role, stage in self._spares.items()}
 
-    def discard_spare(self, role: StageRole) -> None:
+    def discard_spare(self, role: SandboxRole) -> None:
         with self._lock:
             idle = self._spares.pop(role, None)
         if idle is not None:
