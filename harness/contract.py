@@ -2,7 +2,7 @@
 
 Seeds derive from the job's secret; the trusted reference process knows the secret, a candidate
 process receives only the derived seeds it needs (weights and per-trial inputs), never expected
-outputs. Everything here runs inside stage processes (it imports torch and touches problem code).
+outputs. Everything here runs inside sandboxes (it imports torch and touches problem code).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The trusted clock's bound on a metered run, per call: pure arithmetic, standard library only.
 
 Each call of a metered run has two figures: the loop's sample (``sample_ms``, measured inside the
-stage) and the trusted side's round trip (``trusted_ms``: GO sent to DONE received). Their
+sandbox) and the trusted side's round trip (``trusted_ms``: GO sent to DONE received). Their
 difference, the *gap*, is what the loop does around the call (loading inputs, the L2 flush,
 synchronising, capturing the output, two trips through the socket): the same for any forward, so
 it is measured with the reference model in the trusted reference process (`Calibration`). A

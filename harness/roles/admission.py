@@ -1,4 +1,4 @@
-"""Admission stage: does a problem make a meaningful test? Runs the problem's code, sandboxed."""
+"""Admission sandbox: does a problem make a meaningful test? Runs the problem's code, sandboxed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model stage: profile a user's model (capture, regions, timing). Runs the model's code, sandboxed."""
+"""Model sandbox: profile a user's model (capture, regions, timing). Runs the model's code, sandboxed."""
 
 from __future__ import annotations
 
