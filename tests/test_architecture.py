@@ -7,7 +7,7 @@ The direction, as the code has it (pinned here; the package docstrings say the s
                                    referee's Verdict to the job events; problems: parsed, never
                                    run; display: formats)
        ↑
-    harness                        the referee; torch only inside its stage processes
+    harness                        the referee; torch only inside its sandboxes
        ↑         ↑        ↑
     agent      store    config     store: vocabulary only; config: `harness.options` (a value
        ↑         ↑                 module) for the one default cache folder; the agent also

@@ -1,6 +1,6 @@
 """A metered loop in a child process, for the meter's own tests (tests/harness/test_meter.py).
 
-`metered_child` starts ``python -c`` with one end of a socket pair: it binds `kl_meter` (as a stage
+`metered_child` starts ``python -c`` with one end of a socket pair: it binds `kl_meter` (as a sandbox
 does, before the "candidate" code), runs ``SETUP`` (which defines ``fn`` and ``sets``, and may
 tamper with anything), hands them to the loop, and answers `MeterEnd` when the loop stops. The
 test drives it with `harness.meter.drive` like the referee does. ``FORGE`` children skip the loop

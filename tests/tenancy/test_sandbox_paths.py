@@ -1,9 +1,9 @@
-"""Issue 13, observation 1 at its root: what a stage is shown of the host.
+"""Issue 13, observation 1 at its root: what a sandbox is shown of the host.
 
 ``sys.path`` holds ``''`` (the working directory) and, in a checkout, the checkout itself: neither
-may become a path bound back into a stage; the service's working directory, home and checkout are
-hidden from every stage, except where hiding would cover the system. The named limit errors of
-problem stages come from their exit status or their error text."""
+may become a path bound back into a sandbox; the service's working directory, home and checkout are
+hidden from every sandbox, except where hiding would cover the system. The named limit errors of
+problem sandboxes come from their exit status or their error text."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_the_service_directory_home_and_checkout_are_hidden(tmp_path: Path, monk
     assert Path("/") not in host_private_paths() and Path("/usr") not in host_private_paths()
 
 
-def test_a_problem_stage_sees_none_of_the_cache(tmp_path: Path) -> None:
+def test_a_problem_sandbox_sees_none_of_the_cache(tmp_path: Path) -> None:
     options = HarnessOptions(cache_dir=tmp_path / "cache", hidden_paths=(tmp_path / "data",), memory_limit_mb=2048,
                              process_limit=64)
     own = tmp_path / "cache" / "runs" / "referee-mine"
