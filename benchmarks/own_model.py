@@ -12,7 +12,7 @@ norm), and the referee verifies and times the patched model against eager and ``
 the whole model, side by side in one run, next to what the shares predict. Writes
 ``results/own_model_<model>_<target>.{json,md}``, and ``patched.py`` with the extracted problems in
 ``--out`` (default: a temporary folder). Needs only torch (and the model's package) besides the
-checkout: the harness's stages do the work.
+checkout: the harness's sandboxes do the work.
 
 torchvision does not import beside the CPU build of torch 2.13, so the CPU check uses
 ``resnet_mini`` (the shape of torchvision's BasicBlock, written by hand).

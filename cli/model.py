@@ -8,7 +8,7 @@
 - ``apply FILE (--from RUN | --kernels DIR) --out patched.py``: the kernels in place of their
   regions, the whole model verified and timed by the referee, a standalone ``patched.py``.
 
-The model file is untrusted code: it runs only in the harness's sandboxed stages. Exit codes: 0
+The model file is untrusted code: it runs only in the harness's sandboxes. Exit codes: 0
 done (apply: the patched model passed), 1 a refusal or a failed verdict, 2 misuse or a model that
 fails to build or cannot be captured.
 """
