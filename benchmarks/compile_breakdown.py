@@ -9,7 +9,7 @@ Figures that decide how the playbook's binding is prescribed and what the refere
   log gives each step: the binding (``main.o``, g++), the kernels (``cuda.cuda.o``, nvcc) and
   the link, which ninja runs with the first two in parallel.
 - **process start**: ``import torch`` in a fresh interpreter, CUDA context creation, and the
-  cuBLAS/cuDNN handles the candidate stage creates before candidate code runs.
+  cuBLAS/cuDNN handles the candidate sandbox creates before candidate code runs.
 - **output transport**: a seed-1-sized output (32 M floats, 128 MB) from the GPU to the comparer
   through a ``torch.save`` file (the old transport) and through a raw file.
 

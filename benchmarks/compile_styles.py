@@ -19,10 +19,10 @@ stage, as an agent's attempt sees it, for the styles seen in practice:
   *next* rebuilds it (with the header).
 
 Every candidate gets fresh sources (a per-run nonce), and before each compile the script waits
-``--think-s`` seconds, standing in for the model writing it, while the referee's prestarted stages
+``--think-s`` seconds, standing in for the model writing it, while the referee's prestarted sandboxes
 come up. First the worker's start-up warm-up (`harness.warm_headers`) builds the precompiled
 headers (timed, not part of any attempt). With ``--before`` the playbook style is also timed with
-``trusted_builds`` off (every attempt rebuilds the whole extension in its compile stage, as before
+``trusted_builds`` off (every attempt rebuilds the whole extension in its compile sandbox, as before
 issue 18). ``--helps`` adds direct nvcc timings of the single ``.cu`` with other includes and
 options, and ``ccache`` (where installed) for the binding, against the builder's object copy.
 
@@ -196,7 +196,7 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
         options = HarnessOptions(cache_dir=cache, secret_seed=1, compile_baseline=False, trusted_builds=trusted)
         nonce = secrets.token_hex(4)
         with Referee(problem, target, options) as referee:
-            # No extension: its end starts the next attempt's stages, as a previous attempt's would.
+            # No extension: its end starts the next attempt's sandboxes, as a previous attempt's would.
             referee.evaluate("import torch\n", depth=Depth.COMPILE)
             # Fresh kernels too (per run and style): an identical cuda.cu would be reused, not compiled.
             attempts = [("cold", nonce, f"{nonce}-k0")] + [(f"next {i + 1}", nonce, f"{nonce}-k{i + 1}")
@@ -213,7 +213,7 @@ def run_styles(target: str, cache: Path, *, think_s: float, nexts: int, only: se
 
 
 def _builds(cache: Path, pattern: str) -> list[Path]:
-    """The ninja files of the cache's builds matching ``pattern`` (the builder's and the stages'),
+    """The ninja files of the cache's builds matching ``pattern`` (the builder's and the sandboxes'),
     oldest first."""
     found = [*(cache / "builds").glob(f"{pattern}/build.ninja"), *(cache / "builds").glob(f"*/{pattern}/build.ninja")]
     return sorted(found, key=lambda p: p.stat().st_mtime)
@@ -302,7 +302,7 @@ def to_markdown(report: dict[str, Any]) -> str:
              f"Start-up warm-up of the precompiled headers (`warm_headers`, once per cache, not in any attempt): "
              f"{report['warmup_s']} s ({'in place' if report['warmup_ok'] else 'not all in place'}).",
              *([f"Note: {report['note']}."] if report.get("note") else []), "",
-             "| style | attempt | trusted builds | stage wall (s) | inside stage (s) | g++ main.cpp (s) "
+             "| style | attempt | trusted builds | stage wall (s) | inside sandbox (s) | g++ main.cpp (s) "
              "| nvcc cuda.cu (s) | reused | PCH | status | load |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in report["styles"]:
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--out", help="the markdown results file (the JSON goes beside it)")
     parser.add_argument("--cache-dir", help="the harness cache (default: a fresh temporary one)")
-    parser.add_argument("--think-s", type=float, default=5.0, help="pause before each attempt (stages come up)")
+    parser.add_argument("--think-s", type=float, default=5.0, help="pause before each attempt (sandboxes come up)")
     parser.add_argument("--nexts", type=int, default=2, help="kernel-only edits after each cold attempt")
     parser.add_argument("--only", default="", help="comma-separated styles (\"before\": only --before's run)")
     parser.add_argument("--before", action="store_true", help="also the playbook style with trusted_builds off")

@@ -6,7 +6,7 @@ cpu target; ``--target cuda`` runs a CUDA twin on a GPU) sits at a fraction of i
 the table reports. The ways of forging, each in the candidate's module code:
 
 - ``python``: what Python reaches of the harness in the candidate's process is patched to scale
-  what it records (the channel's frame sends, the stage's timing op): issue 23's prelude;
+  what it records (the channel's frame sends, the sandbox's timing op): issue 23's prelude;
 - ``loop``: the harness's compiled timing loop is replaced by one written in Python that speaks the
   protocol perfectly (inputs loaded as the real loop loads them, audits answered with sealed memfds
   of the true outputs) and reports each call's true time times the factor;
@@ -149,7 +149,7 @@ class ModelNew(nn.Module):
 
 PYTHON_FORGERY = '''
 import struct as _struct, sys as _sys
-if "harness.meter.stage" in _sys.modules:  # the candidate stage, not the compile stage
+if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the compile sandbox
     _channel = _sys.modules["harness.channel"].Channel
     _send_frame = _channel.send_frame
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/forgery_sweep_cpu"))
     args = parser.parse_args(argv)
-    # One thread per stage, as the tests run them: OpenMP barriers waiting for a descheduled
+    # One thread per sandbox, as the tests run them: OpenMP barriers waiting for a descheduled
     # thread on a shared 2-core host swing CPU timings by 10-100x.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     candidate = CPU_CANDIDATE if args.target == "cpu" else CUDA_CANDIDATE

@@ -9,15 +9,15 @@ candidates, with LLM latency excluded:
   20-22 candidates. Several share one extension build byte for byte (as an agent's Python-only edits do).
 - **warm-up**: the reference processes started and the eager baselines timed (cached in
   ``--baselines-dir`` across runs), then one compile, before which the referee's trusted warm-up
-  stage builds the precompiled torch header for the prompted flags (paid once per flag set and
-  cache; candidates' own compile stages only use published ones).
+  sandbox builds the precompiled torch header for the prompted flags (paid once per flag set and
+  cache; candidates' own compile sandboxes only use published ones).
 - **cold compile**: fresh variants (a per-run nonce comment in the binding) of the candidates that
   follow the prompted split, compiled one at a time (``Depth.COMPILE``), nothing else running.
 - **pipeline**: the whole mix as an agent loop would run it: a pool of ``--workers`` threads runs
   the compile stage (``Depth.COMPILE``, cold: nothing of the mix is built yet) while one GPU lane
   evaluates compiled candidates one at a time (``Referee.evaluate`` at ``Depth.BENCHMARK``, the
   reference process alive, baselines cached). Each lane evaluation compiles sources the referee
-  has just compiled, so its compile part is the *re-evaluation compile* (no stage: the builds are
+  has just compiled, so its compile part is the *re-evaluation compile* (no sandbox: the builds are
   known by source hash). Each attempt's seconds per stage are its verdicts' own
   (`Verdict.stage_seconds`: the compile's, then the lane evaluation's), the overhead is the lane
   evaluation's wall beyond its stages, and its kind is `vocabulary.verdict.attempt_kind` (compile
@@ -254,7 +254,7 @@ class Bench:
             if self.left() < self.args.cold_budget_s:
                 self.report["skipped"].append(f"{label}: {candidate.name} (time limit)")
                 continue
-            time.sleep(self.args.think_s)  # the agent writing its next candidate: stages prestart
+            time.sleep(self.args.think_s)  # the agent writing its next candidate: sandboxes prestart
             source = comment_variant(candidate.source, f"cold {label} {self.nonce}")
             referee = self.referee(candidate.problem, options)
             try:
@@ -264,7 +264,7 @@ class Bench:
                     referee.close()
             row = {"candidate": candidate.name, **_compile_record(verdict, wall)}
             rows.append(row)
-            log(f"{label} {candidate.name}: {verdict.status.value} in {wall:.1f} s (in stage "
+            log(f"{label} {candidate.name}: {verdict.status.value} in {wall:.1f} s (in sandbox "
                 f"{row['in_stage_s']}), pch {row['pch']}")
         return rows
 
@@ -459,12 +459,12 @@ def to_markdown(report: dict[str, Any]) -> str:
              "| figure | value |", "| --- | --- |"]
     labels = {
         "cold_compile_median_s": "median cold compile, prompted split, PCH warm (stage wall, s)",
-        "cold_compile_in_stage_median_s": "  the same, inside the stage (s)",
+        "cold_compile_in_stage_median_s": "  the same, inside the sandbox (s)",
         "cold_compile_pch_off_median_s": "median cold compile, PCH off (stage wall, s)",
         "pch_build_s": "PCH build, once per flag set (s)",
         "pipeline_cold_compile_median_s": "median cold compile inside the pipeline (contended, s)",
         "reeval_compile_median_s": "median re-evaluation compile (stage wall, s)",
-        "reeval_compile_in_stage_median_s": "  the same, inside the stage (s)",
+        "reeval_compile_in_stage_median_s": "  the same, inside the sandbox (s)",
         "evaluation_wall_median_s": "median evaluation wall, benchmark depth (s)",
         "seed1_fast_evaluation_wall_s": "seed problem 1 (fast candidate) evaluation wall in the pipeline (s)",
         "seed1_evaluation_median_s": "seed problem 1 (fast candidate) evaluation wall, uncontended, median (s)",
@@ -514,7 +514,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     for key, title in (("cold_compile", "Cold compiles (PCH on)"), ("cold_compile_pch_off", "Cold compiles (PCH off)")):
         rows = report["phases"].get(key) or []
         if rows:
-            lines += ["", f"{title}:", "", "| candidate | status | stage wall (s) | in stage (s) | pch |",
+            lines += ["", f"{title}:", "", "| candidate | status | stage wall (s) | in sandbox (s) | pch |",
                       "| --- | --- | --- | --- | --- |"]
             lines += [f"| {r['candidate']} | {r['status']} | {r['stage_wall_s']} | {r['in_stage_s']} | {r['pch']} |"
                       for r in rows]
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-samples", type=int, default=3, help="uncontended seed-1 evaluations")
     parser.add_argument("--think-s", type=float, default=5.0,
                         help="pause before each cold compile and seed-1 evaluation, standing in for the LLM "
-                        "writing the next candidate (the referee prestarts stages meanwhile; not in any figure)")
+                        "writing the next candidate (the referee prestarts sandboxes meanwhile; not in any figure)")
     parser.add_argument("--no-pch-warm", action="store_true", help="skip the PCH warm-up compile")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--compile-baseline", action="store_true", help="also time torch.compile baselines")

@@ -12,7 +12,7 @@ norm), and the referee verifies and times the patched model against eager and ``
 the whole model, side by side in one run, next to what the shares predict. Writes
 ``results/own_model_<model>_<target>.{json,md}``, and ``patched.py`` with the extracted problems in
 ``--out`` (default: a temporary folder). Needs only torch (and the model's package) besides the
-checkout: the harness's stages do the work.
+checkout: the harness's sandboxes do the work.
 
 torchvision does not import beside the CPU build of torch 2.13, so the CPU check uses
 ``resnet_mini`` (the shape of torchvision's BasicBlock, written by hand).
@@ -31,7 +31,7 @@ from benchmarks.own_model_kernels import kernel_for
 from harness import HarnessOptions
 from harness.modelapply import apply_kernels
 from harness.modelextract import extract_regions
-from harness.modelstage import profile_model
+from harness.modelsandbox import profile_model
 from harness.patchsource import patched_source
 from problems import parse_problem
 from vocabulary.evaluation import Target

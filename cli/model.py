@@ -8,7 +8,7 @@
 - ``apply FILE (--from RUN | --kernels DIR) --out patched.py``: the kernels in place of their
   regions, the whole model verified and timed by the referee, a standalone ``patched.py``.
 
-The model file is untrusted code: it runs only in the harness's sandboxed stages. Exit codes: 0
+The model file is untrusted code: it runs only in the harness's sandboxes. Exit codes: 0
 done (apply: the patched model passed), 1 a refusal or a failed verdict, 2 misuse or a model that
 fails to build or cannot be captured.
 """
@@ -28,7 +28,7 @@ from rich.table import Table
 from cli.common import default_target
 from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions
-from harness.modelstage import ModelFailed, profile_model
+from harness.modelsandbox import ModelFailed, profile_model
 from problems import Problem, ProblemFormatError, parse_problem
 from vocabulary.evaluation import Target
 from vocabulary.modelreport import ApplyReport, KernelChoice

@@ -1,6 +1,6 @@
 """``kernelloop model optimize``: a model's hot regions optimised on this machine, as one model run.
 
-The model is profiled (a sandboxed stage), the regions are selected (by default the largest until
+The model is profiled (in a sandbox), the regions are selected (by default the largest until
 80 % of the model's time is covered; ``--regions``, ``--top``), and a model run is stored in the
 embedded store (SQLite in the data directory, no Redis) with one agent job per region, the run's
 budgets split by share. This process runs the jobs one after another through the same runner a

@@ -47,7 +47,7 @@ _JOB_REFRESH_S = 1.0
 #: Redraws per second of the live view on a terminal (the running stage's clock moves on its own).
 _LIVE_REFRESH_PER_S = 4
 #: After Ctrl-C, how long the job's thread may take to stop (its lease keeper notices the cancel
-#: within a second, kills the stages, and the agent stops at its next safe point) before the job
+#: within a second, kills the sandboxes, and the agent stops at its next safe point) before the job
 #: is finished as cancelled without it.
 CANCEL_GRACE_S = 20.0
 #: The worker id of an ``optimize`` process: its host and pid say whether it still runs.
@@ -262,7 +262,7 @@ class _Run:
             cancel_job(session=session, job_id=self.job_id, reason=CANCEL_REASON)
 
     def _finish_cancelled(self) -> None:
-        """The job's thread did not stop in time (or Ctrl-C came twice): its stages are killed and the
+        """The job's thread did not stop in time (or Ctrl-C came twice): its sandboxes are killed and the
         job finished as cancelled here; the thread, a daemon, stores nothing more (its lease is gone)."""
         from harness import cancel_all
         from store import IllegalTransition, JobState, LeaseLost, finish_job, session_scope

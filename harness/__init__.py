@@ -1,7 +1,7 @@
 """The referee: sandboxed compile, correctness, timing, baselines, roofline and integrity.
 
-Importing this package needs only the standard library; the stage processes it starts import
-torch. Public surface::
+Importing this package needs only the standard library; the sandboxes it starts import torch.
+Public surface::
 
     from harness import evaluate, Referee, HarnessOptions, warm_headers
 
@@ -9,26 +9,31 @@ Owns: the evaluation (`Referee`, `evaluate`) and its options (`HarnessOptions`).
 returns is the shared vocabulary's (`vocabulary`: `Target`, `Depth`, the `Verdict` and its parts,
 the integrity `Flag`s, stage events), which every other package reads without importing the referee.
 May import: `vocabulary`, `problems` (the problem format), the standard library and torch (torch
-only inside stage processes); nothing above it (agent, store, worker, api, cli, config).
+only inside sandboxes); nothing above it (agent, store, worker, api, cli, config).
 In and out: a problem, a candidate source, a target and options come in; a `Verdict` value goes
-out. JSON only at its edges, read through `vocabulary.wire.Reader`: the private pipe to its stage
-processes (`harness.channel`, messages typed in `harness.protocol`), the baselines cache, and
+out. JSON only at its edges, read through `vocabulary.wire.Reader`: the private pipe to its
+sandboxes (`harness.channel`, messages typed in `harness.protocol`), the baselines cache, and
 `Verdict.to_dict()`/`from_dict()` for whoever stores it.
 
+Words: a *stage* is a step of an evaluation (compile, load, correctness, integrity, timing: the
+verdict's `Stage`, the live view's stage events); a *sandbox* is one confined child process the
+referee starts (compile, builder, candidate, reference, admission, model), under a warden.
+
 The map, one module one job. Driver side (stdlib only): `evaluate` (the `Referee` façade),
-`stagepool` (stage processes: sandboxes, prestart, cancel), `reference` (the trusted reference:
-start, baselines and their cache, the timing loop's calibration, comparer), `baselinerecord`
-(what the machine measured before: when a baseline is re-taken and when cached), `devicerecord`
-(the device's rates, measured once per machine), `compiler` (compile stages, the trusted builder,
-header warm-ups), `lazybuilds` (builds a candidate stage asks for while it runs), `candidaterun`
-(the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure), `assembly`
-(verdict, provenance, quarantine), `meter` (the metered timing loop: `frames`, `build`, `drive`,
-`clock`, `noise`), `admission` and `sizing` (problems),
-`sandbox`, `sandboxspec`, `warden` and `namespaces` (the sandbox), `problemstage` (problem stages'
-limits). Stage side (torch): `roles` (one module per stage), `meter.stage` and `meter.local`,
-`contract`, `compare`, `transfer`, `roofline`, `footprint`, `buildcache`, `regions` (own models:
-capture, regions, the patch runtime). Own models, driver side: `modelstage` (the profile),
-`modelextract`, `patchsource`, `modelapply`; their values `regionplan` and `modelreport`.
+`sandboxpool` (a Referee's sandboxes: their specs, prestart, cancel), `reference` (the trusted
+reference: start, baselines and their cache, the timing loop's calibration, comparer),
+`baselinerecord` (what the machine measured before: when a baseline is re-taken and when cached),
+`devicerecord` (the device's rates, measured once per machine), `compiler` (compile sandboxes, the
+trusted builder, header warm-ups), `lazybuilds` (builds a candidate sandbox asks for while it runs),
+`candidaterun` (the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure),
+`assembly` (verdict, provenance, quarantine), `meter` (the metered timing loop: `frames`, `build`,
+`drive`, `clock`, `noise`), `admission` and `sizing` (problems), `sandbox`, `sandboxspec`, `warden`
+and `namespaces` (how a sandbox is started and confined), `problemsandbox` (the limits of sandboxes
+running problem code). Sandbox side (torch): `roles` (one module per sandbox role),
+`meter.sandboxed` and `meter.local`, `contract`, `compare`, `transfer`, `roofline`, `footprint`,
+`buildcache`, `regions` (own models: capture, regions, the patch runtime). Own models, driver side:
+`modelsandbox` (the profile), `modelextract`, `patchsource`, `modelapply`; their values
+`regionplan` and `modelreport`.
 """
 
 from harness.evaluate import HARNESS_VERSION, Referee, ReferenceFailed, cancel_all, evaluate, warm_headers

@@ -2,7 +2,7 @@
 
 Its output must depend on inputs and weights, vary across seeds, be deterministic (unless it
 declares otherwise), and an all-zeros output must fail the tolerance. The checks run the
-problem's code in a sandboxed stage; this module only orchestrates. Stdlib only.
+problem's code in a sandbox; this module only orchestrates. Stdlib only.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import limit_message, problem_stage_spec
+from harness.problemsandbox import limit_message, problem_sandbox_spec
 from harness.protocol import StartFailed
 from harness.protocol.admission import (
     AdmissionCheck,
@@ -24,7 +24,7 @@ from harness.protocol.admission import (
     MeasureReply,
     MeasureRequest,
 )
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
 from harness.sandboxspec import SandboxSpec
 from harness.seeds import derive_seed, new_secret, plan_trials
 from problems.constants import Constant, literal_sizes
@@ -34,7 +34,7 @@ from vocabulary.wire import JsonObject, WireError
 
 __all__ = ["SLOW_CPU_FORWARD_MS", "AdmissionCheck", "AdmissionReport", "admit", "measure_footprints", "suggestions_for"]
 
-#: What an admission stage that answered nonsense is told it did (its code is the problem's).
+#: What an admission sandbox that answered nonsense is told it did (its code is the problem's).
 _MALFORMED = "the problem's process sent a malformed reply"
 #: A forward slower than this on the cpu target gets the suggestion to declare (smaller) CPU_SIZES:
 #: every attempt runs the forward a few hundred times (trials, warm-up, the timing loops of the
@@ -97,22 +97,22 @@ def suggestions_for(problem: Problem, target: Target, forward_ms: float | None) 
 
 def _admission_spec(options: HarnessOptions, target: Target) -> SandboxSpec:
     workdir = options.runs_dir / f"admission-{secrets.token_hex(8)}"
-    # A submitted problem is code from outside too: confined like the reference stage (no cache,
+    # A submitted problem is code from outside too: confined like the reference sandbox (no cache,
     # no other run, no service data, limits named when hit).
-    return problem_stage_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
+    return problem_sandbox_spec("admission", workdir, options, target, namespaces=("user", "mount", "net", "pid"))
 
 
 def measure_footprints(problem: Problem, overrides: Sequence[Mapping[str, Constant]],
                        options: HarnessOptions | None = None) -> list[Measured]:
     """The problem's footprint (bytes of inputs, parameters and outputs of one trial, computed on
-    the meta device: nothing is allocated) under each override set, in a sandboxed admission
-    stage: a `Measured` each, its footprint or why the meta device could not compute it.
+    the meta device: nothing is allocated) under each override set, in an admission
+    sandbox: a `Measured` each, its footprint or why the meta device could not compute it.
 
     Raises:
-        RuntimeError: the stage did not answer (the message holds its log's tail) or failed.
+        RuntimeError: the sandbox did not answer (the message holds its log's tail) or failed.
     """
     options = options or HarnessOptions()
-    with StageProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
+    with SandboxProcess(_admission_spec(options, Target.CPU), sandbox=options.sandbox) as process:
         try:
             raw = process.request(MeasureRequest(problem=problem, overrides=tuple(overrides)),
                                   timeout=options.timeouts.reference_start_s)
@@ -144,7 +144,7 @@ def admit(problem: Problem, target: Target | str, options: HarnessOptions | None
         weights_seed=derive_seed(secret, "weights"), other_weights_seed=derive_seed(secret, "weights:other"),
         budget_bytes=options.cpu_budget_bytes,
     )
-    with StageProcess(spec, sandbox=options.sandbox) as process:
+    with SandboxProcess(spec, sandbox=options.sandbox) as process:
         try:
             raw = process.request(request, timeout=options.timeouts.reference_start_s)
         except (ChannelTimeout, ChannelClosed) as exc:

@@ -53,7 +53,7 @@ class VerdictFacts:
     python: str
     host: str
     pid: int
-    #: Bytes of a stage's log a verdict keeps.
+    #: Bytes of a sandbox's log a verdict keeps.
     output_limit: int
 
 
@@ -100,7 +100,7 @@ def _host_loaded(draft: Draft) -> bool:
 
 
 def assemble(facts: VerdictFacts, draft: Draft, outcome: Outcome, *, log: str = "") -> Verdict:
-    """The verdict of ``draft`` ended by ``outcome``; ``log``: the failed stage's, trimmed to
+    """The verdict of ``draft`` ended by ``outcome``; ``log``: the failed sandbox's, trimmed to
     the last ``facts.output_limit`` bytes. A failure the candidate hid (a build it caught, a kernel
     that raised while forward went on) leads the message and the log, whatever the outcome. Figures
     timed on a loaded host carry `Flag.HOST_LOADED` (a notice: it decides nothing)."""

@@ -1,6 +1,6 @@
-"""One attempt's candidate stage, step by step: load, correctness, integrity, then profile or timing.
+"""One attempt's candidate sandbox, step by step: load, correctness, integrity, then profile or timing.
 
-`CandidateSteps.run` hands the candidate to its (fresh or prestarted) stage and walks the steps.
+`CandidateSteps.run` hands the candidate to its (fresh or prestarted) sandbox and walks the steps.
 Each step takes the frozen `Draft` the last one left and returns a new one or the finished
 `Verdict`; what a step makes of a reply is a pure function of `harness.draft`. Replies are read
 where they enter (`harness.protocol.candidate`): a malformed one is the candidate's fault. Outputs
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from harness.assembly import VerdictFacts, assemble, quarantine
 from harness.buildcache import copy_build
 from harness.buildcache.records import BuildAnswer
-from harness.channel import ChannelClosed, ChannelTimeout, StageMessage
+from harness.channel import ChannelClosed, ChannelTimeout, SandboxMessage
 from harness.draft import (
     Draft,
     Outcome,
@@ -53,8 +53,8 @@ from harness.protocol.candidate import (
 from harness.protocol.meter import CallInputs, MeterEnd, Metering
 from harness.protocol.reference import CompareItem
 from harness.reference import ReferenceClient
+from harness.sandboxpool import StartedSandbox
 from harness.seeds import TrialSpec, derive_seed
-from harness.stagepool import StartedStage
 from problems.spec import Policy, Problem
 from vocabulary.evaluation import Depth, Target
 from vocabulary.flags import DECISIVE_FLAGS, Flag
@@ -71,7 +71,7 @@ __all__ = ["CandidateSteps", "RunContext"]
 _METERED_RUNS = 3
 
 #: The verdict message of a timing reply that is not one (what the timing step has always said).
-MALFORMED_TIMING = "the timing stage sent a malformed reply"
+MALFORMED_TIMING = "the candidate sandbox sent a malformed reply to its timing"
 #: The least a step waits for its reply after a lazy build (its own time may be all spent).
 _MIN_WAIT_S = 0.05
 
@@ -85,8 +85,8 @@ class RunContext:
     trials: tuple[TrialSpec, ...]
     secret: int
     reference: ReferenceClient
-    #: Waits until no prestarted stage is starting up (`harness.stagepool.StagePool.settle`).
-    settle: Callable[[StartedStage], None]
+    #: Waits until no prestarted sandbox is starting up (`harness.sandboxpool.SandboxPool.settle`).
+    settle: Callable[[StartedSandbox], None]
     #: The facts of the Referee's verdicts as they are now.
     facts: Callable[[], VerdictFacts]
     #: Builds one lazy build in the trusted builder (`harness.compiler.CompileClient.build_lazily`).
@@ -94,38 +94,38 @@ class RunContext:
 
 
 class CandidateSteps:
-    """One candidate in one stage (see the module's docstring).
+    """One candidate in one sandbox (see the module's docstring).
 
     Args:
         context: the Referee's part.
-        stage: the candidate stage (trusted until the load request hands it the candidate).
+        sandbox: the candidate sandbox (trusted until the load request hands it the candidate).
         source: the candidate's source.
         reporter: told of each step as it starts and ends.
     """
 
-    def __init__(self, context: RunContext, stage: StartedStage, source: str, reporter: StageReporter) -> None:
+    def __init__(self, context: RunContext, sandbox: StartedSandbox, source: str, reporter: StageReporter) -> None:
         self.context = context
         self.options = context.options
-        self.stage = stage
-        self.process = stage.process
+        self.sandbox = sandbox
+        self.process = sandbox.process
         self.source = source
         self.reporter = reporter
-        self.workdir = stage.run_dir / "run"
+        self.workdir = sandbox.run_dir / "run"
         self.timeouts = context.options.timeouts
-        #: The builds the stage asks for as it runs (`harness.lazybuilds`).
-        self.lazy = LazyBuilds(context.build, context.options.builds_dir, stage.run_dir / "builds")
+        #: The builds the sandbox asks for as it runs (`harness.lazybuilds`).
+        self.lazy = LazyBuilds(context.build, context.options.builds_dir, sandbox.run_dir / "builds")
 
     # -- finishing ----------------------------------------------------------------------------
     def finish(self, draft: Draft, outcome: Outcome) -> Verdict:
         return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome)
 
     def fail(self, draft: Draft, outcome: Outcome) -> Verdict:
-        """A verdict with the candidate stage's log."""
+        """A verdict with the candidate sandbox's log."""
         return assemble(self.context.facts(), replace(draft, compile=self.lazy.merged(draft.compile)), outcome,
                         log=self.process.log_tail(self.options.output_limit))
 
-    def _ask(self, message: StageMessage, timeout: float) -> JsonObject:
-        """Send a request and wait for its reply, serving the lazy builds the stage asks for on the
+    def _ask(self, message: SandboxMessage, timeout: float) -> JsonObject:
+        """Send a request and wait for its reply, serving the lazy builds the sandbox asks for on the
         way (`harness.lazybuilds`): the time they take is never charged to ``timeout``."""
         started = time.perf_counter()
         building = 0.0
@@ -150,7 +150,7 @@ class CandidateSteps:
                         log="\n".join(f.errors for f in failed))
 
     def crashed(self, draft: Draft, stage: Stage, exc: Exception, what: str) -> Verdict:
-        """The stage timed out or died during ``what``: killed, and the candidate's fault (the
+        """The sandbox timed out or died during ``what``: killed, and the candidate's fault (the
         verdict keeps what the steps before decided, not the flags)."""
         if isinstance(exc, ChannelTimeout):
             reason = f"{what} timed out"
@@ -171,18 +171,18 @@ class CandidateSteps:
             self.reporter.close()
 
     def _run(self, draft: Draft) -> Verdict:
-        # The stage sees its own builds only: copies (marker and library) in its run directory.
-        builds = self.stage.run_dir / "builds"
+        # The sandbox sees its own builds only: copies (marker and library) in its run directory.
+        builds = self.sandbox.run_dir / "builds"
         for e in draft.compile.extensions if draft.compile is not None else ():
             if "/" not in e.name + e.key and ".." not in e.name + e.key:
-                # The builder's build for what the builder built: a compile stage's build of the same
+                # The builder's build for what the builder built: a compile sandbox's build of the same
                 # key (a plant, possibly) never stands in for it.
                 copy_build(self.options.builds_dir, e.name, e.key, builds, trusted=e.by_builder)
-        (self.stage.run_dir / "candidate.py").write_text(self.source)
-        self.meter_path = install_meter(self.options.builds_dir, self.stage.run_dir)
+        (self.sandbox.run_dir / "candidate.py").write_text(self.source)
+        self.meter_path = install_meter(self.options.builds_dir, self.sandbox.run_dir)
         # The loop's own cost on this host was measured with the baselines, before the candidate's
         # code was loaded (`harness.Referee.baselines`): its code could burn the CPU meanwhile.
-        self.context.settle(self.stage)
+        self.context.settle(self.sandbox)
         with self.process:
             draft = replace(draft, sandbox=self.process.sandbox_report)
             for step in (self.load, self.correctness, self.integrity):
@@ -199,9 +199,9 @@ class CandidateSteps:
             return self.timing(draft)
 
     def load(self, draft: Draft) -> Draft | Verdict:
-        """Hand the candidate to the stage: it loads its builds and builds ``ModelNew``."""
+        """Hand the candidate to the sandbox: it loads its builds and builds ``ModelNew``."""
         self.reporter.enter(StageName.LOAD)
-        context, run_dir = self.context, self.stage.run_dir
+        context, run_dir = self.context, self.sandbox.run_dir
         request = CandidateLoad(
             workdir=self.workdir, problem=context.problem, target=context.reference.target,
             candidate_path=run_dir / "candidate.py", builds_dir=run_dir / "builds", meter_path=self.meter_path,
@@ -209,14 +209,14 @@ class CandidateSteps:
             transport=context.reference.transport, init_seed=derive_seed(context.secret, "init"),
             weights_seed=derive_seed(context.secret, "weights"), trials=context.trials)
         try:
-            self.stage.wait_ready(self.timeouts.load_s)
+            self.sandbox.wait_ready(self.timeouts.load_s)
             raw = self._ask(request, self.timeouts.load_s)
         except (ChannelTimeout, ChannelClosed) as exc:
             return self.crashed(draft, Stage.LOAD, exc, "loading the candidate")
         try:
             loaded = Loaded.from_reply(raw)
         except WireError:
-            return self.malformed(draft, Stage.LOAD, "the candidate stage sent a malformed reply to its load")
+            return self.malformed(draft, Stage.LOAD, "the candidate sandbox sent a malformed reply to its load")
         self.lazy.settle(ok=not isinstance(loaded, StartFailed))
         if isinstance(loaded, StartFailed):
             return self._build_failed(draft) or self.fail(draft, Outcome(
@@ -242,7 +242,7 @@ class CandidateSteps:
                 reply = read_reply(raw, TrialReply.read, f"trial {trial.index}'s reply")
             except WireError:
                 return self.malformed(replace(draft, trials=so_far.trials), Stage.CORRECTNESS,
-                                      f"the candidate stage sent a malformed reply in trial {trial.index}")
+                                      f"the candidate sandbox sent a malformed reply in trial {trial.index}")
             self.lazy.settle(ok=not isinstance(reply, OpFailed))
             if isinstance(reply, OpFailed):
                 so_far = replace(draft, trials=so_far.trials, kernel_errors=so_far.kernel_errors)
@@ -272,7 +272,7 @@ class CandidateSteps:
                 reply = read_reply(raw, TrialReply.read, "the no-op trial's reply")
             except WireError:
                 return self.malformed(draft, Stage.INTEGRITY,
-                                      "the candidate stage sent a malformed reply in the no-op substitution trial")
+                                      "the candidate sandbox sent a malformed reply in the no-op substitution trial")
             self.lazy.settle(ok=True)  # a no-op trial that raised only says the extension did work
             if not isinstance(reply, OpFailed):
                 (result,) = self.context.reference.compare((CompareItem(index=0, output=reply.output),), self.workdir)
@@ -291,7 +291,7 @@ class CandidateSteps:
         try:
             reply = read_reply(raw, ProfileReply.read, "the profile reply")
         except WireError:
-            return self.malformed(draft, Stage.TIMING, "the profiling stage sent a malformed reply")
+            return self.malformed(draft, Stage.TIMING, "the candidate sandbox sent a malformed reply to its profiling")
         if isinstance(reply, OpFailed):
             return self.fail(draft, Outcome(Status.ERROR, Stage.TIMING,
                                             f"forward raised while profiled:\n{reply.error}", ErrorKind.CANDIDATE))

@@ -1,10 +1,10 @@
-"""The private channel between the referee and a stage process: length-prefixed JSON messages.
+"""The private channel between the referee and a sandbox: length-prefixed JSON messages.
 
-One connected socket pair per stage (`harness.sandbox.StageProcess` makes it; the stage's end
-arrives as a file descriptor, `harness.roles`). What travels is a `StageMessage` (a request or reply
+One connected socket pair per sandbox (`harness.sandbox.SandboxProcess` makes it; the sandbox's end
+arrives as a file descriptor, `harness.roles`). What travels is a `SandboxMessage` (a request or reply
 of `harness.protocol`) as its ``to_dict()``; what arrives is a `JsonObject` for the receiver to
 read with the matching ``from_dict()``. The trusted side caps a message's size, and anything that
-is not a JSON object is `ChannelClosed`: a stage cannot make the referee allocate without bound
+is not a JSON object is `ChannelClosed`: a sandbox cannot make the referee allocate without bound
 or raise where it does not expect it. Standard library only.
 """
 
@@ -22,13 +22,13 @@ from typing import Protocol
 from vocabulary.wire import JsonObject
 
 __all__ = [
-    "MAX_FRAME_FDS", "MAX_MESSAGE_BYTES", "Channel", "ChannelClosed", "ChannelTimeout", "Frame", "StageMessage",
+    "MAX_FRAME_FDS", "MAX_MESSAGE_BYTES", "Channel", "ChannelClosed", "ChannelTimeout", "Frame", "SandboxMessage",
     "parse_message",
 ]
 
 #: The trusted side refuses larger messages: a candidate cannot make it allocate without bound.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: File descriptors a frame may carry: a metered call's audit is one memfd (from a stage); a compare
+#: File descriptors a frame may carry: a metered call's audit is one memfd (from a sandbox); a compare
 #: request carries one per audited output (to the reference, from the trusted side).
 MAX_FRAME_FDS = 256
 
@@ -38,10 +38,10 @@ class ChannelClosed(ConnectionError):
 
 
 class ChannelTimeout(TimeoutError):
-    """No message within the stage's time limit."""
+    """No message within the sandbox's time limit."""
 
 
-class StageMessage(Protocol):
+class SandboxMessage(Protocol):
     """A request or reply of `harness.protocol`: anything that becomes one JSON object."""
 
     def to_dict(self) -> JsonObject: ...
@@ -76,7 +76,7 @@ class Channel:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def send(self, message: StageMessage, *, fds: tuple[int, ...] = ()) -> None:
+    def send(self, message: SandboxMessage, *, fds: tuple[int, ...] = ()) -> None:
         self.send_frame(json.dumps(message.to_dict(), allow_nan=True).encode(), fds=fds)
 
     def send_frame(self, payload: bytes, *, fds: tuple[int, ...] = ()) -> None:
@@ -89,7 +89,7 @@ class Channel:
                 self._sock.sendall(prefix[sent:] + payload)
             else:
                 self._sock.sendall(prefix + payload)
-        except OSError as exc:  # the stage died, or a cancel closed the channel first
+        except OSError as exc:  # the sandbox died, or a cancel closed the channel first
             raise ChannelClosed(str(exc)) from None
 
     def _read_exact(self, size: int, deadline: float | None) -> bytes:

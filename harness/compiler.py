@@ -1,11 +1,11 @@
-"""The referee's side of the compile: a compile stage per candidate, its builder, header warm-ups.
+"""The referee's side of the compile: a compile sandbox per candidate, its builder, header warm-ups.
 
-`CompileClient.compile` imports a candidate in a compile stage with no GPU visible; the builds it
-lacks go to a private staging directory and are published once the stage has exited (the cache
+`CompileClient.compile` imports a candidate in a compile sandbox with no GPU visible; the builds it
+lacks go to a private staging directory and are published once the sandbox has exited (the cache
 is read-only to it: its import-time code is the candidate's). A ``load_inline`` of plain data is
-delegated to a builder stage that runs trusted code only (`_build_for`). Precompiled torch headers
-are built only by trusted warm-up stages (`warm_headers`), never published from a candidate's.
-The compile stage's reply is read where it enters: a malformed one fails the compile.
+delegated to a builder sandbox that runs trusted code only (`_build_for`). Precompiled torch headers
+are built only by trusted warm-up sandboxes (`warm_headers`), never published from a candidate's.
+The compile sandbox's reply is read where it enters: a malformed one fails the compile.
 Standard library only.
 """
 
@@ -29,7 +29,7 @@ from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
 from harness.progress import StageReporter
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
-from harness.stagepool import StagePool, StageRole, StartedStage
+from harness.sandboxpool import SandboxPool, SandboxRole, StartedSandbox
 from vocabulary.builds import CompileResult
 from vocabulary.evaluation import Target
 from vocabulary.stages import StageName
@@ -49,13 +49,13 @@ PCH_FLAG_SETS: dict[Target, tuple[HeaderFlags, ...]] = {
     Target.CPU: (HeaderFlags(extra_cflags=("-O3", "-fopenmp"), cuda=False), HeaderFlags(extra_cflags=(), cuda=False),
                  HeaderFlags(extra_cflags=("-O3",), cuda=False)),
 }
-#: A header's warm-up stage gets this many compile time limits: a PCH build alone took 480 s on a
+#: A header's warm-up sandbox gets this many compile time limits: a PCH build alone took 480 s on a
 #: 2-core host under a load of 15 (a minute on the H200 host), and no attempt waits for the extras.
 _WARMUP_TIME_FACTOR = 3
 #: A candidate's compile may ask the trusted builder for at most this many builds (extensions).
 _MAX_DELEGATED_BUILDS = 16
-#: What a compile stage that answered nonsense is told (its code is the candidate's).
-_MALFORMED = "the compile stage sent a malformed reply"
+#: What a compile sandbox that answered nonsense is told (its code is the candidate's).
+_MALFORMED = "the compile sandbox sent a malformed reply"
 
 
 class CompileClient:
@@ -63,27 +63,27 @@ class CompileClient:
 
     Args:
         options, target: the Referee's.
-        pool: where its compile and builder stages come from.
+        pool: where its compile and builder sandboxes come from.
         reporter: a new stage reporter for the Referee's current listener.
     """
 
-    def __init__(self, options: HarnessOptions, target: Target, pool: StagePool,
+    def __init__(self, options: HarnessOptions, target: Target, pool: SandboxPool,
                  reporter: Callable[[], StageReporter]) -> None:
         self.options = options
         self.target = target
         self._pool = pool
         self._reporter = reporter
-        #: Compile results by source hash: the same source again reuses its builds without a stage.
+        #: Compile results by source hash: the same source again reuses its builds without a sandbox.
         self._compiled: dict[str, CompileResult] = {}
         self._pch_ready = not options.pch
         #: Lazy builds answered, by their request's digest; the builder kept for an attempt's.
         self._lazy_answers: dict[str, BuildAnswer] = {}
-        self._lazy_builder: StartedStage | None = None
+        self._lazy_builder: StartedSandbox | None = None
 
     def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache.
 
-        The same source seen before by this Referee, its builds still in the cache, needs no stage:
+        The same source seen before by this Referee, its builds still in the cache, needs no sandbox:
         builds are keyed by content, so importing it again would load exactly those (and no
         ``compile`` stage event is sent).
         """
@@ -96,23 +96,23 @@ class CompileClient:
                                  extensions=tuple(replace(e, cached=True) for e in known.extensions))
         self._warm_pch()
         with self._reporter().span(StageName.COMPILE):
-            result = self._compile_stage(source=source, pch=HeaderMode.USE if self.options.pch else HeaderMode.OFF,
-                                         delegate=self.options.trusted_builds)
+            result = self._compile_in_sandbox(source=source, pch=HeaderMode.USE if self.options.pch else HeaderMode.OFF,
+                                              delegate=self.options.trusted_builds)
         if result.ok:
             self._compiled[digest] = result
         if result.extensions:  # a candidate without an extension says nothing about the next one
             self._pool.builder_wanted = self.options.trusted_builds and any(
                 e.by_builder and not e.cached for e in result.extensions)
             if not self._pool.builder_wanted:  # an idle builder would only hold memory until then
-                self._pool.discard_spare(StageRole.BUILDER)
+                self._pool.discard_spare(SandboxRole.BUILDER)
         return result
 
     # -- precompiled headers -----------------------------------------------------------------
     def _warm_pch(self) -> None:
-        """Precompile the torch header for the prescribed flags in a stage that runs trusted code only.
+        """Precompile the torch header for the prescribed flags in a sandbox that runs trusted code only.
 
-        Candidates' compile stages only use published PCHs (their import-time code could plant a
-        poisoned one), so this stage is the only one whose PCHs are published. Skipped once the
+        Candidates' compile sandboxes only use published PCHs (their import-time code could plant a
+        poisoned one), so this sandbox is the only one whose PCHs are published. Skipped once the
         PCHs it recorded in ``builds/pch/warm-<target>.json`` are in place.
         """
         if self._pch_ready:
@@ -122,7 +122,7 @@ class CompileClient:
 
     def warm_headers(self, flag_sets: Sequence[HeaderFlags] | None = None) -> bool:
         """Build the precompiled torch headers of ``flag_sets`` (default: every set of the target,
-        `PCH_FLAG_SETS`, the prescribed one first and on its own) in a stage that runs trusted
+        `PCH_FLAG_SETS`, the prescribed one first and on its own) in a sandbox that runs trusted
         code only, unless a marker says they are in place. One warm-up per cache and target at a
         time (a lock): a Referee whose first compile comes while a worker's start-up warm-up builds
         the prescribed header waits for it instead of building the same; once that one is in
@@ -159,12 +159,12 @@ class CompileClient:
             if in_place():
                 return True
             stages.enter_context(self._reporter().span(StageName.HEADER_BUILD))
-            # A stage per flag set (each header takes a compile's time limit on a busy host), as
+            # A sandbox per flag set (each header takes a compile's time limit on a busy host), as
             # many at once as the compile jobs allow two each (g++ on torch's headers: ~2 GB each).
             workers = max(1, min(len(sets), self.options.max_jobs // 2))
             limit = self.options.timeouts.compile_s * _WARMUP_TIME_FACTOR
             with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                results = list(pool.map(lambda flags: self._compile_stage(
+                results = list(pool.map(lambda flags: self._compile_in_sandbox(
                     source=None, pch=HeaderMode.BUILD, warmup=(flags,), trusted=True, timeout=limit), sets))
             keys = [e.pch.key for result in results for e in result.extensions if e.pch is not None and e.pch.key]
             if not (all(r.ok for r in results) and len(keys) == len(sets)):
@@ -174,33 +174,33 @@ class CompileClient:
             tmp.replace(marker)
             return True
 
-    # -- the stages ---------------------------------------------------------------------------
-    def _compile_stage(self, *, source: str | None, pch: HeaderMode, delegate: bool = False,
-                       warmup: tuple[HeaderFlags, ...] = (), trusted: bool = False,
-                       timeout: float | None = None) -> CompileResult:
-        """Run a compile stage: ``source`` is the candidate to import (None: a trusted warm-up).
+    # -- the sandboxes --------------------------------------------------------------------------
+    def _compile_in_sandbox(self, *, source: str | None, pch: HeaderMode, delegate: bool = False,
+                            warmup: tuple[HeaderFlags, ...] = (), trusted: bool = False,
+                            timeout: float | None = None) -> CompileResult:
+        """Run a compile sandbox: ``source`` is the candidate to import (None: a trusted warm-up).
         Its run directory is removed unless the compile failed (kept to debug). The builds it
-        delegates (`Delegation` messages) are built by a builder stage (`_build_for`)."""
-        # The cache is read-only to the stage (its import-time code is the candidate's): missing
-        # builds go to a private staging directory and are published once the stage has exited;
-        # precompiled headers only from a trusted stage, objects only from a builder.
-        stage = self._pool.take(StageRole.COMPILE)
-        staging = stage.run_dir / "compile" / "builds"
+        delegates (`Delegation` messages) are built by a builder sandbox (`_build_for`)."""
+        # The cache is read-only to the sandbox (its import-time code is the candidate's): missing
+        # builds go to a private staging directory and are published once the sandbox has exited;
+        # precompiled headers only from a trusted sandbox, objects only from a builder.
+        sandbox = self._pool.take(SandboxRole.COMPILE)
+        staging = sandbox.run_dir / "compile" / "builds"
         candidate_path = None
         if source is not None:
-            candidate_path = stage.run_dir / "candidate.py"
+            candidate_path = sandbox.run_dir / "candidate.py"
             candidate_path.write_text(source)
         request = CompileRequest(candidate_path=candidate_path, pch=pch, builds_dir=self.options.builds_dir,
                                  staging_dir=staging, arch_list=self.options.arch_list,
                                  max_jobs=self.options.max_jobs, delegate=delegate, warmup=warmup)
         started = time.perf_counter()
         timeout = timeout or self.options.timeouts.compile_s
-        builder: StartedStage | None = None
+        builder: StartedSandbox | None = None
         delegated = 0
         try:
-            with stage.process as process:
+            with sandbox.process as process:
                 try:
-                    stage.wait_ready(timeout)
+                    sandbox.wait_ready(timeout)
                     process.channel.send(request)
                     while True:
                         raw = process.recv(timeout=max(1.0, timeout - (time.perf_counter() - started)))
@@ -211,7 +211,7 @@ class CompileClient:
                         if delegated > _MAX_DELEGATED_BUILDS:
                             answer = BuildAnswer(ok=False, log=f"more than {_MAX_DELEGATED_BUILDS} extensions")
                         else:
-                            builder = builder or self._pool.take(StageRole.BUILDER)
+                            builder = builder or self._pool.take(SandboxRole.BUILDER)
                             answer = self._build_for(builder, delegation.request, started + timeout)
                         process.channel.send(answer)
                 except ChannelTimeout:
@@ -234,18 +234,18 @@ class CompileClient:
         if not reply.ok and reply.message:
             errors = f"{reply.message}\n{errors}".strip()
         if reply.ok:
-            shutil.rmtree(stage.run_dir, ignore_errors=True)
+            shutil.rmtree(sandbox.run_dir, ignore_errors=True)
         return CompileResult(ok=reply.ok, seconds=reply.seconds, extensions=reply.extensions, kernels=reply.kernels,
                              errors=errors, swallowed=reply.swallowed)
 
     # -- lazy builds ----------------------------------------------------------------------------
     def build_lazily(self, request: JsonObject | None) -> BuildAnswer:
-        """Build one ``load_inline`` that a candidate stage asked for as it ran (in ``__init__``,
-        a forward, or an import gated on what only that stage has) in a builder stage, with the
+        """Build one ``load_inline`` that a candidate sandbox asked for as it ran (in ``__init__``,
+        a forward, or an import gated on what only that sandbox has) in a builder sandbox, with the
         compile's time limit and its cache and flag rules; the builder is kept for the attempt's
         other lazy builds (`release_builder`). A request this Referee had built before, its build
         still in the cache, is answered at once: the builder computed its key from these very
-        bytes. The build is published among the builder's (`_build_for`); copying it to the stage
+        bytes. The build is published among the builder's (`_build_for`); copying it to the sandbox
         is the caller's."""
         if request is None:
             return BuildAnswer(ok=False, log="malformed build request")
@@ -257,7 +257,7 @@ class CompileClient:
         self._pool.builder_wanted = True  # the next attempt's builder, started ahead
         if self._lazy_builder is not None and self._lazy_builder.process.exit_code() is not None:
             self.release_builder()
-        builder = self._lazy_builder = self._lazy_builder or self._pool.take(StageRole.BUILDER)
+        builder = self._lazy_builder = self._lazy_builder or self._pool.take(SandboxRole.BUILDER)
         limit = self.options.timeouts.compile_s
         try:
             answer = self._build_for(builder, request, time.perf_counter() + limit)
@@ -274,9 +274,9 @@ class CompileClient:
             self._lazy_builder.discard()
             self._lazy_builder = None
 
-    def _build_for(self, builder: StartedStage, build: JsonObject | None, deadline: float) -> BuildAnswer:
-        """Build one extension a candidate's compile stage asked for, in the builder stage (trusted
-        code only), and publish it with the objects it kept; the answer goes back to the stage.
+    def _build_for(self, builder: StartedSandbox, build: JsonObject | None, deadline: float) -> BuildAnswer:
+        """Build one extension a candidate's compile sandbox asked for, in the builder sandbox (trusted
+        code only), and publish it with the objects it kept; the answer goes back to the sandbox.
         A builder that dies fails that build; one that runs out of the compile's time limit raises
         `ChannelTimeout` (the compile timed out)."""
         if build is None:

@@ -2,7 +2,7 @@
 
 Seeds derive from the job's secret; the trusted reference process knows the secret, a candidate
 process receives only the derived seeds it needs (weights and per-trial inputs), never expected
-outputs. Everything here runs inside stage processes (it imports torch and touches problem code).
+outputs. Everything here runs inside sandboxes (it imports torch and touches problem code).
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ _off_state: tuple[Any, ...] | None = None
 
 def tf32_probes() -> list[tuple[Any, tuple[str, ...]]]:
     """``(getter, args)`` per reduced-precision switch: torch's C getters, for the metered loop to
-    hold and call after every timed call (`harness.meter.stage`)."""
+    hold and call after every timed call (`harness.meter.sandboxed`)."""
     probes: list[tuple[Any, tuple[str, ...]]] = []
     if _precision_getter is not None:
         for backend, op in _FP32_PRECISION_SLOTS:

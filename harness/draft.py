@@ -1,6 +1,6 @@
-"""A verdict in the making: the frozen `Draft` and the pure steps that judge what a stage reported.
+"""A verdict in the making: the frozen `Draft` and the pure steps that judge what a sandbox reported.
 
-The candidate run (`harness.candidaterun`) talks to the stages; every decision it makes on what
+The candidate run (`harness.candidaterun`) talks to the sandboxes; every decision it makes on what
 came back is a function here, from a draft to a new draft (`dataclasses.replace`) or to the
 `Outcome` that ends the evaluation. Nothing here does I/O: each step is tested on its own
 (tests/harness/test_draft.py). Standard library only.
@@ -57,9 +57,9 @@ class Draft:
     hints: tuple[str, ...] = ()
     compile: CompileResult | None = None
     baselines: Baselines | None = None
-    #: What the candidate stage's sandbox achieved (None before it ran).
+    #: What the candidate's sandbox achieved (None before it ran).
     sandbox: SandboxReport | None = None
-    #: The extension modules the candidate stage loaded from its builds.
+    #: The extension modules the candidate sandbox loaded from its builds.
     extensions: tuple[str, ...] = ()
     trials: tuple[Trial, ...] = ()
     flags: tuple[Flag, ...] = ()
@@ -81,7 +81,7 @@ def with_flags(draft: Draft, *flags: Flag) -> Draft:
 
 
 def _with_reported(draft: Draft, reported: tuple[str, ...]) -> Draft:
-    """The flags a stage reported, each once, ignoring anything that is not a flag."""
+    """The flags a sandbox reported, each once, ignoring anything that is not a flag."""
     flags = list(draft.flags)
     flags.extend(Flag(f) for f in dict.fromkeys(reported) if f in FLAG_TEXT and f not in flags)
     return replace(draft, flags=tuple(flags))
@@ -132,7 +132,7 @@ def weights_note(renamed: tuple[tuple[str, str], ...]) -> str:
 
 
 def with_loaded(draft: Draft, loaded: Loaded) -> Draft:
-    """The load judged: the extensions the stage imported, how the weights went in, and what its
+    """The load judged: the extensions the sandbox imported, how the weights went in, and what its
     extension functions raised while it loaded."""
     draft = replace(draft, extensions=loaded.extensions,
                     notes=(*draft.notes, weights_note(loaded.renamed)) if loaded.renamed else draft.notes)
@@ -191,7 +191,7 @@ def metered_failure(run: MeteredRun) -> Outcome | None:
 
 def with_metered_run(draft: Draft, run: MeteredRun, end: MeterEnd | None, *, audits_match: bool) -> Draft:
     """One metered run judged: what the loop refused (a timed output that is not a plain tensor,
-    TF32 switched on), a broken protocol, the stage's in-process flags and tamper check, and
+    TF32 switched on), a broken protocol, the sandbox's in-process flags and tamper check, and
     whether the audited outputs matched the reference's."""
     if run.protocol_error is not None:
         draft = replace(with_flags(draft, Flag.TIMING_PROTOCOL_BROKEN), details=(*draft.details, run.protocol_error))

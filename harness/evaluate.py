@@ -1,7 +1,7 @@
 """The referee: `Referee` evaluates candidates for one problem on one target; `evaluate` once.
 
-`Referee` is a façade over the parts of an evaluation, one module each: the stage processes
-(`harness.stagepool`), the trusted reference (`harness.reference`), the compile
+`Referee` is a façade over the parts of an evaluation, one module each: the sandboxes
+(`harness.sandboxpool`), the trusted reference (`harness.reference`), the compile
 (`harness.compiler`), the candidate's steps (`harness.candidaterun`, judging with the pure
 `harness.draft`) and the verdict (`harness.assembly`). This module is stdlib only: the process
 driving evaluations (a worker, the CLI) never imports torch or initialises CUDA.
@@ -29,9 +29,9 @@ from harness.progress import StageListener, StageReporter
 from harness.protocol.build import HeaderFlags
 from harness.protocol.reference import ReferenceInfo
 from harness.reference import ReferenceClient, ReferenceFailed
-from harness.sandbox import kill_all_stages, protect_current_process
+from harness.sandbox import kill_all_sandboxes, protect_current_process
+from harness.sandboxpool import CANCELLED_MESSAGE, SandboxPool, SandboxRole
 from harness.seeds import new_secret, plan_trials, secret_identity
-from harness.stagepool import CANCELLED_MESSAGE, StagePool, StageRole
 from harness.toolchain import cuda_unavailable
 from problems.spec import Problem, parse_problem
 from vocabulary.builds import CompileResult
@@ -96,11 +96,11 @@ class Referee:
         self._tallies = threading.local()
         for path in (self.options.builds_dir, self.options.baselines_dir, self.options.runs_dir):
             path.mkdir(parents=True, exist_ok=True)
-        #: This Referee's run directories (its reference's and its attempts'): its problem stages
+        #: This Referee's run directories (its reference's and its attempts'): its problem sandboxes
         #: see this one and no other job's.
         self.runs_root = self.options.runs_dir / f"referee-{secrets.token_hex(8)}"
         self.runs_root.mkdir()
-        self._pool = StagePool(self.options, self.target, self.runs_root)
+        self._pool = SandboxPool(self.options, self.target, self.runs_root)
         self._reference = ReferenceClient(problem, self.target, self.options, trials=self.trials,
                                           secret=self._secret, pool=self._pool, reporter=self._reporter)
         self._compiler = CompileClient(self.options, self.target, self._pool, self._reporter)
@@ -121,7 +121,7 @@ class Referee:
 
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
-        """End every stage process (a later evaluation starts the reference again)."""
+        """End every sandbox (a later evaluation starts the reference again)."""
         self._pool.discard_spares()
         self._reference.close()
         with contextlib.suppress(OSError):  # only if nothing was kept to debug
@@ -134,7 +134,7 @@ class Referee:
         self.close()
 
     def cancel(self) -> None:
-        """Stop for good, from any thread: every stage process of this Referee (reference,
+        """Stop for good, from any thread: every sandbox of this Referee (reference,
         compile, builder, candidate, prestarted ones) is killed with its process tree, so the
         evaluation in flight returns soon after with an error verdict (``cancelled``),
         releasing whatever lock its caller holds; later evaluations return one at once."""
@@ -146,7 +146,7 @@ class Referee:
 
     @property
     def prestarted(self) -> dict[str, int]:
-        """The stages started ahead for the next attempt: their pids (the wardens'), by role."""
+        """The sandboxes started ahead for the next attempt: their pids (the wardens'), by role."""
         return self._pool.prestarted
 
     # -- the reference ----------------------------------------------------------------------
@@ -189,12 +189,12 @@ class Referee:
     # -- the compile --------------------------------------------------------------------------
     def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache; the
-        same source seen before by this Referee, its builds still in the cache, needs no stage."""
+        same source seen before by this Referee, its builds still in the cache, needs no sandbox."""
         return self._compiler.compile(source)
 
     def warm_headers(self, flag_sets: Sequence[HeaderFlags] | None = None) -> bool:
         """Build the precompiled torch headers of ``flag_sets`` (default: every common set of the
-        target) in a stage that runs trusted code only (`harness.compiler.CompileClient.warm_headers`).
+        target) in a sandbox that runs trusted code only (`harness.compiler.CompileClient.warm_headers`).
 
         Returns:
             Whether the headers are in place.
@@ -225,14 +225,14 @@ class Referee:
         tally: dict[str, float] = {}
         self._tallies.current = tally
         try:
-            # The candidate stage starts up while this compiles (a builder only if one was started
-            # for this attempt: starting one now would compete with the attempt's own stages).
+            # The candidate sandbox starts up while this compiles (a builder only if one was started
+            # for this attempt: starting one now would compete with the attempt's own sandboxes).
             self._pool.prestart(builder=False)
             verdict = self._evaluate(source, depth) if not self.cancelled else None
         finally:
             if not self._problem_failed:  # no next attempt after the problem's own code failed
-                self._pool.prestart()  # the next attempt's stages, while the agent writes it
-        if verdict is None or self.cancelled:  # whatever the killed stages made of it
+                self._pool.prestart()  # the next attempt's sandboxes, while the agent writes it
+        if verdict is None or self.cancelled:  # whatever the killed sandboxes made of it
             verdict = assemble(self._facts(), Draft(depth=depth), Outcome(
                 Status.ERROR, Stage.PROBLEM if verdict is None else verdict.stage, CANCELLED_MESSAGE,
                 ErrorKind.CANCELLED))
@@ -261,7 +261,7 @@ class Referee:
             self._problem_failed = exc.kind is ErrorKind.PROBLEM
             return assemble(self._facts(), draft, Outcome(Status.ERROR, Stage.PROBLEM, str(exc), exc.kind),
                             log=exc.details)
-        prepared = self._pool.take(StageRole.CANDIDATE)
+        prepared = self._pool.take(SandboxRole.CANDIDATE)
         context = RunContext(problem=self.problem, options=self.options, trials=self.trials, secret=self._secret,
                              reference=self._reference, settle=self._pool.settle, facts=self._facts,
                              build=self._compiler.build_lazily)
@@ -284,18 +284,18 @@ _LIVE_REFEREES: weakref.WeakSet[Referee] = weakref.WeakSet()
 
 
 def cancel_all() -> None:
-    """Cancel every Referee of this process and kill any other stage it started (admission): a
-    worker about to exit (its supervisor died, it was told to stop) leaves no stage behind, and
+    """Cancel every Referee of this process and kill any other sandbox it started (admission): a
+    worker about to exit (its supervisor died, it was told to stop) leaves no sandbox behind, and
     the evaluations in flight end as cancelled rather than as the candidates' crashes."""
     for referee in list(_LIVE_REFEREES):
         referee.cancel()
-    kill_all_stages()
+    kill_all_sandboxes()
 
 
 def evaluate(problem: Problem, candidate_source: str, target: Target | str = Target.CUDA,
              options: HarnessOptions | None = None) -> Verdict:
     """Evaluate one candidate from scratch (a fresh reference process). There is no next attempt,
-    so no stage is started ahead (``prestart`` off): nothing to wait for, nothing wasted.
+    so no sandbox is started ahead (``prestart`` off): nothing to wait for, nothing wasted.
 
     Args:
         problem: the parsed problem.
@@ -313,7 +313,7 @@ def evaluate(problem: Problem, candidate_source: str, target: Target | str = Tar
 def warm_headers(target: Target | str, options: HarnessOptions | None = None, *,
                  prescribed_only: bool = False) -> bool:
     """Precompile the torch headers of every flag set models commonly use for ``target`` (or only
-    the playbook's), in a stage that runs trusted code only (a worker calls this at start-up, so no
+    the playbook's), in a sandbox that runs trusted code only (a worker calls this at start-up, so no
     attempt pays for them). Returns whether they are in place; a failure only costs compile speed."""
     options = (options or HarnessOptions()).replace(prestart=False)
     problem = parse_problem(_WARMUP_PROBLEM, problem_id="kernelloop/warm-up")

@@ -1,4 +1,4 @@
-"""What one trial of a problem needs in memory, computed on the meta device (runs in stages).
+"""What one trial of a problem needs in memory, computed on the meta device (runs in sandboxes).
 
 ``get_inputs``, ``Model(*get_init_inputs())`` and, where the ops allow, the forward run under
 ``torch.device("meta")``: tensors get shapes and dtypes but no storage, so a problem sized for a
@@ -70,7 +70,7 @@ def over_budget(module: types.ModuleType, trial_overrides: list[Mapping[str, Jso
                 budget_bytes: int) -> str | None:
     """Why the trials (one override set each, as `harness.seeds.TrialSpec` holds them) do not
     fit the budget, or None; a footprint the meta device cannot compute is not refused here (the
-    stage's memory limit still holds)."""
+    sandbox's memory limit still holds)."""
     for overrides in {json.dumps(o, sort_keys=True): o for o in trial_overrides}.values():
         with overridden(module, overrides):
             try:

@@ -1,15 +1,15 @@
-"""A candidate stage's lazy builds, on the trusted side: built, handed to the stage, recorded.
+"""A candidate sandbox's lazy builds, on the trusted side: built, handed to the sandbox, recorded.
 
 Most LLM-written kernels build their extension where it is first needed: in ``ModelNew.__init__``,
 on the first forward, in a helper behind a cache, or at import behind ``torch.cuda.is_available()``
-(False in the compile stage, which sees no GPU). The compile stage only imports the candidate, so
-such a build is first asked for in the candidate stage, which cannot build (the cache is out of its
-sight). It asks the trusted side instead, over its channel (a `Delegation`, as the compile stage
+(False in the compile sandbox, which sees no GPU). The compile sandbox only imports the candidate, so
+such a build is first asked for in the candidate sandbox, which cannot build (the cache is out of its
+sight). It asks the trusted side instead, over its channel (a `Delegation`, as the compile sandbox
 does): `LazyBuilds.serve` has the trusted builder build it (`harness.compiler.CompileClient
-.build_lazily`: same cache, same flag rules), copies the published build into the stage's own
-builds (its only view of any) and answers; the stage then loads it. A build the builder refuses
+.build_lazily`: same cache, same flag rules), copies the published build into the sandbox's own
+builds (its only view of any) and answers; the sandbox then loads it. A build the builder refuses
 (``load()`` of files, include paths, unusual flags) is answered with an error saying to build it at
-import, where the compile stage builds it.
+import, where the compile sandbox builds it.
 
 Build time is compile time: the candidate run stops its step's clock while a build runs, and the
 verdict's compile section counts every lazy build (`merged`), marked with where it happened
@@ -33,11 +33,11 @@ from vocabulary.wire import JsonObject
 
 __all__ = ["MAX_LAZY_BUILDS", "LazyBuilds", "lazy_where", "refusal_text"]
 
-#: A candidate stage may ask for at most this many lazy builds (the compile stage's limit too).
+#: A candidate sandbox may ask for at most this many lazy builds (the compile sandbox's limit too).
 MAX_LAZY_BUILDS = 16
 #: A lazy build's phase, as its messages say it.
 _WHERE = {
-    BuildPhase.IMPORT: "at import, in the candidate stage only: the compile stage, which has no GPU "
+    BuildPhase.IMPORT: "at import, in the candidate sandbox only: the compile sandbox, which has no GPU "
                        "(torch.cuda.is_available() is False there), did not build it",
     BuildPhase.INIT: "in ModelNew.__init__",
     BuildPhase.FORWARD: "in forward",
@@ -46,12 +46,12 @@ _WHERE = {
 
 def refusal_text(delegation: Delegation) -> str:
     """Why a lazy build the trusted builder refuses is not built, and what to do instead."""
-    where = _WHERE[delegation.phase] if delegation.phase is not None else "outside the compile stage"
+    where = _WHERE[delegation.phase] if delegation.phase is not None else "outside the compile sandbox"
     refusal = delegation.refusal or "arguments that are not plain data"
     return (f"extension {delegation.name!r} is built lazily ({where}) with {refusal}: "
-            "a build outside the compile stage goes through the trusted builder, which takes plain load_inline "
+            "a build outside the compile sandbox goes through the trusted builder, which takes plain load_inline "
             "calls only (no load() of files, no include or library paths, no flags with paths or plugins). Build "
-            "this one at import: at module level and unconditionally, where the compile stage builds it.")
+            "this one at import: at module level and unconditionally, where the compile sandbox builds it.")
 
 
 def lazy_where(phase: BuildPhase | None) -> str:
@@ -60,20 +60,20 @@ def lazy_where(phase: BuildPhase | None) -> str:
 
 
 class LazyBuilds:
-    """The lazy builds of one candidate stage (see the module's docstring).
+    """The lazy builds of one candidate sandbox (see the module's docstring).
 
     Args:
         build: builds one request in the trusted builder and publishes it
             (`harness.compiler.CompileClient.build_lazily`); None: no builder (every lazy build fails).
         builds_dir: the cache the builder publishes into.
-        stage_builds: the candidate stage's own builds, where a finished build is copied.
+        sandbox_builds: the candidate sandbox's own builds, where a finished build is copied.
     """
 
     def __init__(self, build: Callable[[JsonObject | None], BuildAnswer] | None, builds_dir: Path,
-                 stage_builds: Path) -> None:
+                 sandbox_builds: Path) -> None:
         self._build = build
         self._builds_dir = builds_dir
-        self._stage_builds = stage_builds
+        self._sandbox_builds = sandbox_builds
         self.asked = 0
         #: Seconds spent building (never charged to a step's time limit).
         self.seconds = 0.0
@@ -85,7 +85,7 @@ class LazyBuilds:
         self.propagated: list[BuildFailure] = []
 
     def serve(self, delegation: Delegation) -> BuildAnswer:
-        """Build what the stage asked for, hand it over, and record it; the answer goes back to it."""
+        """Build what the sandbox asked for, hand it over, and record it; the answer goes back to it."""
         started = time.perf_counter()
         self.asked += 1
         answer = self._answer(delegation)
@@ -107,17 +107,17 @@ class LazyBuilds:
         if delegation.request is None or delegation.refusal is not None:
             return BuildAnswer(ok=False, log=refusal_text(delegation))
         if self._build is None:
-            return BuildAnswer(ok=False, log="this referee builds no extension outside the compile stage")
+            return BuildAnswer(ok=False, log="this referee builds no extension outside the compile sandbox")
         answer = self._build(delegation.request)
         record = answer.record
         if answer.ok and record is not None and answer.key is not None:
             if not (record.name.isidentifier() and answer.key.isalnum()):
                 return BuildAnswer(ok=False, log="the builder answered with a malformed build")
-            copy_build(self._builds_dir, record.name, answer.key, self._stage_builds, trusted=True)
+            copy_build(self._builds_dir, record.name, answer.key, self._sandbox_builds, trusted=True)
         return answer
 
     def settle(self, *, ok: bool) -> None:
-        """The stage answered the request in flight: the builds that failed during it were caught
+        """The sandbox answered the request in flight: the builds that failed during it were caught
         (``ok``: it carried on) or ended it."""
         (self.swallowed if ok else self.propagated).extend(self._pending)
         self._pending = []

@@ -9,7 +9,7 @@ what the shares predict for the model (`vocabulary.regionplan.amdahl`) and what 
 
 Hand-written kernels (``--kernels DIR``) are first judged on their own region's problem, which
 gives their speedups; a model run's kernels bring the verdicts of their jobs. Driver side,
-standard library only: every kernel and the model run in the referee's sandboxed stages.
+standard library only: every kernel and the model run in the referee's sandboxes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``kernelloop model extract``: a profiled model's regions as problem files, each admitted.
 
 Each region of a `vocabulary.regionplan.ModelProfile` is written as ``<region>.py`` (its source, a
-KernelBench-format problem) and run through admission (`harness.admission.admit`, a sandboxed
-stage) on the profile's target, like any problem. Beside them: ``suite.txt`` (the admitted ones,
+KernelBench-format problem) and run through admission (`harness.admission.admit`, in a
+sandbox) on the profile's target, like any problem. Beside them: ``suite.txt`` (the admitted ones,
 largest first: the suite format of ``kernelloop bench``, as ``problems import`` writes it) and
 ``model.json`` (the profile: per region its problem file, share of the model's time, operations,
 boundary shapes, instances, the admission's outcome; the model's own time; the default selection).
@@ -123,7 +123,7 @@ def extract_regions(profile: ModelProfile, out_dir: Path, *, model_file: str, op
         profile: the model's profile.
         out_dir: created if missing; the problem files, ``suite.txt`` and ``model.json`` go there.
         model_file: the model file's name (recorded in ``model.json``).
-        options: the harness options of the admission stages.
+        options: the harness options of the admission sandboxes.
         coverage: the default selection's share of the model's time.
         on_region: told of each region once admitted or refused.
     """

@@ -1,11 +1,11 @@
-"""The warden's namespaces and mounts: unsharing what the OS allows, and the stage's view of files.
+"""The warden's namespaces and mounts: unsharing what the OS allows, and the sandbox's view of files.
 
 Used by `harness.warden` only, which runs by path in isolated mode (``python -I -S``) and finds
 this module beside it; standard library only, like the warden. `unshare` enters as many of the
 wanted namespaces (user, mount, network, PID) as the OS allows; `prepare_mounts`, in a new mount
-namespace, remounts the tree read-only except the stage's writable paths, gives it small private
+namespace, remounts the tree read-only except the sandbox's writable paths, gives it small private
 ``/tmp`` and ``/dev/shm``, covers hidden paths with an empty read-only tmpfs and binds the
-stage's writable and needed paths under a cover back into place (through descriptors opened
+sandbox's writable and needed paths under a cover back into place (through descriptors opened
 before the covers went on).
 """
 
@@ -91,7 +91,7 @@ def prepare_mounts(*, writable_paths: list[str], needed_paths: list[str], hidden
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     for path in writable_paths:
         mount(path, path, None, MS_BIND | MS_REC)
-    # Every mount read-only, except pseudo file systems and the stage's writable paths.
+    # Every mount read-only, except pseudo file systems and the sandbox's writable paths.
     writable = set(writable_paths)
     for point in _mount_points():
         if point in writable or any(point == k or point.startswith(k + "/") for k in _KEEP_WRITABLE):
@@ -110,7 +110,7 @@ def prepare_mounts(*, writable_paths: list[str], needed_paths: list[str], hidden
     # writable bind mount, the others read-only.
     exposed = _open_exposed([*writable_paths, *needed_paths])
     # Covers, outermost first: private scratch space on /tmp and /dev/shm (nothing left there
-    # reaches the next stage; a needed path under /tmp, e.g. a test cache, is bound back in),
+    # reaches the next sandbox; a needed path under /tmp, e.g. a test cache, is bound back in),
     # then the hidden paths (other attempts' run directories, /run's sockets, service data),
     # each an empty read-only file system with the exposed paths inside it bound back.
     covers = [(path, True) for path in _SCRATCH] + [(os.path.realpath(h), False) for h in hidden_paths]

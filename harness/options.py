@@ -52,7 +52,7 @@ def default_tolerance(dtype_name: str) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Timeouts:
-    """Seconds per stage; the stage's whole process tree is killed when one runs out."""
+    """Seconds per stage; the sandbox's whole process tree is killed when one runs out."""
 
     #: A binding without the precompiled header, or nvcc with torch headers: ~60 s on the H200 host
     #: and ~100 s on 2 cores; the first build of a precompiled header adds about as much.
@@ -91,7 +91,7 @@ class TimingOptions:
     flush_cache: bool = True
 
     def to_dict(self) -> JsonObject:
-        """Every field (the stage requests carry it; the baseline cache's key hashes it)."""
+        """Every field (the requests to sandboxes carry it; the baseline cache's key hashes it)."""
         return {
             "warmup_ms": self.warmup_ms, "min_warmup_calls": self.min_warmup_calls,
             "min_repeats": self.min_repeats, "max_repeats": self.max_repeats,
@@ -124,7 +124,7 @@ class HarnessOptions:
         max_jobs: parallel compile jobs for ninja.
         sandbox: isolate children in namespaces where the OS allows (see docs/integrity.md).
         output_limit: bytes of a child's stdout+stderr kept in a verdict's log.
-        memory_limit_mb: host memory of each compile and candidate stage process (``RLIMIT_AS``
+        memory_limit_mb: host memory of each compile and candidate sandbox (``RLIMIT_AS``
             and ``RLIMIT_DATA`` on the cpu target; ``RLIMIT_DATA`` only on cuda, where the
             driver reserves huge address ranges). ``None``: half the host's memory on cpu, no
             limit on cuda (give the GPU worker's container a memory limit; docs/integrity.md).
@@ -132,31 +132,31 @@ class HarnessOptions:
             and parameters, computed on the meta device before anything is allocated); a larger
             problem is refused with the figure at admission and reference start. ``None``: an
             eighth of the host's memory (the referee holds several input and output sets).
-        hidden_paths: directories no stage may see (the service's data directory, a SQLite
+        hidden_paths: directories no sandbox may see (the service's data directory, a SQLite
             database's folder, secrets); ``/run`` and other attempts' run directories are
-            always hidden from compile and candidate stages.
+            always hidden from compile and candidate sandboxes.
         pch: precompile ``<torch/extension.h>`` for the flag set the playbook prescribes (and, at
-            a worker's start-up, `harness.warm_headers`, the other common ones), in a stage that
+            a worker's start-up, `harness.warm_headers`, the other common ones), in a sandbox that
             runs no candidate code, and let candidates' C++ bindings use it (roughly halves a cold
             compile); keyed by normalised flags; candidates never publish one (docs/integrity.md).
         trusted_builds: a candidate's ``load_inline`` of plain sources and allowlisted flags is
-            built by a separate builder stage that runs no candidate code, which reuses the object
+            built by a separate builder sandbox that runs no candidate code, which reuses the object
             of every translation unit built before with the same text and flags (an attempt that
             changes only its kernels recompiles only ``cuda.cu``) and keeps new ones for later
-            builds; anything else builds in the compile stage as before (docs/integrity.md).
-        prestart: start the next attempt's compile and candidate stage processes when an attempt
+            builds; anything else builds in the compile sandbox as before (docs/integrity.md).
+        prestart: start the next attempt's compile and candidate sandboxes when an attempt
             ends and when the reference starts (or, if none is waiting, as an attempt begins, so
-            the candidate stage starts up while it compiles), so their interpreter
+            the candidate sandbox starts up while it compiles), so their interpreter
             start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
             attempt; they run no candidate code before one is handed to them, and nothing is
             timed while one is starting up. The one-shot `harness.evaluate` turns it off.
-        process_limit: processes a stage running problem code (admission, reference) may hold at
+        process_limit: processes a sandbox running problem code (admission, reference) may hold at
             once; the warden kills it past that ("exceeded its process limit"), and in a user
             namespace of its own the kernel refuses the fork (``RLIMIT_NPROC``, where threads
             count too). ``None``: 16 per core, at least 1024 (``torch.compile``'s worker pool
             and torch's threads fit).
-        problem_cpu_s: CPU seconds (all threads) a stage running problem code may use
-            (``RLIMIT_CPU``); ``None``: every core busy for the stage's own time limits.
+        problem_cpu_s: CPU seconds (all threads) a sandbox running problem code may use
+            (``RLIMIT_CPU``); ``None``: every core busy for the sandbox's own time limits.
         rejudge: this evaluation re-judges a kernel already timed (a quarantined one, a job's best,
             a bench entry) in a fresh Referee with fresh secret seeds (`harness.retime`); the
             verdict says so (its message, ``provenance.timing_mode``).
@@ -174,7 +174,7 @@ class HarnessOptions:
     max_jobs: int = max(1, min(8, (os.cpu_count() or 2)))
     sandbox: bool = True
     #: How CUDA outputs reach the comparer: "file" (raw bytes and a validated description) or "cuda_ipc" (no
-    #: copy through the host; experimental: on the H200 between our sandboxed stages
+    #: copy through the host; experimental: on the H200 between our sandboxes
     #: cudaIpcOpenMemHandle returned cudaErrorInvalidValue, so it is not the default yet).
     cuda_transport: str = "file"
     output_limit: int = 16 * 1024

@@ -8,7 +8,7 @@ state dict is ``Model``'s: the referee loads the model's weights into it by name
 
 Two forms: *standalone* (``patched.py``: imports the model file from beside it, or from its
 absolute path, and checks and times itself when run), and *candidate* (the model's source
-inside, for the referee, whose candidate stage sees no other file). Standard library only: the
+inside, for the referee, whose candidate sandbox sees no other file). Standard library only: the
 text is assembled, nothing is run.
 """
 

@@ -1,10 +1,10 @@
 """The referee's side of the trusted reference process: its start, the baselines, the comparer.
 
-`ReferenceClient` starts one reference stage for a Referee (idempotent; restarted after a
+`ReferenceClient` starts one reference sandbox for a Referee (idempotent; restarted after a
 failure), times the baselines once in the metered loop, driven from here exactly as a candidate is
 (`harness.meter`), and caches them on disk by full provenance (`baseline_key`), measures what the
 loop itself costs per call on this host (`calibration`, the trusted clock's reference) and compares
-a candidate's outputs there (`compare`), where the candidate cannot reach the expected ones. The stage runs the
+a candidate's outputs there (`compare`), where the candidate cannot reach the expected ones. The sandbox runs the
 problem's code: what goes wrong in it is `ReferenceFailed`, whose ``kind`` says whose fault it
 is. Standard library only.
 """
@@ -28,7 +28,7 @@ from harness.meter.clock import Calibration
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
 from harness.options import HarnessOptions
-from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
+from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
 from harness.progress import StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
 from harness.protocol.meter import MeterEnd, Metering
@@ -43,9 +43,9 @@ from harness.protocol.reference import (
     ReferenceStart,
     Timed,
 )
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
+from harness.sandboxpool import CANCELLED_MESSAGE, SandboxPool, sandbox_namespaces
 from harness.seeds import TrialSpec, derive_seed
-from harness.stagepool import CANCELLED_MESSAGE, StagePool, stage_namespaces
 from problems.spec import Problem
 from vocabulary.evaluation import Target
 from vocabulary.provenance import HARNESS_VERSION
@@ -56,14 +56,14 @@ from vocabulary.wire import WireError
 
 __all__ = ["CALIBRATION_BUDGET_S", "ReferenceClient", "ReferenceFailed"]
 
-#: What the device's measured rates depend on besides the machine (the stages get these as set here).
+#: What the device's measured rates depend on besides the machine (the sandboxes get these as set here).
 _DEVICE_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 _PROBLEM_FRAME = re.compile(r'File "(problem:[^"]*)", line (\d+)')
 #: A calibration takes about this long (at least `_CALIBRATION_CALLS[0]` calls, at most the other):
 #: enough calls that its floor is an undisturbed one on a busy host.
 CALIBRATION_BUDGET_S = 0.5
 _CALIBRATION_CALLS = (10, 40)
-#: What a reference stage that answered nonsense did (only the problem's code can make it).
+#: What a reference sandbox that answered nonsense did (only the problem's code can make it).
 _MALFORMED = "the reference process running the problem's code sent a malformed reply"
 
 
@@ -87,25 +87,25 @@ def _where(errors: str, what: str) -> str:
     return f"{what}{place}: {lines[-1].strip()[:300]}" if lines else what
 
 
-def _problem_failure(process: StageProcess, what: str, details: str) -> str:
-    """``what`` failed in a problem stage; led by the limit it hit, if it hit one."""
+def _problem_failure(process: SandboxProcess, what: str, details: str) -> str:
+    """``what`` failed in a problem sandbox; led by the limit it hit, if it hit one."""
     limit = limit_message(process.spec, process.exit_code(1.0), details)
     return f"{limit}: {what}" if limit else what
 
 
 class ReferenceClient:
-    """One Referee's reference stage (see the module's docstring).
+    """One Referee's reference sandbox (see the module's docstring).
 
     Args:
         problem, target, options: the Referee's.
         trials: the trials planned from the job's secret (their expected outputs are computed there).
         secret: the job's secret: only derived seeds leave this process.
-        pool: the Referee's stages (the reference is recorded there for a cancel).
+        pool: the Referee's sandboxes (the reference is recorded there for a cancel).
         reporter: a new stage reporter for the Referee's current listener.
     """
 
     def __init__(self, problem: Problem, target: Target, options: HarnessOptions, *, trials: tuple[TrialSpec, ...],
-                 secret: int, pool: StagePool, reporter: Callable[[], StageReporter]) -> None:
+                 secret: int, pool: SandboxPool, reporter: Callable[[], StageReporter]) -> None:
         self.problem = problem
         self.target = target
         self.options = options
@@ -113,7 +113,7 @@ class ReferenceClient:
         self._secret = secret
         self._pool = pool
         self._reporter = reporter
-        self._process: StageProcess | None = None
+        self._process: SandboxProcess | None = None
         #: What the started reference knows (None until it started).
         self.info: ReferenceInfo | None = None
         #: Whether a time under the roofline (``info.sol_ms``) may quarantine a candidate.
@@ -140,12 +140,12 @@ class ReferenceClient:
             self._process = None
 
     def _fail_closed(self) -> None:
-        """After a failure mid-request: the reference closed and the spare stages discarded (a
+        """After a failure mid-request: the reference closed and the spare sandboxes discarded (a
         problem that failed gets no next attempt)."""
         self._pool.discard_spares()
         self.close()
 
-    def _process_alive(self) -> StageProcess:
+    def _process_alive(self) -> SandboxProcess:
         assert self._process is not None, "the reference is not started"
         return self._process
 
@@ -163,20 +163,20 @@ class ReferenceClient:
         if self._process is not None and self._process.exit_code() is None and self.info is not None:
             return self.info
         self.close()
-        self._pool.prestart()  # a job's first attempt finds its stages started too
+        self._pool.prestart()  # a job's first attempt finds its sandboxes started too
         workdir = self._pool.new_run_dir("reference")
         caches = compiler_cache_dir(self.options, self.problem.sha256)
         caches.mkdir(parents=True, exist_ok=True)
         # Its own PID namespace on cuda too, unless outputs travel by CUDA IPC (which fails across
-        # PID namespaces): everything the problem's code starts dies with the stage.
-        namespaces = stage_namespaces(self.target if self.options.cuda_transport == "cuda_ipc" else Target.CPU)
-        spec = problem_stage_spec(
+        # PID namespaces): everything the problem's code starts dies with the sandbox.
+        namespaces = sandbox_namespaces(self.target if self.options.cuda_transport == "cuda_ipc" else Target.CPU)
+        spec = problem_sandbox_spec(
             "reference", workdir, self.options, self.target, namespaces=namespaces,
             visible=(self._pool.runs_root,), writable=(caches,),
             extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
                        "TRITON_CACHE_DIR": str(caches / "triton")})
         meter = install_meter(self.options.builds_dir, workdir)
-        process = self._pool.started(StageProcess(spec, sandbox=self.options.sandbox))
+        process = self._pool.started(SandboxProcess(spec, sandbox=self.options.sandbox))
         devices = self._device_record()
         settled = devices.settled()
         request = ReferenceStart(
@@ -220,7 +220,7 @@ class ReferenceClient:
             raise ReferenceFailed(_problem_failure(process, _where(errors, "the problem's code failed to run"), errors),
                                   errors, ErrorKind.PROBLEM)
         best = devices.best()
-        if best is not None:  # the roofline of the machine's best measurement, whatever the stage said
+        if best is not None:  # the roofline of the machine's best measurement, whatever the sandbox said
             reply = replace(reply, specs=best, sol_ms=best.sol_ms(reply.flops, reply.min_bytes, reply.output_dtype))
         # Other work only lowers a measured rate, so CPU peaks measured only on a loaded host put the
         # roofline above honest times (seen: a 6.8x kernel "faster than the roofline" on a busy
@@ -232,7 +232,7 @@ class ReferenceClient:
         return reply
 
     def _device_record(self) -> DeviceRecord:
-        """This machine's record of the device (`harness.devicerecord`), for what the stages get."""
+        """This machine's record of the device (`harness.devicerecord`), for what the sandboxes get."""
         environment = {name: os.environ.get(name, "") for name in _DEVICE_ENVIRONMENT}
         return DeviceRecord(self.options.cache_dir / "devices", self.target.value, environment)
 
@@ -257,7 +257,7 @@ class ReferenceClient:
 
     def baselines(self) -> Baselines:
         """Eager and torch.compile timings of the reference, cached by full provenance (once the
-        stages starting up are ready: nothing else may run while they are timed).
+        sandboxes starting up are ready: nothing else may run while they are timed).
 
         A measured figure is recorded for this machine (`harness.baselinerecord`) and cached
         only once it agrees with one an earlier job measured; one that disagrees is re-taken, and

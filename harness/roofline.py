@@ -7,7 +7,7 @@ and the minimum bytes being inputs + outputs + parameters and buffers, each move
 rates come from a table of datasheet figures (fp32 without TF32, since TF32 is off) or are
 measured where the device is unknown; bandwidth is always measured (a large device-to-device
 copy, bytes read plus written), each the best of several rounds, once per machine
-(`harness.devicerecord`). Runs in stage processes.
+(`harness.devicerecord`). Runs in sandboxes.
 """
 
 from __future__ import annotations

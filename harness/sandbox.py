@@ -1,10 +1,10 @@
-"""Sandboxed stage processes: spawn, talk over a private channel, kill the whole tree.
+"""Sandboxes: spawn, talk over a private channel, kill the whole tree.
 
-Every stage (compile, reference, candidate, admission) runs as
+Every sandbox (compile, reference, candidate, admission) runs as
 ``warden (subreaper, namespaces) -> python -m harness.roles ROLE``, started in its own session
 (``setsid``) with an allowlisted environment, stdout and stderr captured to a file that is
 truncated when read back. Messages (`harness.protocol`) travel over a private socket pair
-(`harness.channel`). What a stage may use is a `harness.sandboxspec.SandboxSpec`; what the warden
+(`harness.channel`). What a sandbox may use is a `harness.sandboxspec.SandboxSpec`; what the warden
 achieved comes back as a `harness.sandboxspec.SandboxReport`. Stdlib only: the
 process that drives evaluations (a worker, the CLI) never imports torch for this.
 """
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from enum import IntEnum
 from pathlib import Path
 
-from harness.channel import Channel, StageMessage
+from harness.channel import Channel, SandboxMessage
 from harness.protocol import Exit
 from harness.sandboxspec import REPO_ROOT, SandboxReport, SandboxSpec
 from vocabulary.wire import JsonObject
@@ -33,44 +33,44 @@ from vocabulary.wire import JsonObject
 __all__ = [
     "ALWAYS_HIDDEN",
     "ExitCode",
-    "StageProcess",
+    "SandboxProcess",
     "host_private_paths",
-    "kill_all_stages",
-    "kill_stages",
+    "kill_all_sandboxes",
+    "kill_sandboxes",
     "paused_tree",
     "protect_current_process",
     "read_tail",
     "visible_under_run",
 ]
 
-#: Hidden from every stage: the host's sockets (PostgreSQL, Redis, MySQL, Docker) live there, and
+#: Hidden from every sandbox: the host's sockets (PostgreSQL, Redis, MySQL, Docker) live there, and
 #: a network namespace does not cut off Unix sockets reachable through the file system.
 ALWAYS_HIDDEN = (Path("/run"),)
 _WARDEN = Path(__file__).with_name("warden.py")
 _TERM_GRACE_S = 3.0
-#: Packages of this checkout a stage imports; the rest of it (a deployment's configuration, keys,
+#: Packages of this checkout a sandbox imports; the rest of it (a deployment's configuration, keys,
 #: data beside the code) is not bound back when the checkout lies under a hidden path.
-_STAGE_PACKAGES = ("harness", "problems", "vocabulary")
+_SANDBOX_PACKAGES = ("harness", "problems", "vocabulary")
 #: Never hidden as "the service's working directory or home": covering one of these (or an
-#: ancestor of one) would take the system away from the stage.
+#: ancestor of one) would take the system away from the sandbox.
 _SYSTEM_DIRS = tuple(Path(p) for p in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/dev",
                                        "/proc", "/sys", "/var", "/tmp", "/run", "/nix", "/snap"))
-#: How long `paused_tree` tries to stop a stage's whole tree (it forks, or wakes itself).
+#: How long `paused_tree` tries to stop a sandbox's whole tree (it forks, or wakes itself).
 _PAUSE_S = 2.0
-#: Every stage this process started and has not killed yet (`kill_all_stages`).
-_LIVE: set[StageProcess] = set()
+#: Every sandbox this process started and has not killed yet (`kill_all_sandboxes`).
+_LIVE: set[SandboxProcess] = set()
 _LIVE_LOCK = threading.Lock()
 
 
 class ExitCode(IntEnum):
-    """Exit codes of a stage process (the warden adds 128 + signal for a killed stage)."""
+    """Exit codes of a sandbox (the warden adds 128 + signal for a killed sandbox)."""
 
     OK = 0
-    #: The stage itself failed in a way it reported over the channel.
+    #: The sandbox itself failed in a way it reported over the channel.
     REPORTED = 3
-    #: The warden killed the stage: its processes outnumbered ``rlimits.processes``.
+    #: The warden killed the sandbox: its processes outnumbered ``rlimits.processes``.
     PROCESS_LIMIT = 125
-    #: The warden could not exec the stage.
+    #: The warden could not exec the sandbox.
     EXEC_FAILED = 126
 
 
@@ -80,21 +80,21 @@ def visible_under_run() -> list[Path]:
 
 
 def protect_current_process() -> None:
-    """Make this process non-dumpable: sandboxed stages (without capabilities) cannot read its
+    """Make this process non-dumpable: sandboxes (without capabilities) cannot read its
     ``/proc/<pid>/environ`` or memory even when they run under the same uid."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(4, ctypes.c_ulong(0), 0, 0, 0)
 
 
 def _interpreter_paths() -> list[Path]:
-    """What a stage needs to start Python and import the harness and torch (kept visible): the
+    """What a sandbox needs to start Python and import the harness and torch (kept visible): the
     interpreter's prefixes, the installed entries of the import path, and this checkout's two
     packages the roles import. Never the service's working directory (``''`` or its path on
     ``sys.path``) nor the checkout as a whole: a key file or a database beside the code stays
     hidden with them (`host_private_paths`)."""
     cwd = os.path.realpath(os.getcwd())
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(os.path.realpath(sys.executable)).parent}
-    paths.update(REPO_ROOT / name for name in _STAGE_PACKAGES)
+    paths.update(REPO_ROOT / name for name in _SANDBOX_PACKAGES)
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
@@ -107,9 +107,9 @@ def _interpreter_paths() -> list[Path]:
 
 def host_private_paths() -> list[Path]:
     """The service's working directory, the home directory and this checkout: hidden from every
-    stage (a plaintext API key where ``kernelloop up`` was started, a ``.env``, the data directory
+    sandbox (a plaintext API key where ``kernelloop up`` was started, a ``.env``, the data directory
     inside one of them, a ``~/.netrc``). Left alone where hiding would cover the system (``/``,
-    ``/usr``...); the interpreter, the harness and the stage's own paths under them are bound back."""
+    ``/usr``...); the interpreter, the harness and the sandbox's own paths under them are bound back."""
     found = []
     for raw in (os.getcwd(), os.path.expanduser("~"), str(REPO_ROOT)):
         path = Path(os.path.realpath(raw))
@@ -120,22 +120,22 @@ def host_private_paths() -> list[Path]:
     return found
 
 
-def kill_stages(stages: list[StageProcess]) -> None:
-    """Kill stages side by side (each may take its SIGTERM grace; a cancel must be quick)."""
-    threads = [threading.Thread(target=stage.kill, daemon=True) for stage in stages]
+def kill_sandboxes(sandboxes: list[SandboxProcess]) -> None:
+    """Kill sandboxes side by side (each may take its SIGTERM grace; a cancel must be quick)."""
+    threads = [threading.Thread(target=sandbox.kill, daemon=True) for sandbox in sandboxes]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
 
-def kill_all_stages() -> int:
-    """Kill every stage this process started and did not kill yet, with their trees (a worker
+def kill_all_sandboxes() -> int:
+    """Kill every sandbox this process started and did not kill yet, with their trees (a worker
     orphaned by its supervisor, a cancel): returns how many there were."""
     with _LIVE_LOCK:
-        stages = list(_LIVE)
-    kill_stages(stages)
-    return len(stages)
+        sandboxes = list(_LIVE)
+    kill_sandboxes(sandboxes)
+    return len(sandboxes)
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -153,7 +153,7 @@ def _state(pid: int) -> str:
 
 
 def _tree(root: int) -> frozenset[int]:
-    """Every descendant of ``root`` (one pass over /proc; the warden adopts orphans, so a stage's
+    """Every descendant of ``root`` (one pass over /proc; the warden adopts orphans, so a sandbox's
     processes stay under it whatever they do)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -207,8 +207,8 @@ def read_tail(path: Path, limit: int) -> str:
     return f"[... {size - limit} bytes cut ...]\n{text}" if size > limit else text
 
 
-class StageProcess:
-    """One running sandboxed stage. Use as a context manager: the tree dies on exit."""
+class SandboxProcess:
+    """One running sandbox. Use as a context manager: the tree dies on exit."""
 
     def __init__(self, spec: SandboxSpec, *, sandbox: bool = True) -> None:
         self.spec = spec
@@ -217,7 +217,7 @@ class StageProcess:
         parent_sock, child_sock = socket.socketpair()
         status_r, status_w = os.pipe()
         warden_cfg: JsonObject = {
-            # -P: the stage's own directory (where candidate code writes) is never on its sys.path.
+            # -P: the sandbox's own directory (where candidate code writes) is never on its sys.path.
             "argv": [sys.executable, "-P", "-m", "harness.roles", spec.role, str(child_sock.fileno())],
             "cwd": str(spec.workdir),
             "namespaces": list(spec.namespaces) if sandbox else [],
@@ -248,7 +248,7 @@ class StageProcess:
             self.sandbox_report = SandboxReport.parse(fh.read())
 
     # -- messages ------------------------------------------------------------------------
-    def request(self, message: StageMessage, *, timeout: float) -> JsonObject:
+    def request(self, message: SandboxMessage, *, timeout: float) -> JsonObject:
         """Send one message and wait for the reply, for the caller to read with the reply's
         ``from_dict`` (raises ChannelTimeout / ChannelClosed)."""
         self.channel.send(message)
@@ -269,7 +269,7 @@ class StageProcess:
             return None
 
     def describe_exit(self, wait_s: float = 2.0) -> str:
-        """A human reason for the stage's end: its exit code or the signal that killed it."""
+        """A human reason for the sandbox's end: its exit code or the signal that killed it."""
         code = self.exit_code(wait_s)
         if code is None:
             return "still running"
@@ -288,12 +288,12 @@ class StageProcess:
         return read_tail(self.log_path, limit)
 
     def paused(self) -> contextlib.AbstractContextManager[bool]:
-        """Every process of the stage stopped while the trusted side measures the host alone
+        """Every process of the sandbox stopped while the trusted side measures the host alone
         (`paused_tree`); the warden runs on."""
         return paused_tree(self._proc.pid)
 
     def kill(self) -> None:
-        """End the stage and every descendant (the warden kills what it adopted)."""
+        """End the sandbox and every descendant (the warden kills what it adopted)."""
         self.channel.close()
         if self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -304,20 +304,20 @@ class StageProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
-        # Stragglers that stayed in the stage's session but escaped the warden's adoption.
+        # Stragglers that stayed in the sandbox's session but escaped the warden's adoption.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         with _LIVE_LOCK:
             _LIVE.discard(self)
 
     def close(self, *, timeout: float = 5.0) -> None:
-        """Ask the stage to finish, then make sure its tree is gone."""
+        """Ask the sandbox to finish, then make sure its tree is gone."""
         with contextlib.suppress(OSError):
             self.channel.send(Exit())
         self.exit_code(timeout)
         self.kill()
 
-    def __enter__(self) -> StageProcess:
+    def __enter__(self) -> SandboxProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,10 +1,10 @@
-"""The confinement of one stage, as values: what it may see and use, and what it got.
+"""The confinement of one sandbox, as values: what it may see and use, and what it got.
 
-A `SandboxSpec` says what a stage process may see and use: its role, working directory,
+A `SandboxSpec` says what a sandbox may see and use: its role, working directory,
 namespaces, the paths it writes, needs or must not see, whether a GPU is visible, its environment
 (an allowlisted copy of the harness's, `ENV_ALLOWLIST`) and its `ResourceLimits`. The warden
 (`harness.warden`) applies it and reports what it achieved as a `SandboxReport`;
-`harness.sandbox.StageProcess` starts the stage under it. Standard library only.
+`harness.sandbox.SandboxProcess` starts the sandbox under it. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from vocabulary.wire import Reader, WireError
 
 __all__ = ["ENV_ALLOWLIST", "REPO_ROOT", "ResourceLimits", "SandboxReport", "SandboxSpec"]
 
-#: Environment variables a stage inherits from the harness; everything else is dropped, so no
+#: Environment variables a sandbox inherits from the harness; everything else is dropped, so no
 #: API key, database or broker URL reaches a problem or a candidate.
 ENV_ALLOWLIST = (
     "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH",
@@ -28,15 +28,15 @@ ENV_ALLOWLIST = (
     # Thread counts of a CPU worker (a shared host pins them; nothing secret).
     "OMP_NUM_THREADS", "MKL_NUM_THREADS",
 )
-#: The checkout this harness runs from: a stage imports its ``harness`` and ``problems``.
+#: The checkout this harness runs from: a sandbox imports its ``harness`` and ``problems``.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True, kw_only=True)
 class ResourceLimits:
-    """A stage's resource limits (``setrlimit``, soft = hard), None where the stage keeps its own.
+    """A sandbox's resource limits (``setrlimit``, soft = hard), None where the sandbox keeps its own.
 
-    ``processes`` is also counted by the warden (it kills the stage past it, `ExitCode.PROCESS_LIMIT`),
+    ``processes`` is also counted by the warden (it kills the sandbox past it, `ExitCode.PROCESS_LIMIT`),
     which holds where the kernel's per-user ``RLIMIT_NPROC`` does not (root, no user namespace).
     """
 
@@ -50,7 +50,7 @@ class ResourceLimits:
 
     @property
     def memory_bytes(self) -> int | None:
-        """The memory limit a stage hits first (address space, else data)."""
+        """The memory limit a sandbox hits first (address space, else data)."""
         return self.address_space_bytes or self.data_bytes
 
     def to_dict(self) -> dict[str, int]:
@@ -62,8 +62,8 @@ class ResourceLimits:
 
 @dataclass(frozen=True, kw_only=True)
 class SandboxReport:
-    """What the warden achieved for a stage, from its status pipe: the namespaces it entered,
-    notes on what it could not do, and why the stage could not be exec'd (if it could not).
+    """What the warden achieved for a sandbox, from its status pipe: the namespaces it entered,
+    notes on what it could not do, and why the sandbox could not be exec'd (if it could not).
     ``received`` is False when the warden wrote nothing (it died before)."""
 
     received: bool = False
@@ -85,22 +85,22 @@ class SandboxReport:
 
 @dataclass(frozen=True, kw_only=True)
 class SandboxSpec:
-    """How one stage process is isolated.
+    """How one sandbox is isolated.
 
     Args:
         role: the entry in ``harness.roles`` to run.
-        workdir: the stage's private, writable working directory (also HOME and TMPDIR).
+        workdir: the sandbox's private, writable working directory (also HOME and TMPDIR).
         namespaces: wanted namespaces ("user", "mount", "net", "pid"); fewer are used where the
             OS refuses (the warden reports which).
-        writable_paths: besides ``workdir``, paths the stage may write (the build cache for a
+        writable_paths: besides ``workdir``, paths the sandbox may write (the build cache for a
             compile); everything else is read-only where a mount namespace is available.
-        needed_paths: paths the stage reads that must stay visible: bound back, read-only, when
+        needed_paths: paths the sandbox reads that must stay visible: bound back, read-only, when
             they lie under a covered path (the private /tmp, a hidden path).
         hidden_paths: directories covered by an empty read-only file system (other attempts' run
             directories, ``/run`` with its sockets, the service's data); writable and needed
             paths inside them stay visible.
         gpu_visible: whether CUDA devices are visible (compiles run without).
-        extra_env: variables set for the stage on top of the allowlisted ones.
+        extra_env: variables set for the sandbox on top of the allowlisted ones.
         rlimits: its resource limits.
     """
 
@@ -126,7 +126,7 @@ class SandboxSpec:
             PYTHONUNBUFFERED="1",
             PYTHONNOUSERSITE="1",
             # cuBLAS and cuDNN read this when the candidate's process first uses them (the candidate
-            # stage does so before importing candidate code): TF32 stays off in vendor math whatever
+            # sandbox does so before importing candidate code): TF32 stays off in vendor math whatever
             # the candidate sets, also between our after-call checks or behind a patched check.
             NVIDIA_TF32_OVERRIDE="0",
         )

@@ -1,6 +1,6 @@
 """CPU sizes for a problem sized for a GPU: scale its size constants down until one trial fits a
 budget, then check that the problem still admits (trusted side; problem code runs only in
-sandboxed admission stages).
+admission sandboxes).
 
 Every size constant set from a literal (`problems.constants.literal_sizes`: integers of at least
 16, and the integers in tuples of them) is halved at each step, never below 8 (a value under 16 is

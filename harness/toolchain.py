@@ -35,7 +35,7 @@ def cuda_toolkit_home() -> Path | None:
 
 def cuda_unavailable(*, gpu: bool = True) -> str | None:
     """Why the cuda target cannot run here, or None; ``gpu=False``: only compiles will run (they
-    need the toolkit, never a GPU: compile stages see none)."""
+    need the toolkit, never a GPU: compile sandboxes see none)."""
     device_node = _NVIDIA_DEVICE
     missing = []
     if gpu and not device_node.exists():

@@ -1,4 +1,4 @@
-"""The warden: the first process of every sandboxed stage. Stdlib only; run by path (``python -I``).
+"""The warden: the first process of every sandbox. Stdlib only; run by path (``python -I``).
 
 It is started by `harness.sandbox` in a new session with an allowlisted environment, and:
 
@@ -6,21 +6,21 @@ It is started by `harness.sandbox` in a new session with an allowlisted environm
    orphaned descendant — also one that called ``setsid`` or double-forked — is re-parented to it;
 2. unshares the namespaces it is allowed to (user, mount, network, PID), falling back to fewer
    where the OS refuses, and reports what it achieved on its status pipe;
-3. in a new mount namespace: the whole tree remounted read-only except the stage's writable
+3. in a new mount namespace: the whole tree remounted read-only except the sandbox's writable
    paths; small private tmpfs on ``/tmp`` and ``/dev/shm``; hidden paths covered by an empty
-   read-only tmpfs; the stage's writable and needed paths under a cover bound back into place
+   read-only tmpfs; the sandbox's writable and needed paths under a cover bound back into place
    (through descriptors opened before the covers went on) — steps 2 and 3 are
    `harness.namespaces`, the one module it imports besides the standard library;
-4. forks the stage process, which (re)mounts ``/proc`` for its PID namespace, sets resource
-   limits, drops every capability, sets ``no_new_privs`` and execs the stage;
-5. while the stage runs, counts its processes against its process limit (``rlimits["NPROC"]``,
+4. forks the sandbox's own process, which (re)mounts ``/proc`` for its PID namespace, sets resource
+   limits, drops every capability, sets ``no_new_privs`` and execs the role;
+5. while that process runs, counts its processes against its process limit (``rlimits["NPROC"]``,
    also where the kernel's ``RLIMIT_NPROC`` does not hold: root, no user namespace) and kills it
    once over (exit status 125);
-6. when the stage exits, or on SIGTERM, kills every remaining descendant and exits with the
-   stage's status (128 + signal when it was killed).
+6. when it exits, or on SIGTERM, kills every remaining descendant and exits with the
+   process's status (128 + signal when it was killed).
 
 Why a separate process: a user namespace cannot be created by a process that already has
-threads (torch starts them), and the subreaper must outlive the stage to collect its orphans.
+threads (torch starts them), and the subreaper must outlive the sandbox's process to collect its orphans.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _set_rlimits(limits: dict[str, int], *, own_user_namespace: bool) -> None:
     for name, value in limits.items():
         if name == "NPROC" and not own_user_namespace:
             # Counted per user across the host outside a user namespace of our own: a limit meant
-            # for the stage would count every process of the service's user. The warden's count
+            # for the sandbox would count every process of the service's user. The warden's count
             # (`_watch`) holds the line there.
             continue
         res = getattr(resource, f"RLIMIT_{name}")
@@ -85,8 +85,8 @@ def _set_rlimits(limits: dict[str, int], *, own_user_namespace: bool) -> None:
         resource.setrlimit(res, (value, value))
 
 
-#: The host's /proc, opened before the stage mounts its own over it (in a PID namespace, /proc
-#: then lists the stage's namespace, where this process and its pids do not appear).
+#: The host's /proc, opened before the sandbox's process mounts its own over it (in a PID namespace, /proc
+#: then lists the sandbox's namespace, where this process and its pids do not appear).
 _PROC_FD: int | None = None
 
 
@@ -144,15 +144,15 @@ def _reap(block: bool) -> None:
             return
 
 
-#: How often the warden counts a stage's processes against its process limit.
+#: How often the warden counts a sandbox's processes against its process limit.
 _WATCH_S = 0.25
-#: Exit status when the stage outnumbered its process limit (`harness.sandbox.ExitCode`).
+#: Exit status when the sandbox's tree outnumbered its process limit (`harness.sandbox.ExitCode`).
 _PROCESS_LIMIT_EXIT = 125
 
 
-def _watch(stage: int, process_limit: int | None) -> int:
-    """Reap until the stage exits; its exit status (128 + signal when killed). With a process
-    limit, the stage's tree is counted every `_WATCH_S` and killed once it holds more."""
+def _watch(child: int, process_limit: int | None) -> int:
+    """Reap until the sandbox's process (``child``) exits; its exit status (128 + signal when killed). With a process
+    limit, the sandbox's tree is counted every `_WATCH_S` and killed once it holds more."""
     while True:
         while True:
             try:
@@ -161,12 +161,12 @@ def _watch(stage: int, process_limit: int | None) -> int:
                 return 1
             if done == 0:
                 break
-            if done == stage:
+            if done == child:
                 code = os.waitstatus_to_exitcode(status)
                 return 128 - code if code < 0 else code
         if process_limit and len(_descendants()) > process_limit:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(stage, signal.SIGKILL)  # in a PID namespace the kernel ends the rest with it
+                os.kill(child, signal.SIGKILL)  # in a PID namespace the kernel ends the rest with it
             return _PROCESS_LIMIT_EXIT
         signal.sigtimedwait([signal.SIGCHLD], _WATCH_S if process_limit else 3600)
 
@@ -182,7 +182,7 @@ def run_warden() -> int:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     status_fd = cfg["status_fd"]
 
-    # Before the fork: a stage ended right after it started (a prestarted one the referee no
+    # Before the fork: a sandbox ended right after it started (a prestarted one the referee no
     # longer needs) must still take its child with it, killed and reaped, before we exit.
     def on_term(signum: int, frame: object) -> None:
         _kill_descendants()
@@ -203,7 +203,7 @@ def run_warden() -> int:
             except OSError as exc:
                 notes.append(f"mounts: {exc}")
 
-    read_fd, write_fd = os.pipe()  # closes in the stage at exec: tells us exec happened
+    read_fd, write_fd = os.pipe()  # closes in the child at exec: tells us exec happened
     os.set_inheritable(write_fd, False)
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # `_watch` waits for it
     pid = os.fork()

@@ -11,7 +11,7 @@ returns the override plus each derived constant's new value, which the harness s
 module. Stdlib only.
 
 Values: a `Constant` (a number, a string, a bool, None, or a tuple or list of them: what a size
-constant can be, and JSON as it stands, so a problem's sizes travel to the referee's stage
+constant can be, and JSON as it stands, so a problem's sizes travel to the referee's sandbox
 processes unchanged); `Constants`, module constants by name (what `module_constants` finds, an
 override sets and `resolve_overrides` returns).
 """

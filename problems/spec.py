@@ -59,7 +59,7 @@ __all__ = [
     "parse_problem",
 ]
 
-#: `Problem.to_dict()`: the problem as JSON (what the referee's stage processes and the store's
+#: `Problem.to_dict()`: the problem as JSON (what the referee's sandboxes and the store's
 #: ``declarations`` column receive): declarations and strings, the sizes and the extra shapes.
 ProblemFields: TypeAlias = "dict[str, Constant | Constants | list[Constants]]"
 

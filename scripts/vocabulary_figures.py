@@ -9,8 +9,8 @@ Prints, for the packages (every top-level package of the service):
   subscripts or `.get` on a verdict's JSON (each way's call sites);
 - event-type definitions: enums or constants that name job event types;
 - problem parses per job: `parse_problem` calls while a worker runs an evaluation job
-  (in-process, SQLite, a scripted referee: what the service does before the stages), and the
-  stage requests whose stage parses the source again on receipt;
+  (in-process, SQLite, a scripted referee: what the service does before the sandboxes), and the
+  requests that make a sandbox parse the source again on receipt;
 - modules over 350 lines, per package;
 - `dict[str, Any]`, `Any` and `type: ignore` counts;
 - with ``--make-test``: `make test`'s wall clock on a fresh clone.
@@ -170,8 +170,8 @@ def problem_parses(root: Path) -> int | None:
         return None
 
 
-def stage_reparses(root: Path) -> list[str]:
-    """Stage requests whose stage parses the problem's source again on receipt (`request_problem`)."""
+def sandbox_reparses(root: Path) -> list[str]:
+    """Requests that make a sandbox parse the problem's source again on receipt (`request_problem`)."""
     found = []
     for path in sorted((root / "harness" / "protocol").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -217,7 +217,7 @@ def main() -> int:
         "stored_verdict_reads": verdict_reads(files, root),
         "event_type_definitions": event_definitions(files, root),
         "problem_parses_per_job": problem_parses(root),
-        "stage_requests_reparsing_the_problem": stage_reparses(root),
+        "sandbox_requests_reparsing_the_problem": sandbox_reparses(root),
         "modules_over_350_lines": long_modules(by_package, root),
         "counts": counts(files),
     }
@@ -232,9 +232,9 @@ def main() -> int:
     reads = figures["stored_verdict_reads"]
     print(f"ways of reading a stored verdict: {len(reads)} {reads}")
     print(f"event-type definitions: {len(figures['event_type_definitions'])} {figures['event_type_definitions']}")
-    print(f"problem parses per job, in the worker: {figures['problem_parses_per_job']}; stage requests that parse "
-          f"it again: {len(figures['stage_requests_reparsing_the_problem'])} "
-          f"{figures['stage_requests_reparsing_the_problem']}")
+    print(f"problem parses per job, in the worker: {figures['problem_parses_per_job']}; sandbox requests that parse "
+          f"it again: {len(figures['sandbox_requests_reparsing_the_problem'])} "
+          f"{figures['sandbox_requests_reparsing_the_problem']}")
     over = figures["modules_over_350_lines"]
     print(f"modules over {MAX_LINES} lines: {sum(len(v) for v in over.values())}")
     for name, modules in over.items():

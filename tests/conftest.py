@@ -14,7 +14,7 @@ import pytest
 #: torch alone (elsewhere a test that needs a database fails for want of its fixture, never skips).
 pytest_plugins = ["tests.support.databases"] if importlib.util.find_spec("sqlalchemy") else []
 
-# One OpenMP thread per sandboxed stage (the variable is on the harness's environment allowlist):
+# One OpenMP thread per sandbox (the variable is on the harness's environment allowlist):
 # on a 2-core CI machine shared with other jobs, OpenMP barriers waiting for a descheduled thread
 # make CPU timings swing by 10-100x, and a baseline timed in such a moment would quarantine a
 # legit candidate as "suspicious". Baselines are cached per thread count.

@@ -7,7 +7,7 @@ The direction, as the code has it (pinned here; the package docstrings say the s
                                    referee's Verdict to the job events; problems: parsed, never
                                    run; display: formats)
        ↑
-    harness                        the referee; torch only inside its stage processes
+    harness                        the referee; torch only inside its sandboxes
        ↑         ↑        ↑
     agent      store    config     store: vocabulary only; config: `harness.options` (a value
        ↑         ↑                 module) for the one default cache folder; the agent also
@@ -208,7 +208,7 @@ def test_service_packages_take_only_the_harness_value_modules() -> None:
 def test_value_modules_of_the_harness_exist() -> None:
     # The rule above would pass vacuously if the classification broke.
     assert not _runs("harness.options") and not _runs("harness.progress")
-    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.meter.stage")
+    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.meter.sandboxed")
 
 
 def test_the_api_takes_of_the_agent_only_the_scripted_llms_table() -> None:

@@ -2,7 +2,7 @@
 
 The verdict's compile section (`Verdict.compile`). Frozen values with ``to_dict()`` /
 ``from_dict()``; a fact a build did not reach is None and left out of the JSON, as the compile
-stage leaves it out. The compile stage reports them, and it runs the candidate's import-time code:
+sandbox leaves it out. The compile sandbox reports them, and it runs the candidate's import-time code:
 its reply is read through `vocabulary.wire.Reader` where it enters (`harness.protocol`), so a
 malformed one is a `WireError`. The build cache (`harness.buildcache`) records them as it builds.
 Standard library only.
@@ -19,9 +19,9 @@ __all__ = ["BuildFailure", "BuildPhase", "CompileResult", "ExtensionBuild", "Hea
 
 
 class BuildPhase(StrEnum):
-    """Where a candidate built an extension that its compile stage did not (a *lazy* build, made in
-    the candidate stage through the same trusted builder): its module's import there (a build
-    gated on something only that stage has, such as ``torch.cuda.is_available()``), ``ModelNew``'s
+    """Where a candidate built an extension that its compile sandbox did not (a *lazy* build, made in
+    the candidate sandbox through the same trusted builder): its module's import there (a build
+    gated on something only that sandbox has, such as ``torch.cuda.is_available()``), ``ModelNew``'s
     ``__init__``, or a forward."""
 
     IMPORT = "import"
@@ -125,12 +125,13 @@ class ExtensionBuild:
     cached: bool
     seconds: float = 0.0
     pch: HeaderUse | None = None
-    #: Where the build is: ``builder`` (the trusted builder's) or ``stage`` (the compile stage's).
+    #: Where the build is: ``builder`` (the trusted builder's) or ``stage`` (the compile sandbox's; the
+    #: value keeps the sandbox's old name: stored verdicts hold it).
     via: str | None = None
-    #: Why the trusted builder could not build it (it was built in the compile stage).
+    #: Why the trusted builder could not build it (it was built in the compile sandbox).
     builder_refusal: str | None = None
     units: tuple[UnitBuild, ...] | None = None
-    #: Built lazily, in the candidate stage (None: at import, in the compile stage).
+    #: Built lazily, in the candidate sandbox (None: at import, in the compile sandbox).
     lazy: BuildPhase | None = None
 
     @property
@@ -188,7 +189,7 @@ class BuildFailure:
 
 @dataclass(frozen=True)
 class CompileResult:
-    """What the compile stage learnt: per-extension build facts and trimmed errors."""
+    """What the compile sandbox learnt: per-extension build facts and trimmed errors."""
 
     ok: bool
     seconds: float

@@ -6,7 +6,7 @@ custom kernel ran", a wrong output, "extension does no work"), or even a pass, t
 cause, and the model cannot fix what it is not told. So a verdict's message, its log and the
 agent's feedback lead with each build the candidate caught (`vocabulary.builds.BuildFailure`, in
 the compile section, lazy builds included) and each extension function that raised at run time
-while forward went on (`KernelError`, seen by the candidate stage's wrapper of every extension
+while forward went on (`KernelError`, seen by the candidate sandbox's wrapper of every extension
 function). Pure functions over frozen values; standard library only.
 """
 
@@ -23,11 +23,11 @@ __all__ = ["KernelError", "cause_lines", "cause_log", "grouped_kernel_errors", "
 #: Where a caught build happened, as the verdict says it.
 _WHERE: dict[BuildPhase | None, str] = {
     None: "at import",
-    BuildPhase.IMPORT: "at import in the candidate stage (not in the compile stage, which has no GPU)",
+    BuildPhase.IMPORT: "at import in the candidate sandbox (not in the compile sandbox, which has no GPU)",
     BuildPhase.INIT: "in ModelNew.__init__",
     BuildPhase.FORWARD: "in forward",
 }
-#: Characters of one run-time error kept (a stage may report many; the first words say what it was).
+#: Characters of one run-time error kept (a sandbox may report many; the first words say what it was).
 MAX_KERNEL_ERROR_CHARS = 600
 
 
@@ -36,7 +36,7 @@ class KernelError:
     """An extension function that raised at run time while the forward around it went on (the
     candidate caught the error, typically to fall back to PyTorch): ``function`` as
     ``<extension>.<function>``, what it raised, and the trial it raised in (None as the candidate
-    stage reports it; the referee fills it in), ``noop`` if that was the no-op substitution trial."""
+    sandbox reports it; the referee fills it in), ``noop`` if that was the no-op substitution trial."""
 
     function: str
     error: str

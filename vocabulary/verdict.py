@@ -61,7 +61,7 @@ class ErrorKind(StrEnum):
     #: Ours: a worker died, the GPU was busy, a cache was corrupt. Retried, never charged.
     INFRA = "infra"
     #: The problem's own code (the user's reference) raised, hung or exhausted a limit in the
-    #: reference stage: no candidate can be judged against it. Never retried, never fed back as
+    #: reference sandbox: no candidate can be judged against it. Never retried, never fed back as
     #: the candidate's fault; the message names the problem's file and line, or the limit.
     PROBLEM = "problem"
     #: The evaluation was cut short because its job is stopping (a cancel, a budget, the wall
@@ -292,7 +292,7 @@ class AttemptKind(StrEnum):
     ERROR = "error"
 
 
-#: How the referee words a candidate stage killed at its time limit (`harness.candidaterun`).
+#: How the referee words a candidate sandbox killed at its time limit (`harness.candidaterun`).
 _TIMED_OUT = " timed out"
 
 

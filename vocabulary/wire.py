@@ -1,10 +1,10 @@
 """JSON at the edges: the type of a value on the wire, and typed reads of one.
 
 Values travel inside and between the packages as frozen dataclasses and enums; they become JSON
-only at the edges (the stage pipe, the database column, HTTP/SSE, Celery). `JsonObject` is the type
+only at the edges (the sandbox pipe, the database column, HTTP/SSE, Celery). `JsonObject` is the type
 of such a JSON object, already parsed or about to be dumped: what a ``to_dict()`` returns and a
 ``from_dict()`` reads. A ``from_dict()`` reads it through a `Reader`, so a field that is missing
-or of the wrong type is a `WireError` naming the field: a reply from an untrusted stage is
+or of the wrong type is a `WireError` naming the field: a reply from an untrusted sandbox is
 validated where it enters, not where it is used.
 
 Standard library only.

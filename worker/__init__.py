@@ -14,9 +14,9 @@
     wiring.create_worker_app  app + tasks + reaper for one Celery worker process
     main                  ``celery -A worker.main worker`` (`kernelloop worker` does the same)
 
-Nothing here imports torch: the harness drives every stage that touches a device in a sandboxed
-subprocess, so a worker process never initialises CUDA. Importing this package does not import
-Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedded` (run as
+Nothing here imports torch: the harness does everything that touches a device in a sandbox (a
+confined subprocess), so a worker process never initialises CUDA. Importing this package does not
+import Celery either (only `celery_app`, `tasks`, `wiring` and `main` do), nor `embedded` (run as
 ``python -m worker.embedded``).
 
 Owns: running a claimed job (`runner.run_claimed_job`), leases' heartbeats, the device lock, the

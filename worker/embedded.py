@@ -124,7 +124,7 @@ STOP_DEADLINE_S = 5.0
 
 
 def stop_now(code: int) -> None:
-    """Exit within seconds, whatever the job in flight is doing: its stages are killed first
+    """Exit within seconds, whatever the job in flight is doing: its sandboxes are killed first
     (`harness.cancel_all`: the evaluation ends as cancelled, nothing runs on without us, the
     device lock is released with our file descriptors); its lease then expires and the reaper
     re-queues it. Safe from any thread; ends the process."""
@@ -132,7 +132,7 @@ def stop_now(code: int) -> None:
     try:
         cancel_all()
     except Exception:  # exiting matters more than a clean cancel
-        log.exception("cancelling the stages failed")
+        log.exception("cancelling the sandboxes failed")
     logging.shutdown()
     os._exit(code)
 

@@ -17,7 +17,7 @@
 - **The problem's failures are final.** A verdict with ``error_kind == "problem"`` (the user's
   reference raised, hung or hit a limit) is never retried: every later evaluation would fail the
   same way. It is remembered (`problem_failure`) and reported through ``on_problem_failure``.
-- **Cancel is immediate.** `cancel` kills the referee's stage processes from the calling thread,
+- **Cancel is immediate.** `cancel` kills the referee's sandboxes from the calling thread,
   so the evaluation in flight returns within seconds and releases the device lock.
 """
 
@@ -168,7 +168,7 @@ class RefereeEvaluator:
         raise AssertionError("unreachable")
 
     def cancel(self) -> None:
-        """Stop for good (any thread): the referee's stages are killed now, so the evaluation in
+        """Stop for good (any thread): the referee's sandboxes are killed now, so the evaluation in
         flight returns within seconds (releasing the device lock) and none is retried."""
         self._cancelled.set()
         cancel = getattr(self.referee, "cancel", None)

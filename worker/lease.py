@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 #: How much longer than one heartbeat interval `LeaseKeeper.stop` waits for its thread.
 _JOIN_SLACK_S = 5.0
 #: Between heartbeats, the job row is read this often for a cancel (a read, no lease renewal):
-#: a cancel reaches the job's stages within about this long.
+#: a cancel reaches the job's sandboxes within about this long.
 CANCEL_POLL_S = 1.0
 
 

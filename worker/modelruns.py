@@ -5,7 +5,7 @@ optimize`` after its jobs): if the job optimised a region of a model run and it 
 job to end, this caller claims the run (``applying``: one caller wins) and `apply_model_run`
 patches the model with each region's best verified kernel, lets the referee verify and time the
 whole model (`harness.modelapply.apply_kernels`: a kernel that breaks the model is left out with
-the reason) and stores the report. Runs no model or kernel code itself: the referee's stages do.
+the reason) and stores the report. Runs no model or kernel code itself: the referee's sandboxes do.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ alive (`worker.lease.LeaseKeeper`), runs the job and finishes it:
 Cancel and lease loss are noticed by the heartbeat thread and acted on at safe points: between
 evaluations (the recorder's ``cancelled()``), and before the job is finished. A lost job is left
 alone (someone else holds it now); a crash of the worker process leaves the lease to expire and
-the reaper to re-queue the job. Nothing here imports torch: the harness drives its stages in
-subprocesses.
+the reaper to re-queue the job. Nothing here imports torch: the harness drives its sandboxes
+(confined subprocesses).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def harness_options_for(settings: Settings) -> HarnessOptions:
     """The harness options of a job run by this service (builds and baselines in its cache).
 
     The data directory (the embedded SQLite database, the session secret) and the device locks
-    are hidden from every stage; the harness keeps its own cache visible inside them.
+    are hidden from every sandbox; the harness keeps its own cache visible inside them.
     """
     cache_dir = settings.resolved_cache_dir
     return HarnessOptions(cache_dir=cache_dir, hidden_paths=(settings.data_dir, cache_dir / "locks"))
@@ -276,7 +276,7 @@ def _run(
         # The problem's own code failed: every trajectory stops at its next safe point.
         on_problem_failure=lambda verdict: keeper.stop_for_problem(),
     )
-    # A cancel (or a lost lease) kills the job's stages at once, wherever the job is.
+    # A cancel (or a lost lease) kills the job's sandboxes at once, wherever the job is.
     keeper.on_stop(lambda reason: evaluator.cancel())
     try:
         if job.kind is JobKind.EVALUATION:

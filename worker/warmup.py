@@ -2,7 +2,7 @@
 
 A header takes about a minute to build (16 cores) and longer on small hosts; built inside a job's
 first attempt it is that attempt's cost. `start_header_warmup` builds the headers of every flag
-set models commonly use (`harness.warm_headers`: a stage that runs trusted code only; on a host
+set models commonly use (`harness.warm_headers`: a sandbox that runs trusted code only; on a host
 of fewer than 4 cores the playbook's only) in a background thread while the worker starts
 consuming; a job's first compile that comes meanwhile waits for the warm-up (a lock in the cache)
 instead of building the same header again.

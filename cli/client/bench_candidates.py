@@ -2,7 +2,7 @@
 
 No service and no agent: each problem of the suite is paired with ``DIR/<problem file name>`` (a
 candidate written by hand, KernelBench-style) and evaluated by the harness in this process's
-sandboxed stages, and every verified or ``suspicious`` verdict re-judged in a fresh process with
+sandboxes, and every verified or ``suspicious`` verdict re-judged in a fresh process with
 fresh seeds before it counts (`harness.retime`, as the worker does for a job's best). The figures
 are KernelBench's: fast_p (the fraction of all problems
 whose candidate is correct and more than p times faster than eager PyTorch; fast_0 is the fraction

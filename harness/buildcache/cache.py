@@ -40,20 +40,20 @@ class BuildCache(_NinjaHooks):
 
     Args:
         root: the builds directory.
-        mode: ``"build"`` (compile stage), ``"load"`` (candidate stage) or ``"builder"`` (a trusted
-            stage that builds delegated requests, reuses and keeps objects, and imports nothing).
+        mode: ``"build"`` (compile sandbox), ``"load"`` (candidate sandbox) or ``"builder"`` (a trusted
+            sandbox that builds delegated requests, reuses and keeps objects, and imports nothing).
         arch_list: ``TORCH_CUDA_ARCH_LIST`` for CUDA builds.
         max_jobs: ninja's parallelism.
-        staging: where the compile stage builds what the read-only cache lacks.
+        staging: where the compile sandbox builds what the read-only cache lacks.
         pch: use (and build) precompiled torch headers; ``"use"``: only those already published;
             None: on unless ``<root>/pch/disabled``.
         delegate: sends a build to the trusted side and returns its `BuildAnswer`. ``build`` mode
-            (the compile stage): each `builder_refusal`-free ``load_inline`` request (plain data);
+            (the compile sandbox): each `builder_refusal`-free ``load_inline`` request (plain data);
             the build it published is then loaded from ``root``. ``load`` mode (the candidate
-            stage): each build missing from ``root`` (a lazy build, refused ones included, to be
+            sandbox): each build missing from ``root`` (a lazy build, refused ones included, to be
             told why); the trusted side copies what it built into ``root``.
         on_module: called with each extension module before it is handed to the candidate (the
-            candidate stage wraps its functions: `harness.roles.candidate.NoopSwitch`).
+            candidate sandbox wraps its functions: `harness.roles.candidate.NoopSwitch`).
     """
 
     def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,
@@ -64,13 +64,13 @@ class BuildCache(_NinjaHooks):
             raise ValueError(f"mode must be 'build', 'load' or 'builder', not {mode!r}")
         self.root = root
         #: Where missing extensions are built when the cache itself is read-only (the compile
-        #: stage): the trusted side publishes them into ``root`` afterwards (`publish_staged`).
+        #: sandbox): the trusted side publishes them into ``root`` afterwards (`publish_staged`).
         self.staging = staging
         self.mode = mode
         #: Precompiled torch/extension.h for C++ files (build mode); None: on unless the cache
         #: has a ``pch/disabled`` file.
         self.pch = bool(pch) if pch is not None else not (root / _PCH_DIR / _PCH_DISABLED).exists()
-        #: ``pch="use"``: use published PCHs, never build one (their building left to trusted stages).
+        #: ``pch="use"``: use published PCHs, never build one (their building left to trusted sandboxes).
         self.pch_build = pch != "use"
         self.arch_list = arch_list
         self.max_jobs = max_jobs
@@ -206,7 +206,7 @@ class BuildCache(_NinjaHooks):
         handed = self._handed.get((name, key))
         if handed is not None:
             return handed
-        # What the builder builds lives in its own key space; the rest (and the candidate stage's
+        # What the builder builds lives in its own key space; the rest (and the candidate sandbox's
         # copies, laid out flat) in the cache's top level.
         trusted = (request is not None and self.delegate is not None and self.mode == "build") or (
             self.mode == "builder") or (
@@ -216,7 +216,7 @@ class BuildCache(_NinjaHooks):
         record = BuildRecord(name=name, key=key, cached=marker.exists(), seconds=0.0)
         if self.mode == "build" and self.delegate is not None:
             # Where the build is (or will be): the referee copies it from there for the candidate.
-            record.via = "builder" if trusted else "stage"
+            record.via = "builder" if trusted else "stage"  # "stage": a stored value, the sandbox's old name
         self.records.append(record)
         if self.mode == "load" and not marker.exists():
             return self._lazy(name, key, request, refusal or "arguments that are not plain data", record)
@@ -296,14 +296,14 @@ class BuildCache(_NinjaHooks):
 
     def _lazy(self, name: str, key: str, request: JsonObject | None, refusal: str,
               record: BuildRecord) -> ModuleType:
-        """(``load`` mode) A build the compile stage did not make: the trusted side builds it (or
+        """(``load`` mode) A build the compile sandbox did not make: the trusted side builds it (or
         says why it will not) and copies it into ``root``, where it is loaded from."""
         if self.delegate is None or self.phase is None:
             raise RuntimeError(
                 f"extension {name!r} was not built at compile time, and is first built "
                 + ("while being timed or profiled: build it at import, in ModelNew.__init__ or in a forward the "
                    "correctness trials run" if self.delegate is not None else
-                   "in a stage that cannot build: its sources or flags must not depend on anything that changes "
+                   "in a sandbox that cannot build: its sources or flags must not depend on anything that changes "
                    "between the compile and the run"))
         phase = self.phase
         record.via, record.lazy = "builder", phase
@@ -315,7 +315,7 @@ class BuildCache(_NinjaHooks):
             raise self._failed(name, key, answer.log, lazy=phase)
         directory = self.root / f"{name}-{key}"
         if answer.key != key or not (directory / _MARKER).is_file():
-            raise RuntimeError(f"the trusted build of extension {name!r} was not handed to this stage")
+            raise RuntimeError(f"the trusted build of extension {name!r} was not handed to this sandbox")
         record.cached = answer.record.cached if answer.record is not None else False
         return self._get_built(name, directory, record)
 

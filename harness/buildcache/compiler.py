@@ -18,7 +18,7 @@ from vocabulary.builds import BuildFailure, BuildPhase, KernelInfo
 
 class BuildError(RuntimeError):
     """An extension failed to build; ``log`` holds the compiler output, ``lazy`` where a candidate
-    stage built it (None: in the compile stage)."""
+    sandbox built it (None: in the compile sandbox)."""
 
     def __init__(self, name: str, log: str, *, lazy: BuildPhase | None = None, key: str | None = None) -> None:
         self.name = name

@@ -29,14 +29,14 @@ _PCH_KEY = re.compile(r"^[0-9a-f]{24}$")
 
 def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool = False,
                    trusted: bool = False) -> list[str]:
-    """Move finished builds (and precompiled headers) from a compile stage's staging directory into the cache.
+    """Move finished builds (and precompiled headers) from a compile sandbox's staging directory into the cache.
 
-    Runs on the trusted side after the stage has exited. A build is published only if its
+    Runs on the trusted side after the sandbox has exited. A build is published only if its
     directory name is a build key, it has a marker and holds no symbolic links, and no build of
-    that key exists yet: published builds are never replaced, so no stage can overwrite another
+    that key exists yet: published builds are never replaced, so no sandbox can overwrite another
     extension's library or marker. A precompiled header (``pch/<key>``) likewise, if it holds
     exactly its marker and ``torch/extension.h.gch`` and the cache has room for another, unless
-    ``pch`` is False (a stage that ran candidate code could have planted one: see the compile
+    ``pch`` is False (a sandbox that ran candidate code could have planted one: see the compile
     role's ``pch_warmup`` for PCHs built by trusted code only); publishing PCHs first removes those
     of an older recipe (`prune_stale_pch`), which no build uses any more. Objects (``objects/<key>``, exactly
     its object and marker) only with ``objects`` True: from a builder, which runs no candidate code.
@@ -54,7 +54,7 @@ def publish_staged(staging: Path, root: Path, *, pch: bool = True, objects: bool
         if not (entry / _MARKER).is_file() or any(p.is_symlink() for p in entry.rglob("*")):
             continue
         if not trusted and (root / TRUSTED_DIR / entry.name).exists():
-            continue  # the builder built this key: a compile stage's build of it can only be a plant
+            continue  # the builder built this key: a compile sandbox's build of it can only be a plant
         if _move_new(entry, builds_root / entry.name):
             published.append(f"{TRUSTED_DIR}/{entry.name}" if trusted else entry.name)
     staged_pch = staging / _PCH_DIR
@@ -123,15 +123,15 @@ def prune_stale_pch(pch_root: Path) -> list[str]:
 
 def build_directory(root: Path, name: str, key: str, *, trusted: bool) -> Path:
     """Where the cache ``root`` keeps extension ``name``'s build ``key``: among the builder's
-    builds (``trusted``) or the compile stages'. Never one for the other: a stage's build of a key
+    builds (``trusted``) or the compile sandboxes'. Never one for the other: a sandbox's build of a key
     could be a candidate's plant, and must not stand in for the builder's."""
     return (root / TRUSTED_DIR if trusted else root) / f"{name}-{key}"
 
 
 def copy_build(root: Path, name: str, key: str, target_root: Path, *, trusted: bool) -> None:
     """Copy what loading extension ``name``'s build ``key`` needs (its marker and library) from the
-    cache ``root`` (the builder's build if ``trusted``, else the compile stage's) into
-    ``target_root``, laid out as a cache (a candidate stage's own builds)."""
+    cache ``root`` (the builder's build if ``trusted``, else the compile sandbox's) into
+    ``target_root``, laid out as a cache (a candidate sandbox's own builds)."""
     built, copy = build_directory(root, name, key, trusted=trusted), target_root / f"{name}-{key}"
     copy.mkdir(parents=True, exist_ok=True)
     for file in (_MARKER, f"{name}.so"):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-#: load_inline arguments a delegated (trusted) build accepts; any other argument builds in the stage.
+#: load_inline arguments a delegated (trusted) build accepts; any other argument builds in the sandbox.
 _DELEGABLE_KWARGS = frozenset({
     "extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "with_cuda",
     "with_pytorch_error_handling", "no_implicit_headers", "is_python_module", "keep_intermediates", "use_pch",
 })
 #: Flags a delegated build accepts: one token at a time, with no path in it (no ``/``), no response
 #: file (``@``) and no shell syntax. Paths (include and library directories, ``-include``), plugins,
-#: wrappers, spec files, another host compiler, profile data: the compile stage builds those, as
+#: wrappers, spec files, another host compiler, profile data: the compile sandbox builds those, as
 #: before, without object reuse (a builder must not load code or read files a candidate chose).
 _SAFE_FLAG = re.compile(r"^[\w=+.,:\[\]\-]*$")
 #: ...except these, whatever their form: they load code into the compiler or linker, or read files.
@@ -72,7 +72,7 @@ def _flags_text(normalised: Sequence[str]) -> str:
 
 def builder_refusal(kwargs: Mapping[str, object]) -> str | None:
     """Why a ``load_inline`` with these keyword arguments cannot be built by the trusted builder
-    (None: it can). Refused builds are compiled in the candidate's stage, as before."""
+    (None: it can). Refused builds are compiled in the candidate's sandbox, as before."""
     unknown = sorted(set(kwargs) - _DELEGABLE_KWARGS)
     if unknown:
         return f"argument {unknown[0]!r}"

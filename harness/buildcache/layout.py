@@ -28,7 +28,7 @@ _PCH_NAME_FLAG = re.compile(r"^-DTORCH_EXTENSION_NAME=")
 _FIRST_LINE_PCH = re.compile(r'^\s*#\s*include\s*[<"]torch/extension\.h[>"]')
 _CONTEXT_LINES = 3
 #: Builds made by the trusted builder: a key space of their own (``<builds>/trusted/<name>-<key>``),
-#: published only from builders, so no compile stage can plant one.
+#: published only from builders, so no compile sandbox can plant one.
 TRUSTED_DIR = "trusted"
 #: Per-translation-unit objects: their directory in the builds cache, and each entry's files.
 _OBJECTS_DIR = "objects"

@@ -1,7 +1,7 @@
 """What the build cache records of each extension it builds or reuses, as the build goes.
 
 A `BuildRecord` is filled in while one ``load_inline``/``load`` runs (its header's part, its
-translation units, its kernels), so it is mutable; it leaves a stage as JSON (a builder's answer,
+translation units, its kernels), so it is mutable; it leaves a sandbox as JSON (a builder's answer,
 `harness.protocol.build.BuildAnswer`) and becomes the verdict's frozen `ExtensionBuild`
 (`to_extension`). Standard library only.
 """
@@ -67,7 +67,8 @@ class BuildRecord:
     key: str
     cached: bool
     seconds: float = 0.0
-    #: ``builder`` or ``stage`` (a compile stage that may delegate): where the build is.
+    #: ``builder`` or ``stage`` (a compile sandbox that may delegate): where the build is. The value
+    #: ``stage`` keeps the sandbox's old name: stored verdicts hold it.
     via: str | None = None
     builder_refusal: str | None = None
     pch: HeaderUse | None = None
@@ -76,7 +77,7 @@ class BuildRecord:
     kernels: tuple[KernelInfo, ...] | None = None
     #: The binding's C++ flags as the candidate wrote them (the header's key); never sent.
     extra_cflags: tuple[str, ...] = ()
-    #: (A candidate stage's) where the candidate built it lazily; never sent.
+    #: (A candidate sandbox's) where the candidate built it lazily; never sent.
     lazy: BuildPhase | None = None
 
     def to_extension(self) -> ExtensionBuild:
@@ -113,7 +114,7 @@ class BuildRecord:
 @dataclass(frozen=True, kw_only=True)
 class BuildAnswer:
     """The trusted side's answer to a delegated build: ``ok`` with the ``key`` it built under
-    (computed by the builder, never taken from the asking stage) and its ``record``, or the
+    (computed by the builder, never taken from the asking sandbox) and its ``record``, or the
     ``log`` of what failed."""
 
     ok: bool

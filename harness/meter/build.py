@@ -1,8 +1,8 @@
 """Building the metered loop's extension: `kl_meter.c` with the host's C compiler, once per source.
 
 The trusted side builds it (no candidate input reaches the compiler: the source is ours) into the
-cache, keyed by the source, the interpreter and the compiler, and copies it into each stage's run
-directory (a candidate stage sees no build directory). Python's C API only: about a second.
+cache, keyed by the source, the interpreter and the compiler, and copies it into each sandbox's run
+directory (a candidate sandbox sees no build directory). Python's C API only: about a second.
 Standard library only.
 """
 
@@ -79,8 +79,8 @@ def meter_library(builds_dir: Path) -> Path:
 
 
 def install_meter(builds_dir: Path, run_dir: Path) -> Path:
-    """The extension, built if needed, copied into a stage's run directory (read-only to it); the
-    copy's path, for the stage's load request."""
+    """The extension, built if needed, copied into a sandbox's run directory (read-only to it); the
+    copy's path, for the sandbox's load request."""
     library = meter_library(builds_dir)
     copy = run_dir / library.name
     shutil.copyfile(library, copy)

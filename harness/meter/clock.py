@@ -1,7 +1,7 @@
 """The trusted clock's bound on a metered run, per call: pure arithmetic, standard library only.
 
 Each call of a metered run has two figures: the loop's sample (``sample_ms``, measured inside the
-stage) and the trusted side's round trip (``trusted_ms``: GO sent to DONE received). Their
+sandbox) and the trusted side's round trip (``trusted_ms``: GO sent to DONE received). Their
 difference, the *gap*, is what the loop does around the call (loading inputs, the L2 flush,
 synchronising, capturing the output, two trips through the socket): the same for any forward, so
 it is measured with the reference model in the trusted reference process (`Calibration`). A
@@ -26,7 +26,7 @@ by several slices from run to run (which is why the least gap, not the floor, ho
 every call; allowing it the spread too let a 0.9 forgery of a 183 ms CPU kernel pass on a noisy
 host, so it is not: on a host oversubscribed until no call of a run runs through, an honest run
 can be refused, after a fresh calibration and reruns twice and four times as long). The candidate's
-processes are stopped while the loop is calibrated again (`harness.sandbox.StageProcess.paused`):
+processes are stopped while the loop is calibrated again (`harness.sandbox.SandboxProcess.paused`):
 its threads would load the host the calibration measures. Every verdict carries the
 allowance of the bound it was held to (`vocabulary.timing.ClockBound`, docs/integrity.md).
 """

@@ -1,11 +1,11 @@
 """The trusted side of the metered loop: which calls run, on which inputs, which get audited.
 
-`drive` talks to a stage that entered `kl_meter.run` (a candidate or the reference): one GO frame
-per call, with the input set, seeds unknown to the stage until then and a nonce the DONE frame must
+`drive` talks to a sandbox that entered `kl_meter.run` (a candidate or the reference): one GO frame
+per call, with the input set, seeds unknown to the sandbox until then and a nonce the DONE frame must
 echo. The trusted clock times every round trip (``trusted_ms``), so each call carries two figures:
 the loop's sample and ours (`harness.meter.clock` pairs them). The stopping rule (warm-up, adaptive
 repeats until the standard error is small enough, a time cap) runs here, and an audited call is
-picked at random after its DONE arrived: the stage cannot know which of its calls will be compared.
+picked at random after its DONE arrived: the sandbox cannot know which of its calls will be compared.
 Standard library only.
 """
 
@@ -100,7 +100,7 @@ class MeteredRun:
     """What a run found: every call, the audited outputs, and how it ended.
 
     ``failure``: the DONE frame of a call the candidate's code failed (forward raised, an output
-    that is not a plain tensor, TF32 on); ``protocol_error``: the stage broke the protocol (a
+    that is not a plain tensor, TF32 on); ``protocol_error``: the sandbox broke the protocol (a
     frame out of turn, a wrong nonce, a malformed frame): nothing it reported can be believed.
     """
 
@@ -109,7 +109,7 @@ class MeteredRun:
     failure: DoneFrame | None = None
     protocol_error: str | None = None
     wall_s: float = 0.0
-    #: The stage's JSON message, when it sent one instead of a frame (its own failure report).
+    #: The sandbox's JSON message, when it sent one instead of a frame (its own failure report).
     message: JsonObject | None = field(default=None)
 
     @property
@@ -135,8 +135,8 @@ class _Driver:
         return max(0.001, self.deadline - time.monotonic())
 
     def call(self, input_set: int, *, warmup: bool) -> DoneFrame | str | JsonObject:
-        """One call; its DONE frame (OK or not), or why the stage broke the protocol, or the
-        stage's JSON message if it sent one instead."""
+        """One call; its DONE frame (OK or not), or why the sandbox broke the protocol, or the
+        sandbox's JSON message if it sent one instead."""
         call, nonce = self.next_call, secrets.randbits(64)
         input_seed, forward_seed = secrets.randbits(_SEED_BITS), secrets.randbits(_SEED_BITS)
         self.next_call += 1
@@ -153,16 +153,16 @@ class _Driver:
         try:
             done = read_reply_frame(reply.payload)
         except WireError as exc:
-            return f"the stage sent a malformed frame during call {call}: {exc}"
+            return f"the sandbox sent a malformed frame during call {call}: {exc}"
         if not isinstance(done, DoneFrame) or done.call != call or done.nonce != nonce:
-            return f"the stage answered out of turn during call {call}"
+            return f"the sandbox answered out of turn during call {call}"
         if done.status is DoneStatus.OK and not (math.isfinite(done.sample_ms) and done.sample_ms >= 0):
-            return f"the stage reported a sample of {done.sample_ms!r} ms for call {call}"
+            return f"the sandbox reported a sample of {done.sample_ms!r} ms for call {call}"
         self.calls.append(MeteredCall(call, input_set, input_seed, forward_seed, done.sample_ms, trusted_ms, warmup))
         return done
 
     def audit(self) -> str | None:
-        """Ask for the last call's captured output; why the stage broke the protocol, or None."""
+        """Ask for the last call's captured output; why the sandbox broke the protocol, or None."""
         last = self.calls[-1]
         self.channel.send_frame(go_frame(GoFlags.AUDIT))
         reply = self.channel.recv_frame(self._remaining())
@@ -170,10 +170,10 @@ class _Driver:
             frame = read_reply_frame(reply.payload) if reply.payload[:1] != b"{" else None
         except WireError as exc:
             reply.close_fds()
-            return f"the stage sent a malformed audit of call {last.call}: {exc}"
+            return f"the sandbox sent a malformed audit of call {last.call}: {exc}"
         if not isinstance(frame, AuditFrame) or frame.call != last.call or len(reply.fds) != 1:
             reply.close_fds()
-            return f"the stage answered out of turn when call {last.call} was audited"
+            return f"the sandbox answered out of turn when call {last.call} was audited"
         self.audits.append(AuditedOutput(last, frame.nbytes, frame.description, reply.fds[0]))
         return None
 
@@ -188,11 +188,11 @@ def _settled(samples: list[float], plan: CallPlan) -> bool:
 
 
 def drive(channel: Channel, plan: CallPlan, *, timeout_s: float, first_call: int = 0) -> MeteredRun:
-    """Run the calls of ``plan`` on a stage waiting in its metered loop, then stop the loop.
+    """Run the calls of ``plan`` on a sandbox waiting in its metered loop, then stop the loop.
 
     Raises:
         ChannelTimeout: the run did not end within ``timeout_s``.
-        ChannelClosed: the stage died.
+        ChannelClosed: the sandbox died.
     """
     started = time.perf_counter()
     driver = _Driver(channel, plan, time.monotonic() + timeout_s, first_call)
@@ -241,7 +241,7 @@ def drive(channel: Channel, plan: CallPlan, *, timeout_s: float, first_call: int
         samples.append(last.sample_ms)
         trusted_s += last.trusted_ms / 1e3
         i += 1
-        # Decided after the DONE arrived: nothing the stage saw told it this call would be compared.
+        # Decided after the DONE arrived: nothing the sandbox saw told it this call would be compared.
         if chance and driver.rng.random() < chance:
             broken = driver.audit()
             if broken is not None:

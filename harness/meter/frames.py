@@ -73,7 +73,7 @@ class AuditFrame:
 
 
 def read_reply_frame(payload: bytes) -> DoneFrame | AuditFrame:
-    """A DONE or AUDIT frame from the stage; `WireError` for anything else."""
+    """A DONE or AUDIT frame from the sandbox; `WireError` for anything else."""
     magic = payload[:4]
     if magic == b"KLDN" and _DONE.size <= len(payload) <= _DONE.size + _MAX_MESSAGE:
         _, status, call, nonce, sample = _DONE.unpack_from(payload)

@@ -1,10 +1,10 @@
-/* kl_meter: the timing loop and the output capture of a stage, compiled and loaded before any
+/* kl_meter: the timing loop and the output capture of a sandbox, compiled and loaded before any
  * candidate code runs (harness/meter/__init__.py builds it; docs/integrity.md says why).
  *
  * Everything in a candidate's process is the candidate's: module attributes, classes, frames,
  * function code. So what measures a forward there is this C code, which holds its own references
  * to torch's C builtins (taken by `bind`, once, before the candidate is imported), reads the
- * trusted side's GO frames from the stage's socket, times each call with CLOCK_MONOTONIC (CPU) or
+ * trusted side's GO frames from the sandbox's socket, times each call with CLOCK_MONOTONIC (CPU) or
  * CUDA events around the call followed by a device-wide synchronisation (CUDA), copies the output
  * into a capture buffer of its own before answering, and writes its DONE frame straight to the
  * socket. Which calls are audited is decided by the trusted side after their DONE arrived; an
@@ -559,7 +559,7 @@ static void release_l2(loop_state *s) {
 }
 
 /* One call, from its GO frame to its DONE frame. Returns 0, or -1 with a Python error set (ours:
- * the loop ends and the stage reports it); a failure of the candidate's is a DONE status, and
+ * the loop ends and the sandbox reports it); a failure of the candidate's is a DONE status, and
  * ``*stop`` says the loop ends after it. */
 static int one_call(loop_state *s, PyObject *args, uint32_t flags, uint64_t call, uint64_t input_seed,
                     uint64_t forward_seed, uint64_t nonce, uint32_t set, int *stop) {
@@ -602,7 +602,7 @@ static int one_call(loop_state *s, PyObject *args, uint32_t flags, uint64_t call
         sample = now_ms() - t0;
     }
     if (out == NULL) {
-        /* The candidate's exception: its type and message (the stage adds nothing of ours). */
+        /* The candidate's exception: its type and message (the sandbox adds nothing of ours). */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         PyErr_NormalizeException(&type, &value, &tb);

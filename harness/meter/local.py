@@ -20,7 +20,7 @@ from harness import contract
 from harness.channel import Channel
 from harness.meter.build import meter_library
 from harness.meter.drive import CallPlan, MeteredRun, drive
-from harness.meter.stage import Meter
+from harness.meter.sandboxed import Meter
 
 __all__ = ["time_locally"]
 

@@ -1,9 +1,9 @@
-"""The stage protocol: the messages between the referee and its reference and candidate stages.
+"""The sandbox protocol: the messages between the referee and its reference and candidate sandboxes.
 
 Every message names its `Op`; a request is a frozen dataclass the driver sends (``to_dict()``),
-the stage reads it back with ``from_dict()``; a reply goes the other way and is read where it
-enters, through `vocabulary.wire.Reader`: a malformed reply from an untrusted stage is a
-`WireError`, which the referee turns into the candidate's fault. A request the stage could not
+the sandbox reads it back with ``from_dict()``; a reply goes the other way and is read where it
+enters, through `vocabulary.wire.Reader`: a malformed reply from an untrusted sandbox is a
+`WireError`, which the referee turns into the candidate's fault. A request the sandbox could not
 carry out (the candidate's forward raised, the problem's code did) is answered by `OpFailed`;
 `read_reply` tells the two apart. Standard library only: both sides import it.
 
@@ -57,7 +57,7 @@ R = TypeVar("R")
 
 
 class Op(StrEnum):
-    """What a message asks for (or, from a stage, what it says: `READY`, `DELEGATE`)."""
+    """What a message asks for (or, from a sandbox, what it says: `READY`, `DELEGATE`)."""
 
     READY = "ready"
     START = "start"
@@ -102,7 +102,7 @@ def request_trials(r: Reader) -> tuple[TrialSpec, ...]:
 
 @dataclass(frozen=True)
 class OpFailed:
-    """A request the stage could not carry out: what its code (or the problem's, or the
+    """A request the sandbox could not carry out: what its code (or the problem's, or the
     candidate's) raised, briefly (`harness.roles.loading.brief_error`)."""
 
     error: str
@@ -129,7 +129,7 @@ def read_reply(raw: JsonObject, read: Callable[[Reader], R], what: str) -> R | O
 
 @dataclass(frozen=True)
 class Ready:
-    """A stage's first message: its start-up (interpreter, torch, a CUDA context) is done."""
+    """A sandbox's first message: its start-up (interpreter, torch, a CUDA context) is done."""
 
     op: ClassVar[Op] = Op.READY
 
@@ -143,7 +143,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class Exit:
-    """Asks a stage to finish (it returns from its loop; its tree dies with its warden)."""
+    """Asks a sandbox to finish (it returns from its loop; its tree dies with its warden)."""
 
     op: ClassVar[Op] = Op.EXIT
 
@@ -153,7 +153,7 @@ class Exit:
 
 @dataclass(frozen=True, kw_only=True)
 class StartFailed:
-    """A stage that could not start its work: the problem's code or the candidate failed to load."""
+    """A sandbox that could not start its work: the problem's code or the candidate failed to load."""
 
     message: str
     errors: str = ""

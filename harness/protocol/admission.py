@@ -1,6 +1,6 @@
-"""The admission stage's conversation: does a problem make a meaningful test, and its footprints.
+"""The admission sandbox's conversation: does a problem make a meaningful test, and its footprints.
 
-The admission stage (`harness.roles.admission`) runs a submitted problem's code, as untrusted as a
+The admission sandbox (`harness.roles.admission`) runs a submitted problem's code, as untrusted as a
 candidate's: its replies are read through `vocabulary.wire.Reader` (`harness.admission`). Standard
 library only.
 """

@@ -1,10 +1,10 @@
-"""The compile and builder stages' conversation: a compile, its delegated builds, a builder's answers.
+"""The compile and builder sandboxes' conversation: a compile, its delegated builds, a builder's answers.
 
-A compile stage (`harness.roles.compile`) imports the candidate with no GPU visible: its reply
+A compile sandbox (`harness.roles.compile`) imports the candidate with no GPU visible: its reply
 comes from a process running the candidate's import-time code, so the referee reads it through
 `vocabulary.wire.Reader` where it enters (`harness.compiler.CompileClient`); a malformed one fails
-the compile. A ``load_inline`` of plain data may be *delegated*: the stage sends a `Delegation`,
-the referee has a builder stage (trusted code only) build it and answers with its `BuildAnswer`
+the compile. A ``load_inline`` of plain data may be *delegated*: the sandbox sends a `Delegation`,
+the referee has a builder sandbox (trusted code only) build it and answers with its `BuildAnswer`
 (`harness.buildcache.records`). A trusted warm-up request (no candidate) builds the precompiled
 torch header of each `HeaderFlags` instead. Standard library only.
 """
@@ -24,13 +24,13 @@ __all__ = ["BuilderBuild", "CompileReply", "CompileRequest", "Delegation", "Head
 
 
 class HeaderMode(StrEnum):
-    """What a stage may do with precompiled torch headers."""
+    """What a sandbox may do with precompiled torch headers."""
 
     #: None at all.
     OFF = "off"
-    #: Only those already published (a candidate's stage: its code could plant one).
+    #: Only those already published (a candidate's sandbox: its code could plant one).
     USE = "use"
-    #: Build the missing ones too (a trusted warm-up stage only).
+    #: Build the missing ones too (a trusted warm-up sandbox only).
     BUILD = "build"
 
 
@@ -85,10 +85,10 @@ class CompileRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Delegation:
-    """A compile or candidate stage asks for one build: its ``load_inline`` call as plain data,
-    which only the builder reads (and checks); None when the stage sent something other than an
-    object, or a build the builder refuses (``refusal`` says why: the candidate stage asks anyway,
-    to be told so). From a candidate stage, ``phase`` says where the candidate builds it (a lazy
+    """A compile or candidate sandbox asks for one build: its ``load_inline`` call as plain data,
+    which only the builder reads (and checks); None when the sandbox sent something other than an
+    object, or a build the builder refuses (``refusal`` says why: the candidate sandbox asks anyway,
+    to be told so). From a candidate sandbox, ``phase`` says where the candidate builds it (a lazy
     build) and ``name`` which extension: labels for the verdict, never trusted for the build."""
 
     op: ClassVar[Op] = Op.DELEGATE
@@ -104,7 +104,7 @@ class Delegation:
 
     @classmethod
     def parse(cls, raw: JsonObject) -> Delegation | None:
-        """The delegation ``raw`` is, or None if it is another message (the stage's reply)."""
+        """The delegation ``raw`` is, or None if it is another message (the sandbox's reply)."""
         if raw.get("op") != Op.DELEGATE.value:
             return None
         request, name, phase, refusal = (raw.get(k) for k in ("request", "name", "phase", "refusal"))
@@ -116,7 +116,7 @@ class Delegation:
 
 @dataclass(frozen=True, kw_only=True)
 class CompileReply:
-    """What the compile stage found: ``ok``, or the trimmed ``errors`` and a ``message`` naming
+    """What the compile sandbox found: ``ok``, or the trimmed ``errors`` and a ``message`` naming
     what failed; the extensions it built or reused, and their kernels' ptxas figures; the builds
     that raised while the import went on (``swallowed``: the candidate caught the error)."""
 
@@ -135,7 +135,7 @@ class CompileReply:
 
     @classmethod
     def from_dict(cls, data: object) -> CompileReply:
-        r = Reader(data, "the compile stage's reply")
+        r = Reader(data, "the compile sandbox's reply")
         return cls(ok=r.flag("ok"), seconds=r.number("seconds", 0.0), errors=r.text("errors", ""),
                    message=r.text("message", ""),
                    extensions=tuple(r.items_of("extensions", ExtensionBuild.from_dict, optional=True)),
@@ -145,7 +145,7 @@ class CompileReply:
 
 @dataclass(frozen=True, kw_only=True)
 class BuilderBuild:
-    """Build one delegated ``request`` in a builder stage (the first one configures it)."""
+    """Build one delegated ``request`` in a builder sandbox (the first one configures it)."""
 
     op: ClassVar[Op] = Op.BUILD
     request: JsonObject

@@ -1,6 +1,6 @@
-"""The candidate stage's conversation: its load, the trials, the profile and the metered timing loop.
+"""The candidate sandbox's conversation: its load, the trials, the profile and the metered timing loop.
 
-The candidate stage (`harness.roles.candidate`) runs the candidate's code: every reply is read
+The candidate sandbox (`harness.roles.candidate`) runs the candidate's code: every reply is read
 where it enters, through `vocabulary.wire.Reader`, and a malformed one is the candidate's fault
 (`harness.candidaterun`). Its requests carry derived seeds only, never the job's secret nor an
 expected output. Standard library only.
@@ -34,7 +34,7 @@ class CandidateLoad:
     target: Target
     candidate_path: Path
     builds_dir: Path
-    #: The metered loop's extension (a copy in the stage's run directory), loaded first.
+    #: The metered loop's extension (a copy in the sandbox's run directory), loaded first.
     meter_path: Path
     arch_list: str
     transport: str
@@ -120,7 +120,7 @@ class TrialReply:
     ops: tuple[str, ...] | None = None
     #: What its extension functions raised while forward went on (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
-    #: The guarded harness objects the candidate's code changed (`harness.meter.stage.Meter.tampered`).
+    #: The guarded harness objects the candidate's code changed (`harness.meter.sandboxed.Meter.tampered`).
     tampered: tuple[str, ...] = ()
 
     def to_dict(self) -> JsonObject:

@@ -1,6 +1,6 @@
 """The metered loop's JSON edges, shared by the candidate and reference conversations.
 
-A stage asked to time something answers `Metering` once its loop waits for GO frames
+A sandbox asked to time something answers `Metering` once its loop waits for GO frames
 (`harness.meter.drive` takes over the channel with binary frames until its STOP frame), then
 `MeterEnd` when the loop ended (or `OpFailed`, when its preparation or our loop failed).
 Standard library only.
@@ -17,7 +17,7 @@ __all__ = ["CallInputs", "MeterEnd", "Metering"]
 
 @dataclass(frozen=True)
 class Metering:
-    """The stage's loop waits for GO frames."""
+    """The sandbox's loop waits for GO frames."""
 
     def to_dict(self) -> JsonObject:
         return {"metering": True}
@@ -30,7 +30,7 @@ class Metering:
 @dataclass(frozen=True, kw_only=True)
 class MeterEnd:
     """The loop ended: the calls it made, the in-process checks' flags, and the guarded harness
-    objects found changed (`harness.meter.stage.Meter.tampered`)."""
+    objects found changed (`harness.meter.sandboxed.Meter.tampered`)."""
 
     calls: int
     flags: tuple[str, ...] = ()

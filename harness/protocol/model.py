@@ -1,7 +1,7 @@
-"""The model stage's conversation: profile a user's model (capture, regions, timing).
+"""The model sandbox's conversation: profile a user's model (capture, regions, timing).
 
-The model stage (`harness.roles.model`) runs the user's model file, as untrusted as a problem: its
-reply is read through `vocabulary.wire.Reader` (`harness.modelstage`). Standard library only.
+The model sandbox (`harness.roles.model`) runs the user's model file, as untrusted as a problem: its
+reply is read through `vocabulary.wire.Reader` (`harness.modelsandbox`). Standard library only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reference stage's conversation: its start, its metered runs (baselines, calibration), the comparer.
+"""The reference sandbox's conversation: its start, its metered runs (baselines, calibration), the comparer.
 
 The reference (`harness.roles.reference`) is trusted with the expected outputs and the baselines'
 clocks, but runs the problem's code: the referee reads its replies through `vocabulary.wire.Reader`
@@ -36,7 +36,7 @@ class ReferenceStart:
     weights_seed: int
     #: The cpu target's memory budget for one trial (a larger problem is refused).
     budget_bytes: int
-    #: The metered loop's extension (a copy in the stage's run directory), loaded first.
+    #: The metered loop's extension (a copy in the sandbox's run directory), loaded first.
     meter_path: Path
     #: The device as this machine's record knows it (`harness.devicerecord`); None: measure it
     #: first, before the problem's code is loaded, and say so (`DeviceMeasured`) before the reply.
@@ -62,7 +62,7 @@ class ReferenceStart:
 
 @dataclass(frozen=True, kw_only=True)
 class DeviceMeasured:
-    """The device as the reference stage measured it, sent before the problem's code is loaded
+    """The device as the reference sandbox measured it, sent before the problem's code is loaded
     (so that code cannot touch the figures), when the start carried no specs."""
 
     op: ClassVar[Op] = Op.DEVICE

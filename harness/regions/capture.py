@@ -11,7 +11,7 @@ cannot be captured that way, it is captured at fixed sizes.
 Where the whole model cannot be captured (control flow on tensor values, shapes it computes from
 data), each submodule is tried in turn, top down, at the inputs it received in one eager call: the
 parts that can be captured are *units* and give regions; the rest is reported, part by part, with
-the reason. Stage side (torch).
+the reason. Sandbox side (torch).
 """
 
 from __future__ import annotations

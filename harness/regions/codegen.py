@@ -10,7 +10,7 @@ a sequence length) are module constants of the same names, with the model's ``CP
 
 Local names are canonical (``x``, ``linear``, ``linear_1``…) and statistics are left out of the
 structure key: two instances of one block with the same shapes give one problem, and one kernel
-replaces both. Stage side (torch).
+replaces both. Sandbox side (torch).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the captured model is replaced (`harness.regions.runtime.install`) by its own ex
 extracted problems compute what the model computes (``faithful``: the output matches the model's
 own), the graph captured at a call matches the profiled one (the patch would find its regions),
 and where the time goes. The model's own time is measured apart, without the profiler, eager and
-under ``torch.compile``; each region alone likewise, at the target's sizes. Stage side (torch).
+under ``torch.compile``; each region alone likewise, at the target's sizes. Sandbox side (torch).
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def profile_model(request: ProfileModelRequest) -> ModelProfile:
     """The model's `ModelProfile` on the request's target.
 
     Raises:
-        Exception: whatever the model's own code raised while it was built (the stage reports it
+        Exception: whatever the model's own code raised while it was built (the sandbox reports it
             with the model's file and line).
     """
     problem, target = request.problem, request.target.value

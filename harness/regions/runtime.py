@@ -2,7 +2,7 @@
 
 This file is self-contained (torch and the standard library only): `kernelloop model apply` copies
 it, unchanged, into the ``patched.py`` it writes, so a patched model runs where kernelloop is not
-installed. The profiling stage imports it too, so the regions a profile names and the regions a
+installed. The model sandbox imports it too, so the regions a profile names and the regions a
 patch replaces are found by one piece of code.
 
 A model (or a submodule: a *unit*) is captured with ``torch.export`` (non-strict) at the inputs of

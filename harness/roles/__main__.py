@@ -1,4 +1,4 @@
-"""Dispatch a stage process to its role; the channel's fd comes from the warden."""
+"""Dispatch a sandbox to its role; the channel's fd comes from the warden."""
 
 from __future__ import annotations
 

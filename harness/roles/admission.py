@@ -1,4 +1,4 @@
-"""Admission stage: does a problem make a meaningful test? Runs the problem's code, sandboxed."""
+"""Admission sandbox: does a problem make a meaningful test? Runs the problem's code, sandboxed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import types
 import torch
 
 from harness import contract, footprint
-from harness.channel import Channel, StageMessage
+from harness.channel import Channel, SandboxMessage
 from harness.compare import compare_outputs, flatten_output
 from harness.options import default_tolerance
 from harness.protocol import Op, StartFailed, op_of
@@ -138,7 +138,7 @@ def check(request: AdmitRequest) -> AdmissionReply:
 def serve(channel: Channel) -> None:
     raw = channel.recv()  # the referee's request: a malformed one is our bug, not the problem's
     request = MeasureRequest.from_dict(raw) if op_of(raw) is Op.MEASURE else AdmitRequest.from_dict(raw)
-    reply: StageMessage
+    reply: SandboxMessage
     try:
         reply = measure(request) if isinstance(request, MeasureRequest) else check(request)
     except BaseException as exc:  # noqa: BLE001 - a problem that crashes is refused with the reason

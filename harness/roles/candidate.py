@@ -22,8 +22,8 @@ import torch
 from harness import contract
 from harness.buildcache import BuildCache
 from harness.buildcache.records import BuildAnswer
-from harness.channel import Channel, StageMessage
-from harness.meter.stage import Meter
+from harness.channel import Channel, SandboxMessage
+from harness.meter.sandboxed import Meter
 from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
 from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
@@ -153,7 +153,7 @@ def _op_name(func: Any) -> str:
 
 
 def _init_vendor_math(device: torch.device) -> None:
-    """Create cuBLAS and cuDNN handles now, under the stage's ``NVIDIA_TF32_OVERRIDE=0``, before
+    """Create cuBLAS and cuDNN handles now, under the sandbox's ``NVIDIA_TF32_OVERRIDE=0``, before
     candidate code can change the environment they read it from."""
     a = torch.ones(8, 8, device=device)
     (a @ a).sum().item()
@@ -161,8 +161,8 @@ def _init_vendor_math(device: torch.device) -> None:
 
 
 class Candidate:
-    """The candidate, loaded (``delegate``: asks the trusted side for a build its compile stage did
-    not make, over the stage's channel)."""
+    """The candidate, loaded (``delegate``: asks the trusted side for a build its compile sandbox did
+    not make, over the sandbox's channel)."""
 
     def __init__(self, request: CandidateLoad, delegate: Callable[[Delegation], BuildAnswer]) -> None:
         self.workdir = request.workdir
@@ -304,7 +304,7 @@ class Candidate:
 
 
 def serve(channel: Channel) -> None:
-    # Start-up before any candidate code (the referee may start this stage ahead of its attempt
+    # Start-up before any candidate code (the referee may start this sandbox ahead of its attempt
     # and waits for "ready"): TF32 off, and on a GPU the context and vendor handles made now.
     contract.tf32_off()
     if torch.cuda.is_available():
@@ -329,7 +329,7 @@ def serve(channel: Channel) -> None:
     while True:
         message = channel.recv()
         op = op_of(message)
-        reply: StageMessage
+        reply: SandboxMessage
         try:
             if op is Op.EXIT:
                 return

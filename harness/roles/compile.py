@@ -1,12 +1,12 @@
-"""Compile stage: import the candidate with no GPU visible, building its extensions into the cache.
+"""Compile sandbox: import the candidate with no GPU visible, building its extensions into the cache.
 
 A `CompileRequest` without a ``candidate_path`` (a warm-up: its ``warmup`` flag sets) instead
 builds a tiny trusted binding per flag set before any candidate code runs, which leaves the
 precompiled torch header of those flags in the staging directory: a trusted side that publishes
-PCHs only from such stages (``publish_staged(..., pch=False)`` for candidates' stages) keeps
+PCHs only from such sandboxes (``publish_staged(..., pch=False)`` for candidates' sandboxes) keeps
 candidates from planting one.
 
-A `BuilderBuild` as the first request makes the stage a *builder*: it runs no candidate code,
+A `BuilderBuild` as the first request makes the sandbox a *builder*: it runs no candidate code,
 builds each `BuilderBuild` it receives (a candidate's ``load_inline``, as plain data) into its
 staging directory, reusing and keeping per-translation-unit objects, imports nothing it built,
 and answers each with a `BuildAnswer`; the trusted side publishes what it staged. A candidate's
@@ -32,7 +32,7 @@ _CACHE_PCH: dict[HeaderMode, bool | str] = {HeaderMode.OFF: False, HeaderMode.US
 
 def serve(channel: Channel) -> None:
     # What every candidate imports first (3-4 s on the H200 host), paid before one arrives: the
-    # referee may start this stage ahead of its attempt and waits for "ready".
+    # referee may start this sandbox ahead of its attempt and waits for "ready".
     import torch.utils.cpp_extension  # noqa: F401
 
     channel.send(Ready())

@@ -1,8 +1,8 @@
-"""Model stage: profile a user's model (capture, regions, timing). Runs the model's code, sandboxed."""
+"""Model sandbox: profile a user's model (capture, regions, timing). Runs the model's code, sandboxed."""
 
 from __future__ import annotations
 
-from harness.channel import Channel, StageMessage
+from harness.channel import Channel, SandboxMessage
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
 from harness.regions.profiling import profile_model
@@ -11,7 +11,7 @@ from harness.roles.loading import brief_error
 
 def serve(channel: Channel) -> None:
     request = ProfileModelRequest.from_dict(channel.recv())  # ours: a malformed one is our bug
-    reply: StageMessage
+    reply: SandboxMessage
     try:
         reply = ProfileModelReply(profile=profile_model(request))
     except BaseException as exc:  # noqa: BLE001 - a model that fails to build is reported with its line

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from harness import contract, footprint
-from harness.channel import Channel, StageMessage, parse_message
+from harness.channel import Channel, SandboxMessage, parse_message
 from harness.compare import compare_outputs, flatten_output
-from harness.meter.stage import Meter, call_inputs
+from harness.meter.sandboxed import Meter, call_inputs
 from harness.options import default_tolerance
 from harness.protocol import Op, OpFailed, StartFailed, op_of
 from harness.protocol.meter import CallInputs, MeterEnd, Metering
@@ -162,7 +162,7 @@ def serve(channel: Channel) -> None:
         op = op_of(message)
         if op is Op.EXIT:
             return
-        reply: StageMessage
+        reply: SandboxMessage
         try:
             if op is Op.METER:
                 reply = ref.meter_run(channel, MeterRequest.from_dict(message))

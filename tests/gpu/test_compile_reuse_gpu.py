@@ -55,7 +55,7 @@ def test_a_kernel_only_edit_recompiles_only_the_kernels(cache: Path, kernelbench
     options = HarnessOptions(cache_dir=cache, secret_seed=1, compile_baseline=False)
     nonce = secrets.token_hex(4)
     with Referee(load_problem("level2/conv_tanh_scale_bias_maxpool"), "cuda", options) as referee:
-        referee.evaluate("import torch\n", depth=Depth.COMPILE)  # its end prestarts the next stages
+        referee.evaluate("import torch\n", depth=Depth.COMPILE)  # its end prestarts the next sandboxes
         time.sleep(8)  # the model writing its first candidate
         cold_s, cold = _compile(referee, _playbook(nonce, f"{nonce}-k0", kernelbench_flags=kernelbench_flags))
         time.sleep(8)

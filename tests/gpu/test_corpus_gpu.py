@@ -3,7 +3,7 @@
 tests/harness/corpus/test_corpus_cpu.py runs C++ kernels in the styles LLM-written kernels use;
 this runs the same styles with CUDA kernels (``cuda_sources``) from tests/gpu/corpus/: builds at
 import, in ``__init__``, on the first forward, in a cached helper, and gated on
-``torch.cuda.is_available()`` (False in the compile stage, which sees no GPU: the run builds it at
+``torch.cuda.is_available()`` (False in the compile sandbox, which sees no GPU: the run builds it at
 import); try/except around ``load_inline`` (a build that succeeds, one that fails with an nvcc
 error); a kernel that raises on odd batches and is caught; renamed parameters; KernelBench's own
 ``load_inline`` call (torch headers in ``cuda_sources``, default-stream launches). The honest ones
@@ -61,7 +61,7 @@ class Case:
 
 
 def built(*where: tuple[str, BuildPhase | None]) -> Callable[[Verdict], bool]:
-    """Its extensions, by name, and where each was built (None: in the compile stage)."""
+    """Its extensions, by name, and where each was built (None: in the compile sandbox)."""
     def check(verdict: Verdict) -> bool:
         return verdict.compile is not None and [(e.name, e.lazy) for e in verdict.compile.extensions] == list(where)
     return check

@@ -37,7 +37,7 @@ PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
 QUICK_TIMING = TimingOptions(warmup_ms=10, min_repeats=10, max_repeats=40, max_time_s=0.3, input_sets=2,
                              audits=3)
 LEAK = "LEAK"
-#: Host memory of a stage (RLIMIT_DATA on cuda): the legit candidate must run under it.
+#: Host memory of a sandbox (RLIMIT_DATA on cuda): the legit candidate must run under it.
 MEMORY_LIMIT_MB = 8192
 #: GPU cycles a cheat spins on its side stream (~10 ms at 2 GHz): still running when forward returns.
 SPIN_CYCLES = 20_000_000
@@ -254,12 +254,12 @@ CASES: list[Case] = [
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
     Case("scales_what_the_harness_records", lambda n: cheat("return _honest(self, x)", prelude='''
         import sys as _sys
-        if "harness.meter.stage" in _sys.modules:
-            _stage = _sys.modules["harness.meter.stage"]
-            _run = _stage.Meter.run
-            _stage.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
+        if "harness.meter.sandboxed" in _sys.modules:
+            _sandboxed = _sys.modules["harness.meter.sandboxed"]
+            _run = _sandboxed.Meter.run
+            _sandboxed.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
          depth=Depth.BENCHMARK),
     # Named at the first trial (the replacement is a changed harness function); with the tamper
     # check replaced too, the trusted clock says so (the next row).
@@ -298,7 +298,7 @@ CASES: list[Case] = [
          Status.ERROR, Stage.CORRECTNESS, message="out of memory", check=next_evaluation_works),
     Case("host_out_of_memory", lambda n: cheat('''
         chunks = []
-        for _ in range(24):  # 24 GiB at most: the stage's limit must stop it long before
+        for _ in range(24):  # 24 GiB at most: the sandbox's limit must stop it long before
             chunk = torch.empty(1 << 28)
             chunk[::1024].fill_(1.0)
             chunks.append(chunk)

@@ -1,6 +1,6 @@
 """On an H200 (`pytest -m gpu tests/gpu/test_tenancy_gpu.py -s`): issue 13 on cuda.
 
-A hostile problem's module code, run by a cuda reference stage, reads and writes nothing of other
+A hostile problem's module code, run by a cuda reference sandbox, reads and writes nothing of other
 tenants (cache, service directory, home) and leaves no process behind; a cancel kills a reference
 start that would hang (after the problem touched the GPU) within seconds and frees the device's
 timing lock. Needs only torch, pytest and the harness; figures go to stdout (-s) and, when
@@ -101,9 +101,9 @@ def _options(cache: Path, data_dir: Path, **changes: object) -> HarnessOptions:
 
 
 def _processes(marker: str, within: Path | None = None) -> list[int]:
-    """Live processes whose command line holds ``marker``; with ``within``, only those of stages
-    under that cache (the warden names its stage's directory, a role runs in it): other tests'
-    stages may run beside this one (pytest-xdist)."""
+    """Live processes whose command line holds ``marker``; with ``within``, only those of sandboxes
+    under that cache (the warden names its sandbox's directory, a role runs in it): other tests'
+    sandboxes may run beside this one (pytest-xdist)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -165,7 +165,7 @@ def test_a_hostile_cuda_problem_reads_and_writes_nothing(tmp_path: Path, monkeyp
     assert "(5 sleepers alive): nothing" in message, message
     assert not [p for p in writes if p.exists()]
     time.sleep(1.0)
-    assert _processes(token) == [], "the problem's processes outlived its reference stage"
+    assert _processes(token) == [], "the problem's processes outlived its reference sandbox"
 
 
 def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) -> None:
@@ -186,7 +186,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     worker.start()
     deadline = time.monotonic() + 300
     while not _processes("harness.roles reference ", cache):
-        assert time.monotonic() < deadline and worker.is_alive(), "the reference stage never started"
+        assert time.monotonic() < deadline and worker.is_alive(), "the reference sandbox never started"
         time.sleep(0.1)
     time.sleep(3.0)  # CUDA initialised, spinning in get_inputs
     lock_path = cache / "locks" / f"{key}.lock"
@@ -206,7 +206,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     cancelled_at = time.monotonic()
     referee.cancel()
     while _processes("harness.roles reference ", cache) or _processes("warden.py", cache):
-        assert time.monotonic() - cancelled_at < 30, "the reference stage survived the cancel"
+        assert time.monotonic() - cancelled_at < 30, "the reference sandbox survived the cancel"
         time.sleep(0.05)
     gone_s = time.monotonic() - cancelled_at
     worker.join(timeout=30)

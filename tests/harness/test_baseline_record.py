@@ -11,13 +11,13 @@ import pytest
 
 from harness import HarnessOptions, Referee, TimingOptions
 from harness.baselinerecord import AGREEMENT_RATIO, MAX_RETAKES, BaselineRecord, agrees, measure_consistently
-from harness.problemstage import compiler_cache_dir
+from harness.problemsandbox import compiler_cache_dir
 from problems import parse_problem
 from vocabulary.timing import HOST_LOADED_WARNING, Baselines, Timing
 
 #: Sleeps instead of computing, so its time hardly depends on the host's load: 50 ms a call, or
 #: 500 ms while a ``slow`` file sits beside its compiler caches (the host "busy" on purpose; the
-#: reference stage sees that directory and no other).
+#: reference sandbox sees that directory and no other).
 SLOWED_ON_PURPOSE = '''"""Sleeps 50 ms a forward (500 ms while a "slow" file is beside its compiler caches)."""
 import os
 import time

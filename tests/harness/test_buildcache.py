@@ -62,8 +62,8 @@ def test_ptxas_registers_smem_and_spills_per_kernel() -> None:
                                 "smem_bytes": 4096, "stack_bytes": 8, "spill_stores": 4, "spill_loads": 4}
 
 
-def test_the_candidate_stage_asks_the_trusted_side_for_a_build_it_lacks_saying_where(tmp_path: Path) -> None:
-    """A lazy build: the candidate stage (``load`` mode) cannot build, so it asks over its channel
+def test_the_candidate_sandbox_asks_the_trusted_side_for_a_build_it_lacks_saying_where(tmp_path: Path) -> None:
+    """A lazy build: the candidate sandbox (``load`` mode) cannot build, so it asks over its channel
     (here a fake), with where the candidate is; a failure it is answered with is a `BuildError` the
     candidate may catch, recorded with its trimmed errors. None may start while timing."""
     asked: list[Delegation] = []
@@ -95,5 +95,5 @@ def test_the_candidate_stage_asks_the_trusted_side_for_a_build_it_lacks_saying_w
 def test_a_build_answered_but_not_handed_over_is_not_loaded(tmp_path: Path) -> None:
     cache = BuildCache(tmp_path, mode="load", delegate=lambda build: BuildAnswer(ok=True, key="0" * 24))
     cache.phase = BuildPhase.INIT
-    with pytest.raises(RuntimeError, match="was not handed to this stage"):
+    with pytest.raises(RuntimeError, match="was not handed to this sandbox"):
         cache.load_inline("kl_lazy", "int f();", functions=["f"])

@@ -1,5 +1,5 @@
-"""The candidate run's steps against a scripted stage and comparer (no process, no compile): what
-each reply, honest or not, makes of the verdict. A stage that sends garbage gets the verdict the
+"""The candidate run's steps against a scripted sandbox and comparer (no process, no compile): what
+each reply, honest or not, makes of the verdict. A sandbox that sends garbage gets the verdict the
 referee has always given it (its fault, at the step it was in). The metered loop is scripted too
 (`FakeLoop`: real frames, real sealed memfds, a sleep for the kernel)."""
 
@@ -28,9 +28,9 @@ from harness.progress import StageReporter
 from harness.protocol import Op
 from harness.protocol.build import Delegation
 from harness.protocol.reference import Compared, CompareItem
+from harness.sandboxpool import StartedSandbox
 from harness.sandboxspec import SandboxReport
 from harness.seeds import plan_trials
-from harness.stagepool import StartedStage
 from problems import load_problem
 from vocabulary.builds import BuildPhase, CompileResult, KernelInfo
 from vocabulary.causes import KernelError
@@ -47,7 +47,7 @@ Reply = Callable[[JsonObject], JsonObject]
 
 
 def honest(message: JsonObject) -> JsonObject:
-    """What an honest candidate stage answers."""
+    """What an honest candidate sandbox answers."""
     op = message.get("op")
     if op == Op.LOAD:
         return {"ok": True, "extensions": ["kl_ext"]}
@@ -66,7 +66,7 @@ KERNEL_S = 0.001
 
 
 class FakeLoop:
-    """The candidate stage's metered loop, scripted: each GO frame answered by a DONE frame after
+    """The candidate sandbox's metered loop, scripted: each GO frame answered by a DONE frame after
     ``KERNEL_S`` (its sample: that time, times ``scale``), an audit by a sealed memfd of 4 bytes."""
 
     def __init__(self, scale: float = 1.0, end: JsonObject | None = None) -> None:
@@ -117,7 +117,7 @@ class FakeProcess:
         return self.channel.recv()
 
     def log_tail(self, limit: int) -> str:
-        return "the stage's log"
+        return "the sandbox's log"
 
     def describe_exit(self, wait_s: float = 2.0) -> str:
         return "killed by SIGSEGV"
@@ -181,26 +181,26 @@ def where(tmp_path: Path, harness_cache: Path) -> tuple[Path, Path]:
 
 
 def run(where: tuple[Path, Path], answer: Reply = honest, *, depth: Depth = Depth.BENCHMARK,
-        reference: FakeReference | None = None, loop: FakeLoop | None = None, stage: Reply | None = None,
+        reference: FakeReference | None = None, loop: FakeLoop | None = None, sandbox: Reply | None = None,
         build: Callable[[JsonObject | None], BuildAnswer] | None = None,
         compiled: CompileResult | None = None) -> tuple[Verdict, FakeProcess]:
-    """``stage``: answers instead of ``answer``; ``loop``: the metered loop; ``build``: the trusted
-    builder of lazy builds; ``compiled``: the compile stage's result."""
+    """``sandbox``: answers instead of ``answer``; ``loop``: the metered loop; ``build``: the trusted
+    builder of lazy builds; ``compiled``: the compile sandbox's result."""
     tmp_path, cache = where
-    process = FakeProcess(stage or answer, loop)
+    process = FakeProcess(sandbox or answer, loop)
     (tmp_path / "run").mkdir(exist_ok=True)
     options = HarnessOptions(cache_dir=cache, timing=QUICK)
     context = RunContext(problem=PROBLEM, options=options, trials=TRIALS,
                          secret=3, reference=reference or FakeReference(),  # type: ignore[arg-type]
-                         settle=lambda stage: None, facts=lambda: FACTS, build=build)
-    started = StartedStage(process=process, run_dir=tmp_path, ready=True)  # type: ignore[arg-type]
+                         settle=lambda sandbox: None, facts=lambda: FACTS, build=build)
+    started = StartedSandbox(process=process, run_dir=tmp_path, ready=True)  # type: ignore[arg-type]
     verdict = CandidateSteps(context, started, "class ModelNew: ...", StageReporter(None)).run(
         Draft(depth=depth, compile=compiled))
     return verdict, process
 
 
 def but(op: Op, reply: JsonObject | Callable[[JsonObject], JsonObject]) -> Reply:
-    """The honest stage, except for its answer to ``op``."""
+    """The honest sandbox, except for its answer to ``op``."""
     def answer(message: JsonObject) -> JsonObject:
         if message.get("op") != op:
             return honest(message)
@@ -225,7 +225,7 @@ def test_an_honest_candidate_passes_each_depth(where: tuple[Path, Path]) -> None
 def test_a_malformed_end_of_the_timing_loop_is_the_candidates_fault(where: tuple[Path, Path], end: JsonObject) -> None:
     verdict, _ = run(where, loop=FakeLoop(end=end))
     assert (verdict.status, verdict.stage, verdict.error_kind) == (Status.ERROR, Stage.TIMING, ErrorKind.CANDIDATE)
-    assert verdict.message == MALFORMED_TIMING and verdict.log == "the stage's log"
+    assert verdict.message == MALFORMED_TIMING and verdict.log == "the sandbox's log"
 
 
 @pytest.mark.parametrize(("op", "reply", "stage"), [
@@ -251,7 +251,7 @@ def test_a_forward_that_raises_keeps_the_trials_before_it(where: tuple[Path, Pat
     assert [t.seed_index for t in verdict.trials] == [0] and verdict.flags == ()
 
 
-def test_a_stage_that_times_out_is_killed_and_keeps_no_flags(where: tuple[Path, Path]) -> None:
+def test_a_sandbox_that_times_out_is_killed_and_keeps_no_flags(where: tuple[Path, Path]) -> None:
     def hangs(message: JsonObject) -> JsonObject:
         raise ChannelTimeout("no reply in time")
 
@@ -268,16 +268,16 @@ def test_integrity_flags_fail_the_candidate(where: tuple[Path, Path]) -> None:
     assert none_loaded.flags == ("no_custom_kernel",)
     no_work, _ = run(where, reference=FakeReference(passes=lambda item: True))  # the no-op output is right
     assert (no_work.status, no_work.stage, no_work.flags) == (Status.FAIL, Stage.INTEGRITY, ("extension_does_no_work",))
-    assert len(no_work.trials) == 2 and no_work.log == "the stage's log"
+    assert len(no_work.trials) == 2 and no_work.log == "the sandbox's log"
     mismatch, _ = run(where, reference=FakeReference(passes=lambda item: item.call is None and item.output != NOISE))
     assert (mismatch.status, mismatch.stage) == (Status.FAIL, Stage.INTEGRITY)
     assert mismatch.flags == ("timed_output_mismatch",) and mismatch.timing is not None
     for scale in (1e6, 0.3):  # more than the call took, and a third of it
         forged, _ = run(where, loop=FakeLoop(scale=scale))
         assert forged.flags == ("clock_disagrees",) and "the timing was tampered with" in forged.message
-    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.meter.stage.Meter.run"]}))
+    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.meter.sandboxed.Meter.run"]}))
     assert tampered.flags == ("harness_tampered",)
-    assert "changed the referee's code" in tampered.message and "harness.meter.stage.Meter.run" in tampered.message
+    assert "changed the referee's code" in tampered.message and "harness.meter.sandboxed.Meter.run" in tampered.message
 
 
 def test_a_load_failure_says_what_failed(where: tuple[Path, Path]) -> None:
@@ -287,12 +287,12 @@ def test_a_load_failure_says_what_failed(where: tuple[Path, Path]) -> None:
     assert verdict.message == "loading the candidate failed:\nAttributeError: ModelNew"
 
 
-# -- lazy builds: a stage that asks for a build while it runs --------------------------------------
+# -- lazy builds: a sandbox that asks for a build while it runs ------------------------------------
 KEY = "ab" * 12
 
 
-class LazyStage:
-    """The honest stage, except that its first trial first asks for a build (a build on the first
+class LazySandbox:
+    """The honest sandbox, except that its first trial first asks for a build (a build on the first
     forward), then answers as the candidate would: carried on (``catches``) or failed."""
 
     def __init__(self, *, catches: bool = True, refusal: str | None = None) -> None:
@@ -327,14 +327,14 @@ def builder(ok: bool, seconds: float = 0.2) -> Callable[[JsonObject | None], Bui
     return build
 
 
-def test_a_build_on_the_first_forward_is_built_for_the_stage_and_counted_as_compile_time(
+def test_a_build_on_the_first_forward_is_built_for_the_sandbox_and_counted_as_compile_time(
         where: tuple[Path, Path]) -> None:
-    stage = LazyStage()
-    verdict, process = run(where, but(Op.LOAD, {"ok": True, "extensions": []}), stage=stage,
+    sandbox = LazySandbox()
+    verdict, process = run(where, but(Op.LOAD, {"ok": True, "extensions": []}), sandbox=sandbox,
                            build=builder(ok=True, seconds=0.3), compiled=CompileResult(ok=True, seconds=1.0))
     assert (verdict.status, verdict.message) == (Status.PASS, "correct and timed"), verdict.message
-    assert stage.answer is not None and stage.answer["ok"] and stage.answer["key"] == KEY
-    assert (where[0] / "builds" / f"kl_lazy-{KEY}").is_dir()  # handed to the stage, in its own builds
+    assert sandbox.answer is not None and sandbox.answer["ok"] and sandbox.answer["key"] == KEY
+    assert (where[0] / "builds" / f"kl_lazy-{KEY}").is_dir()  # handed to the sandbox, in its own builds
     compiled = verdict.compile
     assert compiled is not None and compiled.seconds >= 1.3 and compiled.kernels == (KernelInfo(kernel="k"),)
     (ext,) = compiled.extensions
@@ -345,7 +345,7 @@ def test_a_build_on_the_first_forward_is_built_for_the_stage_and_counted_as_comp
 
 
 def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tuple[Path, Path]) -> None:
-    caught, _ = run(where, stage=LazyStage(catches=True), build=builder(ok=False),
+    caught, _ = run(where, sandbox=LazySandbox(catches=True), build=builder(ok=False),
                     compiled=CompileResult(ok=True, seconds=1.0))
     assert caught.status is Status.PASS and caught.message.splitlines()[0] == (
         "extension 'kl_lazy' failed to build in forward and the candidate caught the error (falling back without "
@@ -353,7 +353,7 @@ def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tup
     assert caught.message.splitlines()[1] == "correct and timed"
     assert caught.log.startswith("extension 'kl_lazy' (in forward), first compiler errors:\nmain.cpp:3:5")
     assert caught.compile is not None and caught.compile.extensions == ()
-    uncaught, _ = run(where, stage=LazyStage(catches=False), build=builder(ok=False),
+    uncaught, _ = run(where, sandbox=LazySandbox(catches=False), build=builder(ok=False),
                       compiled=CompileResult(ok=True, seconds=1.0))
     assert (uncaught.status, uncaught.stage, uncaught.error_kind) == (Status.ERROR, Stage.COMPILE, ErrorKind.CANDIDATE)
     assert uncaught.message == "extension 'kl_lazy' failed to build (built lazily, in forward)"
@@ -364,31 +364,31 @@ def test_a_lazy_build_that_fails_is_named_first_whether_caught_or_not(where: tup
 
 def test_a_lazy_build_the_builder_refuses_is_never_built_and_says_to_build_it_at_import(
         where: tuple[Path, Path]) -> None:
-    stage = LazyStage(catches=False, refusal="flag '-I/opt/x'")
+    sandbox = LazySandbox(catches=False, refusal="flag '-I/opt/x'")
     built: list[JsonObject | None] = []
 
     def build(request: JsonObject | None) -> BuildAnswer:
         built.append(request)
         return builder(ok=True)(request)
 
-    verdict, _ = run(where, stage=stage, build=build, compiled=CompileResult(ok=True, seconds=1.0))
-    assert built == [] and stage.answer is not None and not stage.answer["ok"]
+    verdict, _ = run(where, sandbox=sandbox, build=build, compiled=CompileResult(ok=True, seconds=1.0))
+    assert built == [] and sandbox.answer is not None and not sandbox.answer["ok"]
     assert (verdict.status, verdict.stage) == (Status.ERROR, Stage.COMPILE)
     assert verdict.compile is not None and "with flag '-I/opt/x'" in verdict.compile.errors
     assert "Build this one at import" in verdict.compile.errors
 
 
-def test_a_renamed_model_and_kernel_errors_from_the_stage_reach_the_verdict(where: tuple[Path, Path]) -> None:
+def test_a_renamed_model_and_kernel_errors_from_the_sandbox_reach_the_verdict(where: tuple[Path, Path]) -> None:
     raised = {"function": "kl_ext.f", "error": "RuntimeError: odd batch\nat main.cpp:9"}
 
-    def stage(message: JsonObject) -> JsonObject:
+    def sandbox(message: JsonObject) -> JsonObject:
         if message.get("op") == Op.LOAD:
             return {"ok": True, "extensions": ["kl_ext"], "renamed": [["conv.weight", "w"], ["conv.bias", "b"]]}
         if message.get("op") == Op.TRIAL and message.get("index") == 1:
             return {**honest(message), "kernel_errors": [raised]}
         return honest(message)
 
-    verdict, _ = run(where, stage)
+    verdict, _ = run(where, sandbox)
     assert verdict.status is Status.PASS and verdict.notes == (
         "ModelNew names its parameters and buffers differently from Model, so the reference weights were loaded by "
         "registration order (KernelBench builds both models from the same seed, so names never mattered): "

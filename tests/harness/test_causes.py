@@ -55,7 +55,7 @@ def test_the_cause_leads_the_message_and_the_log_of_any_outcome_and_survives_the
     assert failed.message.splitlines()[0].startswith("extension 'kl_fast' failed to build at import")
     assert failed.message.splitlines()[1] == "no custom kernel ran"
     assert failed.log.startswith("extension 'kl_fast' (at import), first compiler errors:\nmain.cpp:11:15")
-    assert len(failed.log) <= FACTS.output_limit and failed.log.endswith("xxx")  # then the stage's tail
+    assert len(failed.log) <= FACTS.output_limit and failed.log.endswith("xxx")  # then the sandbox's tail
     passed = assemble(FACTS, draft, Outcome(Status.PASS, Stage.DONE, "correct and timed"))
     suspicious = quarantine(passed, 10.0)  # 100x faster than eager
     assert suspicious.status is Status.SUSPICIOUS

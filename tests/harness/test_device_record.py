@@ -48,7 +48,7 @@ def test_a_settled_record_is_what_every_job_uses_and_no_job_measures_again(tmp_p
     options = HarnessOptions(cache_dir=tmp_path, secret_seed=3, compile_baseline=False, trials=1)
     problem = load_problem("level1/softmax")
     record = DeviceRecord(tmp_path / "devices", "cpu", ENVIRONMENT)
-    # 1. An empty record: the reference stage measures (before the problem's code is loaded).
+    # 1. An empty record: the reference sandbox measures (before the problem's code is loaded).
     with Referee(problem, "cpu", options) as referee:
         first = referee.start_reference()
     (measured,) = record.measurements()

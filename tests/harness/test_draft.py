@@ -1,4 +1,4 @@
-"""The candidate run's judgements, as pure steps over a frozen draft (no stage, no process)."""
+"""The candidate run's judgements, as pure steps over a frozen draft (no sandbox, no process)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_a_metered_run_raises_what_it_found() -> None:
     outcome = decisive_outcome(tampered, Stage.INTEGRITY)
     assert outcome is not None and "changed the referee's code" in outcome.message
     assert "harness.contract.tf32_is_off" in outcome.message
-    broken = with_metered_run(DRAFT, replace(run, protocol_error="the stage answered out of turn during call 3"),
+    broken = with_metered_run(DRAFT, replace(run, protocol_error="the sandbox answered out of turn during call 3"),
                               None, audits_match=True)
     assert broken.flags == ("timing_protocol_broken",) and metered_failure(replace(run, protocol_error="x")) is None
 

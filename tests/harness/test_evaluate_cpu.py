@@ -1,4 +1,4 @@
-"""End to end on the CPU target: real compiles, sandboxed stages, real verdicts.
+"""End to end on the CPU target: real compiles, sandboxes, real verdicts.
 
 Every misbehaving candidate here is the seed-1 CPU example with ModelNew.forward overridden, so
 its extension sources are byte-identical and one build serves them all.
@@ -43,7 +43,7 @@ def _parent(pid: int) -> int:
 
 def _descends_from_us(pid: int) -> bool:
     """Whether ``pid`` was started (through its warden) by this test process: other pytest-xdist
-    workers and other checkouts run stages on the same host."""
+    workers and other checkouts run sandboxes on the same host."""
     for _ in range(4):
         pid = _parent(pid)
         if pid == os.getpid():
@@ -54,7 +54,7 @@ def _descends_from_us(pid: int) -> bool:
 
 
 def roles_running(role: str, besides: Referee | None = None) -> list[int]:
-    """Stage processes of this role that this test process started, other than the ones
+    """Sandboxes of this role that this test process started, other than the ones
     ``besides`` started for its next attempt."""
     wardens = set(besides.prestarted.values()) if besides is not None else set()
     found = []
@@ -73,7 +73,7 @@ def roles_running(role: str, besides: Referee | None = None) -> list[int]:
 
 def gone_soon(running: Callable[[], list[int]], within_s: float = 5.0) -> bool:
     """Whether ``running()`` is empty within a few seconds: a SIGKILLed process can take a moment
-    to be torn down (a stage imports torch: a large address space to release)."""
+    to be torn down (a sandbox imports torch: a large address space to release)."""
     deadline = time.monotonic() + within_s
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -147,9 +147,9 @@ def test_hanging_candidate_is_killed_within_its_timeout(referee: Referee) -> Non
     assert set(referee.prestarted) == {"compile", "candidate"}  # the next attempt's, started already
 
 
-def test_the_next_attempt_runs_in_stages_started_for_it(referee: Referee, options: HarnessOptions) -> None:
-    """After an attempt the Referee holds a compile and a candidate stage for the next one; the next
-    attempt uses them (a source compiled before needs no compile stage, so that one stays), each
+def test_the_next_attempt_runs_in_sandboxes_started_for_it(referee: Referee, options: HarnessOptions) -> None:
+    """After an attempt the Referee holds a compile and a candidate sandbox for the next one; the next
+    attempt uses them (a source compiled before needs no compile sandbox, so that one stays), each
     serves one attempt, and with ``prestart=False`` nothing is left running between attempts."""
     assert referee.evaluate(SEED1_CPU, depth=Depth.CORRECTNESS).status is Status.PASS
     before = referee.prestarted
@@ -171,7 +171,7 @@ def test_segfault_is_reported_and_the_next_evaluation_works(referee: Referee) ->
     assert referee.evaluate(SEED1_CPU).status is Status.PASS
 
 
-def test_escaping_descendants_die_with_the_stage(referee: Referee) -> None:
+def test_escaping_descendants_die_with_the_sandbox(referee: Referee) -> None:
     token = f"{os.getpid()}.{time.time_ns() % 100000}"
     verdict = referee.evaluate(override_forward(f"""
         import os, subprocess
@@ -236,7 +236,7 @@ def test_candidate_sees_no_secret_and_no_network(harness_cache: Path, tmp_path: 
 
 def test_a_killed_build_leaves_nothing_behind(options: HarnessOptions, referee: Referee) -> None:
     """A compile killed mid-build (its time limit) publishes no partial build and blocks no later one;
-    the stages its Referee started for a next attempt end with it (``referee``: the module's, alive)."""
+    the sandboxes its Referee started for a next attempt end with it (``referee``: the module's, alive)."""
     source = (REPO / "examples" / "seed1_cpu_compile_error.py").read_text()
     problem = load_problem("level2/conv_tanh_scale_bias_maxpool")
     hurried = options.replace(timeouts=Timeouts(compile_s=4.0))
@@ -244,7 +244,7 @@ def test_a_killed_build_leaves_nothing_behind(options: HarnessOptions, referee: 
         killed = hurrying.evaluate(source)
     assert killed.stage is Stage.COMPILE and "timed out" in killed.compile.errors
     assert not list(options.builds_dir.glob("kl_seed1_cpu_compile_error-*"))
-    assert gone_soon(lambda: roles_running("compile", besides=referee)), "a compile stage outlived its Referee"
+    assert gone_soon(lambda: roles_running("compile", besides=referee)), "a compile sandbox outlived its Referee"
     with Referee(problem, "cpu", options) as again:
         verdict = again.evaluate(source)
     assert verdict.stage is Stage.COMPILE and "main.cpp:" in verdict.compile.errors

@@ -1,4 +1,4 @@
-"""The harness's dependency rules: stdlib-only for the driver side, torch + stdlib for the stages."""
+"""The harness's dependency rules: stdlib-only for the driver side, torch + stdlib for the sandboxes."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_the_driver_side_needs_only_the_standard_library() -> None:
     assert third_party == set(), third_party
 
 
-def test_stage_modules_need_only_torch_and_the_standard_library() -> None:
+def test_sandbox_modules_need_only_torch_and_the_standard_library() -> None:
     modules = sorted(p.stem for p in (REPO / "harness" / "roles").glob("*.py") if p.stem != "__main__")
-    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.stage")
+    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.sandboxed")
     assert "torch" in found
     assert found & SERVICE_PACKAGES == set(), found & SERVICE_PACKAGES

@@ -86,7 +86,7 @@ STYLES: dict[str, tuple[str, str]] = {
     "implicit_include_playbook_flags": (
         "SOURCE", 'functions=["softmax_rows"], extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"]'),
     # KernelBench's flags (no -O: the PCH of no flags), verbose and a build directory of its own
-    # (not delegable: built in the compile stage, which uses the published PCHs).
+    # (not delegable: built in the compile sandbox, which uses the published PCHs).
     "kernelbench_flags_verbose_build_directory": (
         "SOURCE", 'functions=["softmax_rows"], extra_cflags=[""], extra_ldflags=[""], verbose=True, '
                   'build_directory=os.path.join(tempfile.gettempdir(), "kb_softmax_build")'),

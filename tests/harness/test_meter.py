@@ -22,7 +22,7 @@ from harness.channel import parse_message
 from harness.meter.clock import Calibration, check_clock
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.frames import DoneStatus
-from harness.meter.stage import call_inputs
+from harness.meter.sandboxed import call_inputs
 from harness.protocol.meter import MeterEnd
 from tests.support.meter import metered_child
 from vocabulary.wire import Reader
@@ -42,7 +42,7 @@ sets = [[torch.randn(256, 384)] for _ in range(2)]
 def _run(setup: str, cache: Path, plan: CallPlan = PLAN, *, forged: bool = False) -> tuple[MeteredRun, MeterEnd]:
     with metered_child(setup, cache, forged=forged) as channel:
         run = drive(channel, plan, timeout_s=120)
-        if run.protocol_error is not None:  # the referee asks nothing more of such a stage
+        if run.protocol_error is not None:  # the referee asks nothing more of such a sandbox
             return run, MeterEnd(calls=0)
         end = MeterEnd.read(Reader(parse_message(channel.recv_frame(60).payload), "end"))
     return run, end
@@ -78,14 +78,14 @@ def test_an_honest_forward_is_timed_and_its_audited_outputs_are_what_it_returned
 def test_python_level_tampering_leaves_the_samples_alone_and_is_named(harness_cache: Path) -> None:
     # The prelude of issue 23: scale what the harness records, by patching what Python can reach.
     tamper = SETUP + '''
-import harness.meter.stage as stage
+import harness.meter.sandboxed as sandboxed
 import harness.contract as contract
-original = stage.Meter.run
+original = sandboxed.Meter.run
 def scaled(self, *args, **kwargs):
     return original(self, *args, **kwargs)
-stage.Meter.run = scaled
+sandboxed.Meter.run = scaled
 contract.tf32_is_off = lambda: True
-stage.call_inputs.__code__ = (lambda source, seed, device: list(source)).__code__
+sandboxed.call_inputs.__code__ = (lambda source, seed, device: list(source)).__code__
 time.perf_counter = lambda: 0.0
 '''
     honest, _ = _run(SETUP, harness_cache)
@@ -93,8 +93,8 @@ time.perf_counter = lambda: 0.0
     honest.close()
     patched.close()
     assert patched.failure is None and patched.protocol_error is None
-    assert {"harness.meter.stage.Meter.run", "harness.contract.tf32_is_off",
-            "harness.meter.stage.call_inputs"} <= set(end.tampered)
+    assert {"harness.meter.sandboxed.Meter.run", "harness.contract.tf32_is_off",
+            "harness.meter.sandboxed.call_inputs"} <= set(end.tampered)
     ratio = statistics.median(c.sample_ms for c in patched.timed) / statistics.median(c.sample_ms for c in honest.timed)
     assert 0.5 < ratio < 2.0, ratio  # the same work, measured the same way (a loaded host: loose)
 

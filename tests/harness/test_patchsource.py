@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.modelstage import profile_model
+from harness.modelsandbox import profile_model
 from harness.options import HarnessOptions
 from harness.patchsource import patched_source, unique_extension_names
 from tests.support.models import example, kernels, model_path

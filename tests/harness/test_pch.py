@@ -141,7 +141,7 @@ def test_publish_moves_a_well_formed_pch_once_and_refuses_the_rest(tmp_path: Pat
 
 def test_publishing_a_pch_removes_those_of_an_older_recipe_and_they_take_no_room(tmp_path: Path) -> None:
     """A PCH built before the header was copied beside it (recipe 2) is never asked for again: it
-    neither counts toward the cap nor stays on disk (~0.8 GB each) once a trusted stage publishes."""
+    neither counts toward the cap nor stays on disk (~0.8 GB each) once a trusted sandbox publishes."""
     root, staging = tmp_path / "builds", tmp_path / "staging"
     old = [_staged_pch(root, f"{i:024x}", recipe="2") for i in range(_PCH_MAX)]
     (old[0] / "torch" / "extension.h").unlink()  # recipe 2 had no header beside the PCH
@@ -223,9 +223,9 @@ _planted = _pathlib.Path(_os.environ["HOME"]) / "builds" / "pch" / ("d" * 24)
 
 
 def test_the_referee_warms_the_pch_itself_and_a_candidate_cannot_plant_one(harness_cache: Path) -> None:
-    """The Referee's trusted warm-up stage publishes the PCH of the prescribed flags (and records it);
-    a candidate's compile stage publishes builds but never a PCH; the same source again needs no
-    compile stage at all."""
+    """The Referee's trusted warm-up sandbox publishes the PCH of the prescribed flags (and records it);
+    a candidate's compile sandbox publishes builds but never a PCH; the same source again needs no
+    compile sandbox at all."""
     from harness import HarnessOptions, Referee
     from problems import load_problem
     from vocabulary.evaluation import Depth

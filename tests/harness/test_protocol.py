@@ -1,4 +1,4 @@
-"""The stage protocol (pure): every message round-trips through JSON, and a malformed reply is a
+"""The sandbox protocol (pure): every message round-trips through JSON, and a malformed reply is a
 `WireError` naming what is wrong, where it enters."""
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def test_a_malformed_load_or_compile_reply_is_a_wire_error() -> None:
         CompileReply.from_dict({"seconds": 1.0})
 
 
-def test_ops_and_the_stage_messages() -> None:
+def test_ops_and_the_sandbox_messages() -> None:
     assert op_of({"op": "trial"}) is Op.TRIAL and op_of({"op": "nonsense"}) is None and op_of({}) is None
     assert op_of({"op": 3}) is None
     assert Ready.is_ready(wire(Ready())) and not Ready.is_ready({"ready": True})

@@ -1,4 +1,4 @@
-"""`harness.sandbox.paused_tree`: a stage's processes stopped while the trusted side measures the
+"""`harness.sandbox.paused_tree`: a sandbox's processes stopped while the trusted side measures the
 host alone (the loop's calibration), continued after: what they spin cannot load the host then."""
 
 from __future__ import annotations

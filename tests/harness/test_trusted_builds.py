@@ -1,4 +1,4 @@
-"""Trusted builds: a candidate's extension is built by a builder stage that runs no candidate code,
+"""Trusted builds: a candidate's extension is built by a builder sandbox that runs no candidate code,
 objects of unchanged translation units are reused, and nothing a candidate's import-time code
 writes (objects, headers) is ever used by another build."""
 
@@ -72,7 +72,7 @@ def test_objects_are_published_from_a_builder_only_and_never_replaced(tmp_path: 
     linked = _staged_object(staging, "c" * 24)
     (linked / "object.o").unlink()
     (linked / "object.o").symlink_to("/etc/passwd")
-    assert publish_staged(staging, root) == []  # a candidate's compile stage: objects are never taken
+    assert publish_staged(staging, root) == []  # a candidate's compile sandbox: objects are never taken
     assert not (root / "objects" / good).exists()
     assert publish_staged(staging, root, objects=True) == [f"objects/{good}"]
     assert not (root / "objects" / ("b" * 24)).exists() and not (root / "objects" / ("c" * 24)).exists()
@@ -97,7 +97,7 @@ assert ext.kl_affine(torch.arange(3.0)).tolist() == [1.0, 4.0, 7.0]
 '''
 
 #: Import-time code of the poisoning candidate: it plants an object under KEY (and a header) in
-#: its own staging directory, where its compile stage may write, and tries the cache itself; and a
+#: its own staging directory, where its compile sandbox may write, and tries the cache itself; and a
 #: whole build (marker and library) under the honest candidate's build key, BUILD.
 _PLANT = '''
 import os as _os
@@ -118,7 +118,7 @@ for _base in (_home / "builds", _pathlib.Path(BUILDS)):
         (_pch / "extension.h.gch").write_bytes(POISON)
         (_pch.parent / "pch.json").write_text("{}")
     except OSError:
-        pass  # the cache is read-only to a compile stage
+        pass  # the cache is read-only to a compile sandbox
 '''
 
 
@@ -155,7 +155,7 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         assert json.loads((builds / "objects" / key / "object.json").read_text())["source"] == "main.cpp"
 
         # Another Referee (another job) finds the builder's build, and says where it is: the
-        # candidate stage gets its copy from there.
+        # candidate sandbox gets its copy from there.
         with Referee(load_problem("level2/conv_tanh_scale_bias_maxpool"), "cpu", options) as other:
             found = other.evaluate(honest, depth=Depth.COMPILE)
         assert found.compile is not None and found.compile.ok, found.log[-3000:]
@@ -176,7 +176,7 @@ def test_a_candidate_cannot_plant_an_object_or_header_that_another_build_uses(ha
         poisoner = referee.evaluate(_candidate(tag + "-poisoner", ["-fopenmp"], plant), depth=Depth.COMPILE)
         assert poisoner.compile is not None and poisoner.compile.ok, poisoner.log[-3000:]
         assert not (builds / "objects" / key).exists()
-        # Its whole build is published where the compile stages' builds go (as before), never
+        # Its whole build is published where the compile sandboxes' builds go (as before), never
         # among the builder's: the honest candidate's compile does not look there.
         assert (builds / build.name / "kl_trusted_probe.so").read_bytes() == POISON
         rebuilt = referee.evaluate(honest, depth=Depth.COMPILE)

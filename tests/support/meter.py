@@ -1,6 +1,6 @@
 """A metered loop in a child process, for the meter's own tests (tests/harness/test_meter.py).
 
-`metered_child` starts ``python -c`` with one end of a socket pair: it binds `kl_meter` (as a stage
+`metered_child` starts ``python -c`` with one end of a socket pair: it binds `kl_meter` (as a sandbox
 does, before the "candidate" code), runs ``SETUP`` (which defines ``fn`` and ``sets``, and may
 tamper with anything), hands them to the loop, and answers `MeterEnd` when the loop stops. The
 test drives it with `harness.meter.drive` like the referee does. ``FORGE`` children skip the loop
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from harness import contract
 from harness.channel import Channel
-from harness.meter.stage import Meter
+from harness.meter.sandboxed import Meter
 from harness.protocol.meter import MeterEnd
 contract.tf32_off()
 torch.manual_seed(0)
@@ -44,7 +44,7 @@ channel.send(MeterEnd(calls=calls, tampered=tuple(meter.tampered())))
 #: from the setup): it loads each call's inputs and does the work as the real loop does (so it
 #: would pass audits), holds its output instead of copying it, and forges what it reports.
 FORGED_LOOP = '''
-from harness.meter.stage import call_inputs
+from harness.meter.sandboxed import call_inputs
 GO = struct.Struct("=4sIQQQQII")
 def read_exact(n):
     data = b""

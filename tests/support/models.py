@@ -1,6 +1,6 @@
 """The own-model tests' models: the three example models (``examples/models/``) with their region
 kernels, models that fail to build or to be captured, and the example models loaded in-process
-at their CPU sizes (for the stage-side tests, which run torch here)."""
+at their CPU sizes (for the sandbox-side tests, which run torch here)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def kernels(name: str) -> dict[str, str]:
 
 
 def load_in_process(problem: Problem) -> types.ModuleType:
-    """The model's module at its CPU sizes, loaded here (the stage-side tests run torch in-process)."""
+    """The model's module at its CPU sizes, loaded here (the sandbox-side tests run torch in-process)."""
     from harness.roles.loading import load_problem_module
 
     return load_problem_module(problem, "cpu")

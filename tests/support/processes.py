@@ -1,4 +1,4 @@
-"""What runs on this machine, read from ``/proc``: sandbox stages, processes by their command
+"""What runs on this machine, read from ``/proc``: sandboxes, processes by their command
 line, what a process mapped (stdlib only)."""
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def descendants(root_pid: int, parents: dict[int, tuple[int, str]] | None = None
     return tree
 
 
-def stage_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
-    """Live sandbox processes (wardens and roles; only ``role``'s stage when given) descending
+def sandbox_processes(root_pid: int | None = None, role: str | None = None) -> list[int]:
+    """Live sandbox processes (wardens and roles; only ``role``'s sandbox when given) descending
     from ``root_pid`` (default: us)."""
     states = _parents()
     wanted = (f"harness.roles {role} ",) if role else ("harness.roles", "warden.py")

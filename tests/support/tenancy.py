@@ -19,7 +19,7 @@ from store import Target, events_after, get_job, list_attempts
 from store import session_scope as scope
 from worker.embedded import EmbeddedWorker
 
-#: A candidate with no extension: its compile stage only imports it (no C++ build in these tests).
+#: A candidate with no extension: its compile sandbox only imports it (no C++ build in these tests).
 CANDIDATE = """
 import torch
 from torch import nn

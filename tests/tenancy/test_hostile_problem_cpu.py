@@ -111,7 +111,7 @@ def test_busy_looping_get_inputs_fails_once_within_its_timeout(service: Service)
     assert f"within its time limit of {limit_s:.0f} s" in verdict["message"], verdict["message"]
     print(f"TENANCY-FIGURE busy-looping get_inputs: job ended after {seconds:.1f} s "
           f"(reference start limit {limit_s:.0f} s, one try)")
-    # The compile stage and the worker's bookkeeping come on top of the problem's own limit.
+    # The compile sandbox and the worker's bookkeeping come on top of the problem's own limit.
     assert seconds < limit_s + 45
 
 

@@ -1,8 +1,8 @@
 """Issue 13, observation 5: workers do not outlive their supervisor.
 
 ``kernelloop up`` is started for real (a subprocess, SQLite in a private data directory), a job
-whose problem hangs in ``get_inputs`` is posted to its API, and once the job's reference stage
-runs, ``up`` is killed with SIGKILL: its embedded worker and the worker's stages must be gone
+whose problem hangs in ``get_inputs`` is posted to its API, and once the job's reference sandbox
+runs, ``up`` is killed with SIGKILL: its embedded worker and the worker's sandboxes must be gone
 within seconds. A ``kernelloop optimize`` that died mid-job leaves its job ``running``; the
 next ``optimize`` fails it.
 """
@@ -38,7 +38,7 @@ from store.migrate import upgrade
 from tests.support.databases import sqlite_url_in
 from tests.support.network import free_port, healthy
 from tests.support.paths import REPO
-from tests.support.processes import stage_processes
+from tests.support.processes import sandbox_processes
 from tests.support.tenancy import CANDIDATE, PROBLEM_TAIL
 from tests.support.waiting import wait_for
 
@@ -74,7 +74,7 @@ def _children(pid: int, marker: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path, harness_cache: Path) -> None:
+def test_up_killed_with_sigkill_takes_its_worker_and_sandboxes_along(tmp_path: Path, harness_cache: Path) -> None:
     data_dir = tmp_path / "data"
     port = free_port()
     env = {**os.environ, "KERNELLOOP_DATA_DIR": str(data_dir), "KERNELLOOP_CACHE_DIR": str(harness_cache),
@@ -94,19 +94,20 @@ def test_up_killed_with_sigkill_takes_its_worker_and_stages_along(tmp_path: Path
                               json={"problem_source": HANG, "candidate_source": CANDIDATE, "target": "cpu"})
         assert response.status_code == 202, response.text
         (worker,) = _children(up.pid, "embedded-worker")
-        wait_for(lambda: bool(stage_processes(worker, role="reference")), timeout=300, what="the job's reference stage")
-        stages = stage_processes(worker)
+        wait_for(lambda: bool(sandbox_processes(worker, role="reference")), timeout=300,
+                 what="the job's reference sandbox")
+        sandboxes = sandbox_processes(worker)
 
         up.send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         up.wait()
         wait_for(lambda: not _alive(worker), timeout=30, what="the orphaned worker to exit")
         worker_s = time.monotonic() - killed_at
-        wait_for(lambda: not [p for p in stages if _alive(p)], timeout=30, what="the worker's stages to go")
-        stages_s = time.monotonic() - killed_at
-        print(f"TENANCY-FIGURE kill -9 of up -> embedded worker gone: {worker_s:.2f} s; its stages gone: "
-              f"{stages_s:.2f} s")
-        assert worker_s < ORPHAN_TARGET_S and stages_s < ORPHAN_TARGET_S
+        wait_for(lambda: not [p for p in sandboxes if _alive(p)], timeout=30, what="the worker's sandboxes to go")
+        sandboxes_s = time.monotonic() - killed_at
+        print(f"TENANCY-FIGURE kill -9 of up -> embedded worker gone: {worker_s:.2f} s; its sandboxes gone: "
+              f"{sandboxes_s:.2f} s")
+        assert worker_s < ORPHAN_TARGET_S and sandboxes_s < ORPHAN_TARGET_S
     finally:
         if up.poll() is None:
             up.kill()

@@ -1,12 +1,12 @@
 """Own models end to end, on the CPU: profile → extract → optimise (the scripted LLM, with the
 example kernels) → the whole patched model verified by the referee, for the three kinds of model.
 
-Each model is profiled once in its sandboxed stage; every region is written as a problem and
+Each model is profiled once in its sandbox; every region is written as a problem and
 admitted; the default selection (the largest regions until 80 % of the time) must be admitted;
 its regions become one model run, whose jobs run here through the worker's runner with the
 scripted LLM (compile, check, time, submit: one real C++ build per model, shared by its region
 kernels); the last job's end verifies the patched model whole. Slow (a minute or two of CPU: every
-evaluation starts the referee's stages), so the whole run is made for the attention block alone (the
+evaluation starts the referee's sandboxes), so the whole run is made for the attention block alone (the
 most regions, and every kind the MLP stack has: norm, linear, linear + add). The two others are
 profiled, extracted and selected the same way, and their example kernels patched into the whole
 model must pass the referee's trials (the model run's last step, without the region jobs before it:
@@ -25,7 +25,7 @@ import agent
 from config import Settings
 from harness import HarnessOptions, Referee
 from harness.modelextract import MODEL_JSON, SUITE_FILE, extract_regions, region_problem
-from harness.modelstage import profile_model
+from harness.modelsandbox import profile_model
 from harness.patchsource import patched_source
 from problems import Problem
 from store import (
@@ -55,7 +55,7 @@ WHOLE_RUN = "attention_block"
 
 def _profiled_and_extracted(name: str, tmp_path: Path, options: HarnessOptions) -> tuple[Problem, ModelProfile,
                                                                                            list[Region]]:
-    """The model profiled in its stage, every region extracted, the default selection admitted."""
+    """The model profiled in its sandbox, every region extracted, the default selection admitted."""
     model = example(name)
     profile = profile_model(model, Target.CPU, options, compile_gains=False)
     assert profile.faithful and profile.capture.whole and profile.capture.dynamic

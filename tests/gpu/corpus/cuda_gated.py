@@ -1,4 +1,4 @@
-"""Style: the build gated on torch.cuda.is_available(), with a CPU path: the compile stage (no GPU) builds the
+"""Style: the build gated on torch.cuda.is_available(), with a CPU path: the compile sandbox (no GPU) builds the
 CPU extension, the run builds the CUDA one at import. Honest: passes.
 """
 

@@ -1,6 +1,6 @@
 """Style: a build at import gated on something only the run has, as a build behind torch.cuda.is_available() is
 on the cuda target (no GPU at compile time); on the CPU target the stand-in is the run's working directory.
-Honest: passes, built at import in the candidate stage.
+Honest: passes, built at import in the candidate sandbox.
 """
 
 import os
@@ -57,7 +57,7 @@ torch::Tensor pool_tanh_scale_bias(torch::Tensor y, torch::Tensor bias, int64_t 
 }
 """
 
-if os.path.basename(os.getcwd()) == "run":  # the candidate stage; the compile stage runs in "compile"
+if os.path.basename(os.getcwd()) == "run":  # the candidate sandbox; the compile sandbox runs in "compile"
     _ext = load_inline(
         name="kl_seed1_cpu",
         cpp_sources=CPP_SOURCE,

@@ -52,7 +52,7 @@ class Case:
 
 
 def lazy(phase: BuildPhase | None) -> Callable[[Verdict], bool]:
-    """Its extensions were built where the style builds them (None: in the compile stage)."""
+    """Its extensions were built where the style builds them (None: in the compile sandbox)."""
     def check(verdict: Verdict) -> bool:
         return verdict.compile is not None and [e.lazy for e in verdict.compile.extensions] == [phase]
     return check

@@ -98,7 +98,7 @@ def world(harness_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     found = World(cache=harness_cache, token=token, secret_dir=secret_dir, db_file=db_file, canary=canary,
                   tcp_port=tcp.getsockname()[1], abstract_socket=abstract, unix_socket=unix_path,
                   planted_run=planted, listeners=[tcp, abstract_listener, unix_listener])
-    # Secrets in the worker's environment: stages are spawned with an allowlisted one.
+    # Secrets in the worker's environment: sandboxes are spawned with an allowlisted one.
     saved = {k: os.environ.get(k) for k in ("KL_SECRET_API_KEY", "DATABASE_URL", "OPENAI_API_KEY")}
     os.environ.update(KL_SECRET_API_KEY=canary, DATABASE_URL=f"postgresql://u:{canary}@localhost/db",
                       OPENAI_API_KEY=canary)
@@ -125,7 +125,7 @@ def referee(world: World) -> Iterator[Referee]:
         # Calls a candidate sees before timing: each correctness trial, then the no-op trial.
         world.trial_calls = len(ref.trials) + 1
         yield ref
-    assert descendants(os.getpid()) == [], "a stage process outlived its referee"
+    assert descendants(os.getpid()) == [], "a sandbox outlived its referee"
 
 
 # -- building cheats -------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def no_stray_process(verdict: Verdict, world: World, referee: Referee) -> None:
     deadline = time.monotonic() + 5
     while processes_with_arg(world.sleep_arg) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_with_arg(world.sleep_arg) == [], "a process spawned by the candidate outlived its stage"
+    assert processes_with_arg(world.sleep_arg) == [], "a process spawned by the candidate outlived its sandbox"
 
 
 def next_evaluation_works(verdict: Verdict, world: World, referee: Referee) -> None:
@@ -272,7 +272,7 @@ _BUILD_HASHES: dict[str, str] = {}
 
 
 def build_hashes(cache: Path) -> dict[str, str]:
-    # The trusted builder's builds are in builds/trusted/, the compile stages' at the top level.
+    # The trusted builder's builds are in builds/trusted/, the compile sandboxes' at the top level.
     builds = cache / "builds"
     files = sorted([*builds.glob("kl_seed1_cpu-*/*"), *builds.glob("trusted/kl_seed1_cpu-*/*")])
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.suffix in (".so", ".json")}
@@ -470,11 +470,11 @@ CASES: list[Case] = [
         '''),
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
     # Issue 23's prelude: scale what the harness records by patching whatever Python reaches of it
-    # (its channel's sends, its stage's timing op). Nothing it patches carries a sample any more
+    # (its channel's sends, its sandbox's timing op). Nothing it patches carries a sample any more
     # (the loop writes its frames itself), and the patching is named after the first trial.
     Case("scales_what_the_harness_records", lambda w: cheat("return _honest(self, x)", prelude='''
         import struct as _struct, sys as _sys
-        if "harness.meter.stage" in _sys.modules:
+        if "harness.meter.sandboxed" in _sys.modules:
             _channel = _sys.modules["harness.channel"].Channel
             _send_frame = _channel.send_frame
             def _scaled(self, payload, *, fds=()):
@@ -496,7 +496,7 @@ CASES: list[Case] = [
     # trial; with the tamper check replaced too, the trusted clock, timing the same calls, says so.
     Case("replaces_the_timing_loop", lambda w: cheat("time.sleep(0.02)\nreturn _honest(self, x)",
                                                      prelude="import time\n" + forged_loop(0.3)),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.stage.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
          depth=Depth.BENCHMARK),
     Case("replaces_the_timing_loop_and_the_tamper_check", lambda w: cheat(
         "time.sleep(0.02)\nreturn _honest(self, x)", prelude="import time\n" + forged_loop(0.5, hide_tampering=True)),
@@ -598,7 +598,7 @@ CASES: list[Case] = [
                     data = open(f"/proc/{{pid}}/{{what}}", "rb").read()
                 except OSError:
                     continue
-                # The referee, the reference stage, anything with the worker's secret in it.
+                # The referee, the reference sandbox, anything with the worker's secret in it.
                 if b"{w.canary}" in data or b"pytest" in data or b"harness.roles" in data:
                     found.append((pid, what, data[:60]))
         for what in ("environ", "cmdline", "mem", "maps"):  # the parent: 0 in a PID namespace
@@ -696,9 +696,9 @@ CASES: list[Case] = [
                     _wrote.append(_path)
             except OSError:
                 pass
-        if _wrote:  # the compile stage fails loudly if it could write the cache
+        if _wrote:  # the compile sandbox fails loudly if it could write the cache
             raise RuntimeError(f"{LEAK}: {{_wrote[:3]}}")
-        # Plant a fake library under an existing build's key in the compile stage's staging area.
+        # Plant a fake library under an existing build's key in the compile sandbox's staging area.
         from torch.utils import cpp_extension as _ce
         _staging = getattr(getattr(_ce.load_inline, "__self__", None), "staging", None)
         _seeds = _glob.glob(_builds + "/kl_seed1_cpu-*") + _glob.glob(_builds + "/trusted/kl_seed1_cpu-*")
@@ -725,7 +725,7 @@ CASES: list[Case] = [
     # --- resources and crashes ------------------------------------------------------------------
     Case("allocates_until_out_of_memory", lambda w: cheat('''
         chunks = []
-        for _ in range(24):  # 6 GiB at most: the stage's limit must stop it long before
+        for _ in range(24):  # 6 GiB at most: the sandbox's limit must stop it long before
             chunk = torch.empty(64 * 1024 * 1024)
             chunk[::1024].fill_(1.0)  # one write per page: every page is really allocated
             chunks.append(chunk)
@@ -750,7 +750,7 @@ CASES: list[Case] = [
     # --- harness-aware tampering inside the candidate's own process ---------------------------------
     # TF32 switched on with the harness's Python check patched out: the patch is named (every
     # harness function's code and binding is checked after each trial), and the timing loop checks
-    # the switches itself, in C, after every call. On CUDA every stage also runs with
+    # the switches itself, in C, after every call. On CUDA every sandbox also runs with
     # NVIDIA_TF32_OVERRIDE=0 and its cuBLAS and cuDNN handles made before the candidate is
     # imported (tests/gpu: test_tf32_cannot_take_effect_in_a_candidate).
     Case("tf32_hidden_from_the_harness_check", lambda w: cheat('''

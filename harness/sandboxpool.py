@@ -1,6 +1,6 @@
-"""A Referee's stage processes: their sandboxes, starting them ahead of time, killing them all.
+"""A Referee's sandboxes: their confinement, starting them ahead of time, killing them all.
 
-`StagePool` starts the compile, builder and candidate stages of one Referee, each in a fresh run
+`SandboxPool` starts the compile, builder and candidate sandboxes of one Referee, each in a fresh run
 directory under the Referee's own (``runs_root``), in the sandbox its role gets (`spec`). It keeps
 one of each started ahead for the next attempt (`prestart`: an interpreter start and torch import
 cost 3-4 s on the H200 host), waits for them to be ready before anything is timed (`settle`), and
@@ -20,32 +20,32 @@ from pathlib import Path
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import memory_limits
+from harness.problemsandbox import memory_limits
 from harness.protocol import Ready
-from harness.sandbox import ALWAYS_HIDDEN, StageProcess, kill_stages, visible_under_run
+from harness.sandbox import ALWAYS_HIDDEN, SandboxProcess, kill_sandboxes, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
-__all__ = ["CANCELLED_MESSAGE", "StagePool", "StageRole", "StartedStage", "stage_namespaces"]
+__all__ = ["CANCELLED_MESSAGE", "SandboxPool", "SandboxRole", "StartedSandbox", "sandbox_namespaces"]
 
-#: The verdict message of an evaluation cut short by `StagePool.cancel` (`harness.Referee.cancel`).
+#: The verdict message of an evaluation cut short by `SandboxPool.cancel` (`harness.Referee.cancel`).
 CANCELLED_MESSAGE = "cancelled: the job is stopping"
-#: Namespaces per stage. CPU stages get a PID namespace too; on CUDA the candidate and the
+#: Namespaces per sandbox. CPU sandboxes get a PID namespace too; on CUDA the candidate and the
 #: reference share one so CUDA IPC stays possible (it fails across PID namespaces: docs/architecture.md, "Processes").
 _NAMESPACES = {
     Target.CPU: ("user", "mount", "net", "pid"),
     Target.CUDA: ("user", "mount", "net"),
 }
-#: Largest file a compile or candidate stage may write (RLIMIT_FSIZE).
+#: Largest file a compile or candidate sandbox may write (RLIMIT_FSIZE).
 _MAX_FILE_BYTES = 4 << 30
 
 
-def stage_namespaces(target: Target) -> tuple[str, ...]:
+def sandbox_namespaces(target: Target) -> tuple[str, ...]:
     return _NAMESPACES[target]
 
 
-class StageRole(StrEnum):
-    """The stages a pool starts (`harness.roles` runs ``builder`` as a ``compile`` stage)."""
+class SandboxRole(StrEnum):
+    """The sandboxes a pool starts (`harness.roles` runs ``builder`` as a ``compile`` sandbox)."""
 
     COMPILE = "compile"
     BUILDER = "builder"
@@ -53,11 +53,11 @@ class StageRole(StrEnum):
 
 
 @dataclass
-class StartedStage:
-    """A compile or candidate stage process with a run directory of its own, possibly started
+class StartedSandbox:
+    """A compile or candidate sandbox with a run directory of its own, possibly started
     before its attempt: it runs no candidate code until a request hands it one."""
 
-    process: StageProcess
+    process: SandboxProcess
     run_dir: Path
     ready: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,7 +68,7 @@ class StartedStage:
         with self.lock:
             if not self.ready:
                 if not Ready.is_ready(self.process.recv(timeout=timeout)):
-                    raise ChannelClosed("the stage sent something other than its ready message")
+                    raise ChannelClosed("the sandbox sent something other than its ready message")
                 self.ready = True
 
     def discard(self) -> None:
@@ -76,13 +76,13 @@ class StartedStage:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-class StagePool:
-    """The stages of one Referee (see the module's docstring).
+class SandboxPool:
+    """The sandboxes of one Referee (see the module's docstring).
 
     Args:
         options: the harness options (sandbox, limits, timeouts, ``prestart``).
         target: ``cuda`` or ``cpu``.
-        runs_root: the Referee's run directory; each stage gets one of its own inside.
+        runs_root: the Referee's run directory; each sandbox gets one of its own inside.
     """
 
     def __init__(self, options: HarnessOptions, target: Target, runs_root: Path) -> None:
@@ -92,38 +92,38 @@ class StagePool:
         #: Whether to start a builder ahead for the next attempt: a compile that needed one (and the
         #: first) suggests the next will too; a Referee re-evaluating built sources needs none.
         self.builder_wanted = options.trusted_builds
-        #: Stages started ahead for the next attempt, by role (`prestart`).
-        self._spares: dict[StageRole, StartedStage] = {}
+        #: Sandboxes started ahead for the next attempt, by role (`prestart`).
+        self._spares: dict[SandboxRole, StartedSandbox] = {}
         self._lock = threading.Lock()
-        #: Every stage process started for the Referee (`cancel` kills those still alive).
-        self._stages: list[StageProcess] = []
+        #: Every sandbox started for the Referee (`cancel` kills those still alive).
+        self._processes: list[SandboxProcess] = []
         self._cancelled = threading.Event()
 
     # -- the cancel registry ----------------------------------------------------------------
     def cancel(self) -> None:
-        """Kill every stage process recorded, from any thread; later ones are killed as they start."""
+        """Kill every sandbox recorded, from any thread; later ones are killed as they start."""
         self._cancelled.set()
         with self._lock:
-            stages = list(self._stages)
-        kill_stages(stages)
+            sandboxes = list(self._processes)
+        kill_sandboxes(sandboxes)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def started(self, process: StageProcess) -> StageProcess:
-        """Record a new stage (for `cancel`); one started as the cancel came is killed at once."""
+    def started(self, process: SandboxProcess) -> SandboxProcess:
+        """Record a new sandbox (for `cancel`); one started as the cancel came is killed at once."""
         with self._lock:
-            self._stages = [p for p in self._stages if p.exit_code() is None]
-            self._stages.append(process)
+            self._processes = [p for p in self._processes if p.exit_code() is None]
+            self._processes.append(process)
         if self._cancelled.is_set():
             process.kill()
         return process
 
-    # -- starting stages --------------------------------------------------------------------
+    # -- starting sandboxes -----------------------------------------------------------------
     def spec(self, role: str, workdir: Path, *, gpu_visible: bool, run_dir: Path | None = None,
              visible_builds: tuple[Path, ...] | None = None) -> SandboxSpec:
-        """The sandbox of a stage. ``run_dir`` marks a stage running untrusted code (compile,
+        """The spec of a sandbox. ``run_dir`` marks a sandbox running untrusted code (compile,
         candidate): other attempts' directories hidden, memory and file sizes limited;
         ``visible_builds``: the only build directories it sees (the candidate's own)."""
         rlimits = ResourceLimits(core_bytes=0)
@@ -144,13 +144,13 @@ class StagePool:
         path.mkdir(parents=True)
         return path
 
-    def start(self, role: StageRole) -> StartedStage:
-        """A compile, builder or candidate stage in a fresh run directory. The candidate stage sees
+    def start(self, role: SandboxRole) -> StartedSandbox:
+        """A compile, builder or candidate sandbox in a fresh run directory. The candidate sandbox sees
         no build but the copies of its own the candidate run puts in ``<run_dir>/builds``."""
         run_dir = self.new_run_dir("attempt")
-        if role is StageRole.COMPILE:
+        if role is SandboxRole.COMPILE:
             spec = self.spec("compile", run_dir / "compile", run_dir=run_dir, gpu_visible=False)
-        elif role is StageRole.BUILDER:
+        elif role is SandboxRole.BUILDER:
             # Trusted, but it compiles candidates' text: it sees the published headers and objects
             # (read-only) and no other build, so no flag or include can reach a candidate's file.
             shared = tuple(self.options.builds_dir / d for d in ("pch", "objects"))
@@ -163,10 +163,10 @@ class StagePool:
             builds.mkdir()
             spec = self.spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
                              gpu_visible=self.target is Target.CUDA)
-        return StartedStage(self.started(StageProcess(spec, sandbox=self.options.sandbox)), run_dir)
+        return StartedSandbox(self.started(SandboxProcess(spec, sandbox=self.options.sandbox)), run_dir)
 
-    def take(self, role: StageRole) -> StartedStage:
-        """The prestarted stage of this role if it is alive, else a new one."""
+    def take(self, role: SandboxRole) -> StartedSandbox:
+        """The prestarted sandbox of this role if it is alive, else a new one."""
         with self._lock:
             spare = self._spares.pop(role, None)
         if spare is not None:
@@ -175,50 +175,50 @@ class StagePool:
             spare.discard()
         return self.start(role)
 
-    # -- stages started ahead ---------------------------------------------------------------
+    # -- sandboxes started ahead ------------------------------------------------------------
     def prestart(self, *, builder: bool = True) -> None:
-        """Start the next attempt's compile and candidate stages now (``options.prestart``), and
+        """Start the next attempt's compile and candidate sandboxes now (``options.prestart``), and
         its builder (``builder``) when the last compile needed one.
 
-        A stage's interpreter start and torch import take 3-4 s on the H200 host, and the
-        candidate stage's CUDA context and vendor handles more: started ahead, they are paid while
+        A sandbox's interpreter start and torch import take 3-4 s on the H200 host, and the
+        candidate sandbox's CUDA context and vendor handles more: started ahead, they are paid while
         the agent writes its next candidate instead of inside its attempt. They are trusted until
         a request hands them candidate code, and `settle` waits for their start-up before
         anything is timed.
         """
         if not self.options.prestart or self._cancelled.is_set():
             return
-        roles = [StageRole.COMPILE, StageRole.CANDIDATE]
+        roles = [SandboxRole.COMPILE, SandboxRole.CANDIDATE]
         if builder and self.builder_wanted:
-            roles.append(StageRole.BUILDER)
+            roles.append(SandboxRole.BUILDER)
         for role in roles:
             with self._lock:
                 if role in self._spares:
                     continue
-            stage = self.start(role)
+            sandbox = self.start(role)
             with self._lock:
                 extra = self._spares.get(role)
                 if extra is None:
-                    self._spares[role] = stage
+                    self._spares[role] = sandbox
             if extra is not None:  # another thread prestarted one meanwhile
-                stage.discard()
+                sandbox.discard()
 
-    def settle(self, *more: StartedStage) -> None:
-        """Wait until no prestarted stage (nor ``more``) is starting up: their imports must not
-        overlap a timing. A stage that fails to start is found out by whoever takes it."""
+    def settle(self, *more: StartedSandbox) -> None:
+        """Wait until no prestarted sandbox (nor ``more``) is starting up: their imports must not
+        overlap a timing. A sandbox that fails to start is found out by whoever takes it."""
         with self._lock:
-            stages = [*self._spares.values(), *more]
-        for stage in stages:
+            sandboxes = [*self._spares.values(), *more]
+        for sandbox in sandboxes:
             with contextlib.suppress(ChannelTimeout, ChannelClosed):
-                stage.wait_ready(self.options.timeouts.load_s)
+                sandbox.wait_ready(self.options.timeouts.load_s)
 
     @property
     def prestarted(self) -> dict[str, int]:
-        """The stages started ahead for the next attempt: their pids (the wardens'), by role."""
+        """The sandboxes started ahead for the next attempt: their pids (the wardens'), by role."""
         with self._lock:
-            return {role.value: stage.process.pid for role, stage in self._spares.items()}
+            return {role.value: sandbox.process.pid for role, sandbox in self._spares.items()}
 
-    def discard_spare(self, role: StageRole) -> None:
+    def discard_spare(self, role: SandboxRole) -> None:
         with self._lock:
             idle = self._spares.pop(role, None)
         if idle is not None:
@@ -227,5 +227,5 @@ class StagePool:
     def discard_spares(self) -> None:
         with self._lock:
             spares, self._spares = list(self._spares.values()), {}
-        for stage in spares:
-            stage.discard()
+        for sandbox in spares:
+            sandbox.discard()

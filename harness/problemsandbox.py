@@ -1,11 +1,11 @@
-"""The confinement of stages that run a problem's code (admission, reference, baselines).
+"""The confinement of sandboxes that run a problem's code (admission, reference, baselines).
 
-A posted problem is code from outside, as untrusted as a candidate: its stages get a candidate's
-sandbox minus only what they need. They see no cache (other jobs' runs, builds and baselines
+A posted problem is code from outside, as untrusted as a candidate: its sandboxes get a candidate's
+confinement minus only what they need. They see no cache (other jobs' runs, builds and baselines
 live there), only their own job's run directory and a compiler cache of their own, keyed by the
 problem's content (the code that writes it is the code that reads it); the service's working
 directory, home and data directory stay hidden (`harness.sandbox.host_private_paths`, the
-options' ``hidden_paths``). Memory, CPU time and process count are limited, and a stage that
+options' ``hidden_paths``). Memory, CPU time and process count are limited, and a sandbox that
 hits a limit fails with an error naming it (`limit_message`). Stdlib only.
 """
 
@@ -22,7 +22,7 @@ from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
 __all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
-           "problem_stage_spec", "process_limit"]
+           "problem_sandbox_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
 _MEMORY_ERRORS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc",
@@ -39,7 +39,7 @@ def _host_memory_mb() -> int:
 
 
 def memory_limit_mb(options: HarnessOptions, target: Target) -> int | None:
-    """The host memory a stage may map: ``options.memory_limit_mb``, else half the host's on
+    """The host memory a sandbox may map: ``options.memory_limit_mb``, else half the host's on
     cpu and none on cuda (the driver reserves huge address ranges; give the container a limit)."""
     if options.memory_limit_mb is not None:
         return int(options.memory_limit_mb)
@@ -60,8 +60,8 @@ def memory_limits(options: HarnessOptions, target: Target) -> ResourceLimits:
 
 
 def cpu_seconds_limit(options: HarnessOptions, role: str) -> int:
-    """``RLIMIT_CPU`` of a problem stage: ``options.problem_cpu_s``, else every core busy for the
-    stage's own time limits (admission: one start; the reference: its start and the baselines,
+    """``RLIMIT_CPU`` of a problem sandbox: ``options.problem_cpu_s``, else every core busy for the
+    sandbox's own time limits (admission: one start; the reference: its start and the baselines,
     four times over for the comparisons of a long job). CPU time counts every thread."""
     if options.problem_cpu_s is not None:
         return max(1, int(options.problem_cpu_s))
@@ -85,10 +85,10 @@ def compiler_cache_dir(options: HarnessOptions, problem_sha256: str) -> Path:
     return options.cache_dir / "problem-caches" / problem_sha256[:32]
 
 
-def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,
-                       namespaces: tuple[str, ...], visible: tuple[Path, ...] = (),
-                       writable: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> SandboxSpec:
-    """The sandbox of a stage running problem code.
+def problem_sandbox_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,
+                         namespaces: tuple[str, ...], visible: tuple[Path, ...] = (),
+                         writable: tuple[Path, ...] = (), extra_env: dict[str, str] | None = None) -> SandboxSpec:
+    """The spec of a sandbox running problem code.
 
     Args:
         role: ``reference`` or ``admission``.
@@ -106,7 +106,7 @@ def problem_stage_spec(role: str, workdir: Path, options: HarnessOptions, target
 
 
 def limit_message(spec: SandboxSpec, exit_code: int | None, errors: str) -> str | None:
-    """The limit a problem stage hit, named, if its exit or its error says it hit one."""
+    """The limit a problem sandbox hit, named, if its exit or its error says it hit one."""
     limits = spec.rlimits
     if exit_code == ExitCode.PROCESS_LIMIT:
         return f"the problem's code exceeded its process limit of {limits.processes} processes"

@@ -1,7 +1,7 @@
-"""Profile a user's model in a sandboxed stage: `profile_model` (driver side, standard library only).
+"""Profile a user's model in a sandbox: `profile_model` (driver side, standard library only).
 
-The model file is untrusted code, like a problem: it runs only in the ``model`` stage
-(`harness.roles.model`), confined as a problem's stages are (`harness.problemstage`: no cache but
+The model file is untrusted code, like a problem: it runs only in the ``model`` sandbox
+(`harness.roles.model`), confined as a problem's sandboxes are (`harness.problemsandbox`: no cache but
 its own compiler cache, the service's data hidden, memory, CPU and process limits). What comes
 back is a `vocabulary.regionplan.ModelProfile`, read through `vocabulary.wire.Reader`; what goes wrong
 in the model's code is `ModelFailed`, with the model's file and line.
@@ -14,10 +14,10 @@ import secrets
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemstage import compiler_cache_dir, limit_message, problem_stage_spec
+from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
-from harness.sandbox import StageProcess
+from harness.sandbox import SandboxProcess
 from harness.seeds import derive_seed, new_secret
 from harness.toolchain import cuda_unavailable
 from problems.spec import Problem
@@ -54,7 +54,7 @@ class ModelFailed(RuntimeError):
 
 
 def profile_timeout_s(options: HarnessOptions, compile_gains: bool) -> float:
-    """The model stage's time limit: a reference start, plus a baselines' worth for the timing
+    """The model sandbox's time limit: a reference start, plus a baselines' worth for the timing
     (twice with ``torch.compile`` of the model and its regions)."""
     timeouts = options.timeouts
     return timeouts.reference_start_s + timeouts.baselines_s * (2 if compile_gains else 1)
@@ -75,7 +75,7 @@ def profile_model(problem: Problem, target: Target | str, options: HarnessOption
 
     Raises:
         ModelFailed: the model's code failed to build or run (its file and line in the message),
-            hit a limit, or our stage failed (``problem`` False).
+            hit a limit, or our sandbox failed (``problem`` False).
     """
     options = options or HarnessOptions()
     target = Target(target)
@@ -87,15 +87,15 @@ def profile_model(problem: Problem, target: Target | str, options: HarnessOption
     workdir = options.runs_dir / f"model-{secrets.token_hex(8)}"
     caches = compiler_cache_dir(options, problem.sha256)
     caches.mkdir(parents=True, exist_ok=True)
-    spec = problem_stage_spec("model", workdir, options, target, namespaces=("user", "mount", "net", "pid"),
-                              writable=(caches,),
-                              extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                                         "TRITON_CACHE_DIR": str(caches / "triton")})
+    spec = problem_sandbox_spec("model", workdir, options, target, namespaces=("user", "mount", "net", "pid"),
+                                writable=(caches,),
+                                extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                                           "TRITON_CACHE_DIR": str(caches / "triton")})
     request = ProfileModelRequest(problem=problem, target=target, init_seed=derive_seed(secret, "init"),
                                   input_seed=derive_seed(secret, "trial:0"), compile_gains=compile_gains,
                                   profile_calls=max(1, profile_calls), timing=options.timing)
     limit_s = profile_timeout_s(options, compile_gains)
-    with StageProcess(spec, sandbox=options.sandbox) as process:
+    with SandboxProcess(spec, sandbox=options.sandbox) as process:
         try:
             raw = process.request(request, timeout=limit_s)
         except (ChannelTimeout, ChannelClosed) as exc:
@@ -105,7 +105,7 @@ def profile_model(problem: Problem, target: Target | str, options: HarnessOption
             if isinstance(exc, ChannelTimeout):
                 what = f"the model's profile did not finish within its time limit of {limit_s:.0f} s"
             elif not process.sandbox_report.received or process.sandbox_report.exec_error:
-                raise ModelFailed(f"the model stage failed to start: {exc}", log, problem=False) from None
+                raise ModelFailed(f"the model sandbox failed to start: {exc}", log, problem=False) from None
             else:
                 what = f"the process running the model's code {process.describe_exit()}"
             raise ModelFailed(f"{limit}: {what}" if limit else what, log) from None

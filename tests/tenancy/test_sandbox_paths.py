@@ -1,9 +1,9 @@
-"""Issue 13, observation 1 at its root: what a stage is shown of the host.
+"""Issue 13, observation 1 at its root: what a sandbox is shown of the host.
 
 ``sys.path`` holds ``''`` (the working directory) and, in a checkout, the checkout itself: neither
-may become a path bound back into a stage; the service's working directory, home and checkout are
-hidden from every stage, except where hiding would cover the system. The named limit errors of
-problem stages come from their exit status or their error text."""
+may become a path bound back into a sandbox; the service's working directory, home and checkout are
+hidden from every sandbox, except where hiding would cover the system. The named limit errors of
+problem sandboxes come from their exit status or their error text."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import HarnessOptions
-from harness.problemstage import limit_message, problem_stage_spec
+from harness.problemsandbox import limit_message, problem_sandbox_spec
 from harness.sandbox import _interpreter_paths, host_private_paths
 from harness.sandboxspec import REPO_ROOT
 from vocabulary.evaluation import Target
@@ -38,12 +38,12 @@ def test_the_service_directory_home_and_checkout_are_hidden(tmp_path: Path, monk
     assert Path("/") not in host_private_paths() and Path("/usr") not in host_private_paths()
 
 
-def test_a_problem_stage_sees_none_of_the_cache(tmp_path: Path) -> None:
+def test_a_problem_sandbox_sees_none_of_the_cache(tmp_path: Path) -> None:
     options = HarnessOptions(cache_dir=tmp_path / "cache", hidden_paths=(tmp_path / "data",), memory_limit_mb=2048,
                              process_limit=64)
     own = tmp_path / "cache" / "runs" / "referee-mine"
-    spec = problem_stage_spec("reference", own / "reference-1", options, Target.CPU,
-                              namespaces=("user", "mount", "net", "pid"), visible=(own,))
+    spec = problem_sandbox_spec("reference", own / "reference-1", options, Target.CPU,
+                                namespaces=("user", "mount", "net", "pid"), visible=(own,))
     assert options.cache_dir in spec.hidden_paths and tmp_path / "data" in spec.hidden_paths
     assert own in spec.needed_paths and options.cache_dir not in spec.needed_paths
     assert spec.rlimits.processes == 64 and spec.rlimits.address_space_bytes == 2048 * 1024 * 1024
@@ -61,6 +61,6 @@ def test_a_problem_stage_sees_none_of_the_cache(tmp_path: Path) -> None:
 ])
 def test_limits_are_named(tmp_path: Path, exit_code: int | None, errors: str, expected: str | None) -> None:
     options = HarnessOptions(cache_dir=tmp_path, memory_limit_mb=2048, process_limit=64)
-    spec = problem_stage_spec("reference", tmp_path / "w", options, Target.CPU, namespaces=())
+    spec = problem_sandbox_spec("reference", tmp_path / "w", options, Target.CPU, namespaces=())
     message = limit_message(spec, exit_code, errors)
     assert (message is None) if expected is None else (expected in (message or "")), message

@@ -1,7 +1,7 @@
-"""The stage side of the metered loop: load `kl_meter`, bind it before any candidate code runs,
-and hand it a forward to time (runs inside stage processes; imports torch).
+"""The sandbox side of the metered loop: load `kl_meter`, bind it before any candidate code runs,
+and hand it a forward to time (runs inside sandboxes; imports torch).
 
-`Meter.load` imports the extension from the copy in the stage's run directory and binds it: it
+`Meter.load` imports the extension from the copy in the sandbox's run directory and binds it: it
 takes its own references to torch's C builtins (``torch.mul``, ``Tensor.copy_``, the generators'
 ``manual_seed``...), the reduced-precision switches' getters with their values now (TF32 off), and
 the harness objects it guards (every function of every ``harness`` module loaded so far, by the
@@ -90,7 +90,7 @@ def _builtins() -> dict[str, object]:
 
 
 class Meter:
-    """The bound loop of this stage (one per process)."""
+    """The bound loop of this sandbox (one per process)."""
 
     def __init__(self, module: types.ModuleType, device: torch.device) -> None:
         self._run: Callable[..., int] = module.run
