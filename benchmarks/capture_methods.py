@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from harness.roles.loading import load_module
+from harness.sandboxed.roles.loading import load_module
 from problems import parse_problem
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ def _ninja_steps(build_dir: Path) -> dict[str, float]:
 def _compile_once(root: str, flag: str, nonce: str) -> dict[str, Any]:
     """One build of a variant in this process (build mode, PCH on); the module is imported."""
     from harness.buildcache import BuildCache
-    from harness.roles.loading import load_candidate_module
+    from harness.sandboxed.roles.loading import load_candidate_module
 
     cache = BuildCache(Path(root), mode="build", arch_list="9.0a", max_jobs=4, pch=True)
     cache.install()
@@ -156,7 +156,7 @@ def process_start(samples: int) -> dict[str, Any]:
 def transport(samples: int) -> dict[str, Any]:
     import torch
 
-    from harness.transfer import export_output, import_output
+    from harness.sandboxed.transfer import export_output, import_output
 
     out = torch.randn(128, 16, 125, 125, device="cuda")
     expected = out.numel() * out.element_size()

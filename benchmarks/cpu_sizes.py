@@ -20,8 +20,8 @@ import sys
 import torch
 import torch.utils.benchmark as benchmark
 
-from harness.contract import make_inputs, redraw_weights
-from harness.roles.loading import load_problem_module
+from harness.sandboxed.contract import make_inputs, redraw_weights
+from harness.sandboxed.roles.loading import load_problem_module
 from harness.seeds import plan_trials
 from problems import bundled_ids, load_problem
 

@@ -2,7 +2,7 @@
 
 For a ladder of CPU ops from about 20 µs to 100 ms (fp32), in one process, interleaved:
 
-- the harness's metered loop (`harness.meter`, in this process through `harness.meter.local`:
+- the harness's metered loop (`harness.meter`, in this process through `harness.sandboxed.localmeter`:
   warm-up, adaptive repeats, each call's inputs scaled afresh; the loop every CPU candidate and
   baseline is timed with), its median;
 - ``torch.utils.benchmark.Timer("fn(*inputs)").blocked_autorange(min_run_time=…)`` of the same
@@ -35,9 +35,9 @@ import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
 from harness.meter.drive import CallPlan
-from harness.meter.local import time_locally
 from harness.meter.noise import timing_of
 from harness.options import DEFAULT_CACHE_DIR, TimingOptions
+from harness.sandboxed.localmeter import time_locally
 
 TARGET = 0.05
 

@@ -149,7 +149,7 @@ class ModelNew(nn.Module):
 
 PYTHON_FORGERY = '''
 import struct as _struct, sys as _sys
-if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the compile sandbox
+if "harness.sandboxed.meter" in _sys.modules:  # the candidate sandbox, not the compile sandbox
     _channel = _sys.modules["harness.channel"].Channel
     _send_frame = _channel.send_frame
 
@@ -162,7 +162,7 @@ if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the 
         return _send_frame(self, payload, fds=fds)
 
     _channel.send_frame = _scaled
-    _role = _sys.modules["harness.roles.candidate"]
+    _role = _sys.modules["harness.sandboxed.roles.candidate"]
     _time_op = _role.Candidate.time
     _role.Candidate.time = lambda self, *a, **k: _time_op(self, *a, **k)
 '''

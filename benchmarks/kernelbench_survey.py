@@ -83,7 +83,7 @@ def survey_file(path: Path, footprint: bool) -> dict[str, Any]:
 def _input_bytes(path: Path) -> int | None:
     import torch
 
-    from harness.roles.loading import load_module
+    from harness.sandboxed.roles.loading import load_module
 
     try:
         module = load_module("kl_survey", path.read_text(), str(path))

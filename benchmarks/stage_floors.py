@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from harness.compare import flatten_output
-from harness.roles.loading import load_problem_module
+from harness.sandboxed.compare import flatten_output
+from harness.sandboxed.roles.loading import load_problem_module
 from problems import Problem
 from vocabulary.verdict import Verdict
 

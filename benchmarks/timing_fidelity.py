@@ -2,7 +2,7 @@
 
 For workloads from about 10 µs to 10 ms on the GPU (fp32, TF32 off), in one process:
 
-- the harness's metered loop (`harness.meter`, here through `harness.meter.local`; the loop every
+- the harness's metered loop (`harness.meter`, here through `harness.sandboxed.localmeter`; the loop every
   candidate and baseline is timed with: L2 flush, warm-up, adaptive repeats, each call's inputs
   scaled afresh) run ``--repeats`` times,
   each run's median kept: their spread (max/min - 1) and coefficient of variation are what a
@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from harness.meter.drive import CallPlan
-from harness.meter.local import time_locally
 from harness.options import DEFAULT_CACHE_DIR, TimingOptions
+from harness.sandboxed.localmeter import time_locally
 
 
 def workloads(device: torch.device) -> list[tuple[str, Callable[..., Any], list[list[torch.Tensor]]]]:

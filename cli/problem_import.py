@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.footprint import Footprint, format_bytes
 from harness.options import HarnessOptions
+from harness.protocol.admission import Footprint, format_bytes
 from harness.sizing import Sizing, fit_cpu_sizes
 from problems.constants import Constant, Constants
 from problems.spec import Problem, ProblemFormatError, parse_problem

@@ -1,7 +1,7 @@
 """The private channel between the referee and a sandbox: length-prefixed JSON messages.
 
 One connected socket pair per sandbox (`harness.sandbox.SandboxProcess` makes it; the sandbox's end
-arrives as a file descriptor, `harness.roles`). What travels is a `SandboxMessage` (a request or reply
+arrives as a file descriptor, `harness.sandboxed.roles`). What travels is a `SandboxMessage` (a request or reply
 of `harness.protocol`) as its ``to_dict()``; what arrives is a `JsonObject` for the receiver to
 read with the matching ``from_dict()``. The trusted side caps a message's size, and anything that
 is not a JSON object is `ChannelClosed`: a sandbox cannot make the referee allocate without bound

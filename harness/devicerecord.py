@@ -3,7 +3,7 @@
 Each job's reference used to measure them afresh: on a busy 2-core host one job's fp32 peak was
 0.017 TFLOP/s, another's 0.185, and the roofline (``sol_ms``, % of SOL, the "faster than the
 roofline" quarantine) swung with them. Now the reference sandbox measures them (best of several
-rounds, `harness.roofline`) before the problem's code is loaded, and only while this machine's
+rounds, `harness.sandboxed.roofline`) before the problem's code is loaded, and only while this machine's
 record is unsettled (``devices/<target>-<key>.json``, key: machine, target, visible devices,
 thread settings, torch and harness versions). The record keeps every measurement; what a job uses
 is the best of them (other work only ever lowers a measured rate). It settles once one

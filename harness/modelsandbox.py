@@ -1,7 +1,7 @@
 """Profile a user's model in a sandbox: `profile_model` (driver side, standard library only).
 
 The model file is untrusted code, like a problem: it runs only in the ``model`` sandbox
-(`harness.roles.model`), confined as a problem's sandboxes are (`harness.problemsandbox`: no cache but
+(`harness.sandboxed.roles.model`), confined as a problem's sandboxes are (`harness.problemsandbox`: no cache but
 its own compiler cache, the service's data hidden, memory, CPU and process limits). What comes
 back is a `vocabulary.regionplan.ModelProfile`, read through `vocabulary.wire.Reader`; what goes wrong
 in the model's code is `ModelFailed`, with the model's file and line.

@@ -1,7 +1,7 @@
 """The source of a patched model: the user's model with kernels in place of its regions.
 
 One Python file that needs only torch and a compiler: the patch runtime
-(`harness.regions.runtime`, copied unchanged), each region's kernel (a candidate file, unchanged,
+(`harness.sandboxed.regions.runtime`, copied unchanged), each region's kernel (a candidate file, unchanged,
 executed as a module of its own), the plan (which graph nodes each region replaces, which of the
 model's parameters its kernel binds), and ``ModelNew``, a subclass of the user's ``Model`` whose
 state dict is ``Model``'s: the referee loads the model's weights into it by name.
@@ -25,7 +25,7 @@ from vocabulary.regionplan import Region
 
 __all__ = ["RUNTIME_FILE", "patched_source", "plan_of", "unique_extension_names"]
 
-RUNTIME_FILE = Path(__file__).resolve().parent / "regions" / "runtime.py"
+RUNTIME_FILE = Path(__file__).resolve().parent / "sandboxed" / "regions" / "runtime.py"
 _EXTENSION_NAME = re.compile(r"""(\bname\s*=\s*)(['"])([A-Za-z_][A-Za-z0-9_]*)\2""")
 
 

@@ -1,7 +1,7 @@
 """Sandboxes: spawn, talk over a private channel, kill the whole tree.
 
 Every sandbox (compile, reference, candidate, admission) runs as
-``warden (subreaper, namespaces) -> python -m harness.roles ROLE``, started in its own session
+``warden (subreaper, namespaces) -> python -m harness.sandboxed.roles ROLE``, started in its own session
 (``setsid``) with an allowlisted environment, stdout and stderr captured to a file that is
 truncated when read back. Messages (`harness.protocol`) travel over a private socket pair
 (`harness.channel`). What a sandbox may use is a `harness.sandboxspec.SandboxSpec`; what the warden
@@ -218,7 +218,7 @@ class SandboxProcess:
         status_r, status_w = os.pipe()
         warden_cfg: JsonObject = {
             # -P: the sandbox's own directory (where candidate code writes) is never on its sys.path.
-            "argv": [sys.executable, "-P", "-m", "harness.roles", spec.role, str(child_sock.fileno())],
+            "argv": [sys.executable, "-P", "-m", "harness.sandboxed.roles", spec.role, str(child_sock.fileno())],
             "cwd": str(spec.workdir),
             "namespaces": list(spec.namespaces) if sandbox else [],
             "writable_paths": [str(p) for p in (spec.workdir, *spec.writable_paths)],

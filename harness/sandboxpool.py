@@ -45,7 +45,7 @@ def sandbox_namespaces(target: Target) -> tuple[str, ...]:
 
 
 class SandboxRole(StrEnum):
-    """The sandboxes a pool starts (`harness.roles` runs ``builder`` as a ``compile`` sandbox)."""
+    """The sandboxes a pool starts (`harness.sandboxed.roles` runs ``builder`` as a ``compile`` sandbox)."""
 
     COMPILE = "compile"
     BUILDER = "builder"

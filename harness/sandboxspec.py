@@ -88,7 +88,7 @@ class SandboxSpec:
     """How one sandbox is isolated.
 
     Args:
-        role: the entry in ``harness.roles`` to run.
+        role: the entry in ``harness.sandboxed.roles`` to run.
         workdir: the sandbox's private, writable working directory (also HOME and TMPDIR).
         namespaces: wanted namespaces ("user", "mount", "net", "pid"); fewer are used where the
             OS refuses (the warden reports which).

@@ -7,7 +7,8 @@ The direction, as the code has it (pinned here; the package docstrings say the s
                                    referee's Verdict to the job events; problems: parsed, never
                                    run; display: formats)
        ↑
-    harness                        the referee; torch only inside its sandboxes
+    harness                        the referee; torch only inside its sandboxes (harness.sandboxed,
+                                   which no other package imports, nor the rest of the harness)
        ↑         ↑        ↑
     agent      store    config     store: vocabulary only; config: `harness.options` (a value
        ↑         ↑                 module) for the one default cache folder; the agent also
@@ -62,6 +63,10 @@ API_AGENT_MODULES = frozenset({"agent.providers.scripted"})
 #: The client commands run on a user's machine against the API: no server package.
 CLIENT_PACKAGE = "cli.client"
 CLIENT_NEVER = frozenset({"api", "store", "worker", "agent"})
+#: The referee's sandbox side (runs inside sandboxes, imports torch): no module of the packages
+#: outside it imports it (tests and benchmarks do), the rest of the harness (the driver side)
+#: included, which imports torch only inside functions (`harness.buildcache`'s, run in sandboxes).
+SANDBOXED = "harness.sandboxed"
 #: Importing one of these (directly, or through the harness modules imported) runs or starts
 #: something: a value module imports none.
 _RUNS = frozenset({"subprocess", "multiprocessing", "threading", "signal", "socket", "ctypes", "torch"})
@@ -208,7 +213,28 @@ def test_service_packages_take_only_the_harness_value_modules() -> None:
 def test_value_modules_of_the_harness_exist() -> None:
     # The rule above would pass vacuously if the classification broke.
     assert not _runs("harness.options") and not _runs("harness.progress")
-    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.meter.sandboxed")
+    assert "subprocess" in _runs("harness.sandbox") and "torch" in _runs("harness.sandboxed.meter")
+
+
+def _sandboxed(module: str) -> bool:
+    return module == SANDBOXED or module.startswith(f"{SANDBOXED}.")
+
+
+def test_nothing_outside_the_sandbox_side_imports_it() -> None:
+    """The driver side (harness/ outside harness/sandboxed/) starts sandboxes and speaks to them: it
+    never imports their code; nor does any other package."""
+    wrong = [i.where for i in imports() if _sandboxed(i.target) and not _sandboxed(i.importer)]
+    assert wrong == [], "\n".join(wrong)
+    # Not vacuous: the sandbox side is there, and imports itself.
+    assert any(i.importer == "harness.sandboxed.roles.candidate" and i.target == "harness.sandboxed.meter"
+               for i in imports())
+
+
+def test_the_harness_driver_side_imports_torch_only_inside_functions() -> None:
+    wrong = [i.where for i in imports() if _package(i.importer) == "harness" and not _sandboxed(i.importer)
+             and i.top_level and _package(i.target) == "torch"]
+    assert wrong == [], "\n".join(wrong)
+    assert "torch" in _runs("harness.sandboxed.contract")
 
 
 def test_the_api_takes_of_the_agent_only_the_scripted_llms_table() -> None:

@@ -1,7 +1,7 @@
 """`DeviceSpecs`: the device a job's kernels run on, as the reference process measured it.
 
 Standard library only: the referee's driver, the agent (``get_gpu_specs``, the prompt) and the
-worker share this value; `harness.roofline` measures it inside the reference process.
+worker share this value; `harness.sandboxed.roofline` measures it inside the reference process.
 """
 
 from __future__ import annotations

@@ -52,6 +52,11 @@ build accept), `compiler` (errors, ptxas counts, compiler identities, ninja's lo
 ninja file torch writes), `records` (what is recorded of each build: `BuildRecord`, and a
 builder's `BuildAnswer`), `copies` (publishing and copying builds), `cache` (`BuildCache`, which
 installs itself over torch's ``load_inline``/``load``).
+
+Shared by both sides of the referee, so it stays here rather than in `harness.sandboxed`: the
+sandboxes build and load with `BuildCache` (torch imported inside its functions only), and the
+driver side (`compiler`, `candidaterun`, `lazybuilds`) publishes, copies and reads the records,
+standard library only.
 """
 
 from harness.buildcache.cache import BuildCache

@@ -53,7 +53,7 @@ class BuildCache(_NinjaHooks):
             sandbox): each build missing from ``root`` (a lazy build, refused ones included, to be
             told why); the trusted side copies what it built into ``root``.
         on_module: called with each extension module before it is handed to the candidate (the
-            candidate sandbox wraps its functions: `harness.roles.candidate.NoopSwitch`).
+            candidate sandbox wraps its functions: `harness.sandboxed.roles.candidate.NoopSwitch`).
     """
 
     def __init__(self, root: Path, *, mode: str, arch_list: str = "9.0a", max_jobs: int = 2,

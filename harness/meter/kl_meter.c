@@ -142,7 +142,7 @@ static int wait_fd(int fd, short events) {
     return rc < 0 ? -1 : 0;
 }
 
-/* The socket I/O runs without the GIL: a driver in this process (harness.meter.local) needs it. */
+/* The socket I/O runs without the GIL: a driver in this process (harness.sandboxed.localmeter) needs it. */
 static int read_exact(int fd, void *buf, size_t n) {
     char *p = buf;
     while (n > 0) {
@@ -348,7 +348,7 @@ typedef struct {
 /* Write input set ``set`` into the buffers as call ``seed`` sees it: each floating tensor times
  * factors drawn uniformly in [0.95, 1.05) per element (unknown before the GO frame arrives, so
  * nothing can be computed ahead; per element, so no output of an earlier call scales into this
- * one's), the rest copied. The comparer repeats exactly these ops (harness.contract.call_inputs). */
+ * one's), the rest copied. The comparer repeats exactly these ops (harness.sandboxed.meter.call_inputs). */
 static int load_inputs(loop_state *s, Py_ssize_t set, uint64_t seed) {
     PyObject *source = PyList_GET_ITEM(s->sets, set);
     PyObject *r = PyObject_CallFunction(m_manual_seed, "OK", s->generator, (unsigned long long)seed);

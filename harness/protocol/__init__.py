@@ -9,21 +9,21 @@ carry out (the candidate's forward raised, the problem's code did) is answered b
 
 The conversations (``→`` request, ``←`` reply):
 
-- reference (`harness.roles.reference`): → `ReferenceStart` ← `ReferenceInfo` | `StartFailed`;
+- reference (`harness.sandboxed.roles.reference`): → `ReferenceStart` ← `ReferenceInfo` | `StartFailed`;
   then → `MeterRequest` ← `Metering`, the metered loop's frames, ← `MeterEnd`; → `CompareRequest`
   (with the audited outputs' memfds) ← `CompareReply` (each or `OpFailed`), until → `Exit`.
-- candidate (`harness.roles.candidate`): ← `Ready`; → `CandidateLoad` ← `Loaded` | `StartFailed`;
+- candidate (`harness.sandboxed.roles.candidate`): ← `Ready`; → `CandidateLoad` ← `Loaded` | `StartFailed`;
   then → `TrialRequest` ← `TrialReply`, → `ProfileRequest` ← `ProfileReply`, → `TimeRequest`
   ← `Metering`, the metered loop's frames (`harness.meter.drive`), ← `MeterEnd` (each or
   `OpFailed`), until → `Exit`. While it loads and runs its trials, before its reply:
   ← `Delegation` (a lazy build, in ``__init__`` or a forward) → `BuildAnswer`, as often as it
   builds.
-- compile (`harness.roles.compile`): ← `Ready`; → `CompileRequest`; ← `Delegation` (a build for
+- compile (`harness.sandboxed.roles.compile`): ← `Ready`; → `CompileRequest`; ← `Delegation` (a build for
   the trusted builder) → `BuildAnswer`, as often as it builds; ← `CompileReply`. A builder:
   ← `Ready`; → `BuilderBuild` ← `BuildAnswer`, until the channel closes.
-- admission (`harness.roles.admission`): → `AdmitRequest` ← `AdmissionReply` | `StartFailed`,
+- admission (`harness.sandboxed.roles.admission`): → `AdmitRequest` ← `AdmissionReply` | `StartFailed`,
   or → `MeasureRequest` ← `MeasureReply` | `StartFailed`.
-- model (`harness.roles.model`): → `ProfileModelRequest` ← `ProfileModelReply` | `StartFailed`.
+- model (`harness.sandboxed.roles.model`): → `ProfileModelRequest` ← `ProfileModelReply` | `StartFailed`.
 
 One module per conversation: `.reference`, `.candidate`, `.build`, `.admission`, `.model`; `.meter`
 the metered loop's JSON edges; this one holds what they share.
@@ -103,7 +103,7 @@ def request_trials(r: Reader) -> tuple[TrialSpec, ...]:
 @dataclass(frozen=True)
 class OpFailed:
     """A request the sandbox could not carry out: what its code (or the problem's, or the
-    candidate's) raised, briefly (`harness.roles.loading.brief_error`)."""
+    candidate's) raised, briefly (`harness.sandboxed.roles.loading.brief_error`)."""
 
     error: str
 

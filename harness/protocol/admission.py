@@ -1,6 +1,6 @@
 """The admission sandbox's conversation: does a problem make a meaningful test, and its footprints.
 
-The admission sandbox (`harness.roles.admission`) runs a submitted problem's code, as untrusted as a
+The admission sandbox (`harness.sandboxed.roles.admission`) runs a submitted problem's code, as untrusted as a
 candidate's: its replies are read through `vocabulary.wire.Reader` (`harness.admission`). Standard
 library only.
 """
@@ -19,7 +19,7 @@ from vocabulary.evaluation import Target
 from vocabulary.wire import JsonObject, Reader, WireError, as_object
 
 __all__ = ["AdmissionCheck", "AdmissionReply", "AdmitRequest", "Footprint", "MeasureReply", "MeasureRequest",
-           "Measured"]
+           "Measured", "format_bytes"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +116,15 @@ class Footprint:
     def from_dict(cls, data: object) -> Footprint:
         r = Reader(data, "a footprint")
         return cls(r.integer("inputs"), r.integer("parameters"), r.optional_integer("outputs"))
+
+
+def format_bytes(n: float) -> str:
+    """A footprint's bytes for people: ``6.4 GB`` (here, not in the sandbox's `footprint`, so that
+    the CLI formats them without importing torch)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 def _constants(value: object) -> dict[str, Constant]:

@@ -1,6 +1,6 @@
 """The compile and builder sandboxes' conversation: a compile, its delegated builds, a builder's answers.
 
-A compile sandbox (`harness.roles.compile`) imports the candidate with no GPU visible: its reply
+A compile sandbox (`harness.sandboxed.roles.compile`) imports the candidate with no GPU visible: its reply
 comes from a process running the candidate's import-time code, so the referee reads it through
 `vocabulary.wire.Reader` where it enters (`harness.compiler.CompileClient`); a malformed one fails
 the compile. A ``load_inline`` of plain data may be *delegated*: the sandbox sends a `Delegation`,

@@ -1,6 +1,6 @@
 """The candidate sandbox's conversation: its load, the trials, the profile and the metered timing loop.
 
-The candidate sandbox (`harness.roles.candidate`) runs the candidate's code: every reply is read
+The candidate sandbox (`harness.sandboxed.roles.candidate`) runs the candidate's code: every reply is read
 where it enters, through `vocabulary.wire.Reader`, and a malformed one is the candidate's fault
 (`harness.candidaterun`). Its requests carry derived seeds only, never the job's secret nor an
 expected output. Standard library only.
@@ -64,7 +64,7 @@ class CandidateLoad:
 class Loaded:
     """The candidate is loaded; ``extensions``: the modules of its own builds it imported;
     ``renamed``: (Model's name, ModelNew's name) of each weight loaded by registration order
-    (`harness.contract.reference_weights_for`); ``kernel_errors``: what its extension functions
+    (`harness.sandboxed.contract.reference_weights_for`); ``kernel_errors``: what its extension functions
     raised while it loaded (and it went on)."""
 
     extensions: tuple[str, ...]
@@ -120,7 +120,7 @@ class TrialReply:
     ops: tuple[str, ...] | None = None
     #: What its extension functions raised while forward went on (`vocabulary.causes`).
     kernel_errors: tuple[KernelError, ...] = ()
-    #: The guarded harness objects the candidate's code changed (`harness.meter.sandboxed.Meter.tampered`).
+    #: The guarded harness objects the candidate's code changed (`harness.sandboxed.meter.Meter.tampered`).
     tampered: tuple[str, ...] = ()
 
     def to_dict(self) -> JsonObject:

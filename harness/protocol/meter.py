@@ -30,7 +30,7 @@ class Metering:
 @dataclass(frozen=True, kw_only=True)
 class MeterEnd:
     """The loop ended: the calls it made, the in-process checks' flags, and the guarded harness
-    objects found changed (`harness.meter.sandboxed.Meter.tampered`)."""
+    objects found changed (`harness.sandboxed.meter.Meter.tampered`)."""
 
     calls: int
     flags: tuple[str, ...] = ()

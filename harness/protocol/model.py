@@ -1,6 +1,6 @@
 """The model sandbox's conversation: profile a user's model (capture, regions, timing).
 
-The model sandbox (`harness.roles.model`) runs the user's model file, as untrusted as a problem: its
+The model sandbox (`harness.sandboxed.roles.model`) runs the user's model file, as untrusted as a problem: its
 reply is read through `vocabulary.wire.Reader` (`harness.modelsandbox`). Standard library only.
 """
 

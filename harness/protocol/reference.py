@@ -1,6 +1,6 @@
 """The reference sandbox's conversation: its start, its metered runs (baselines, calibration), the comparer.
 
-The reference (`harness.roles.reference`) is trusted with the expected outputs and the baselines'
+The reference (`harness.sandboxed.roles.reference`) is trusted with the expected outputs and the baselines'
 clocks, but runs the problem's code: the referee reads its replies through `vocabulary.wire.Reader`
 too (`harness.reference.ReferenceClient`). Standard library only.
 """
@@ -165,7 +165,7 @@ class MeterRequest:
 class CompareItem:
     """One output to compare: trial ``index``'s, or (``call``) that of an audited timed call on
     that trial's inputs. ``output`` is the candidate's description, checked by the comparer
-    (`harness.transfer`): a file in its directory, or a sealed memfd sent with the request."""
+    (`harness.sandboxed.transfer`): a file in its directory, or a sealed memfd sent with the request."""
 
     index: int
     output: JsonValue

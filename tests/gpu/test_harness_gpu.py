@@ -43,8 +43,8 @@ def do_bench_median(problem_id: str, source: str, cache: Path) -> float:
     import torch
     import triton.testing
 
-    from harness import contract
     from harness.buildcache import BuildCache
+    from harness.sandboxed import contract
     from harness.seeds import derive_seed, plan_trials
 
     problem = load_problem(problem_id)

@@ -254,12 +254,12 @@ CASES: list[Case] = [
          Status.PASS, Stage.DONE, depth=Depth.BENCHMARK, check=honest_speed),
     Case("scales_what_the_harness_records", lambda n: cheat("return _honest(self, x)", prelude='''
         import sys as _sys
-        if "harness.meter.sandboxed" in _sys.modules:
-            _sandboxed = _sys.modules["harness.meter.sandboxed"]
-            _run = _sandboxed.Meter.run
-            _sandboxed.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
+        if "harness.sandboxed.meter" in _sys.modules:
+            _meter = _sys.modules["harness.sandboxed.meter"]
+            _run = _meter.Meter.run
+            _meter.Meter.run = lambda self, *a, **k: _run(self, *a, **k)
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.sandboxed.meter.Meter.run",
          depth=Depth.BENCHMARK),
     # Named at the first trial (the replacement is a changed harness function); with the tamper
     # check replaced too, the trusted clock says so (the next row).

@@ -185,7 +185,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     worker = threading.Thread(target=timed_evaluation, daemon=True)
     worker.start()
     deadline = time.monotonic() + 300
-    while not _processes("harness.roles reference ", cache):
+    while not _processes("harness.sandboxed.roles reference ", cache):
         assert time.monotonic() < deadline and worker.is_alive(), "the reference sandbox never started"
         time.sleep(0.1)
     time.sleep(3.0)  # CUDA initialised, spinning in get_inputs
@@ -205,7 +205,7 @@ def test_cancel_kills_a_cuda_reference_start_and_frees_the_lock(tmp_path: Path) 
     assert not lock_free()
     cancelled_at = time.monotonic()
     referee.cancel()
-    while _processes("harness.roles reference ", cache) or _processes("warden.py", cache):
+    while _processes("harness.sandboxed.roles reference ", cache) or _processes("warden.py", cache):
         assert time.monotonic() - cancelled_at < 30, "the reference sandbox survived the cancel"
         time.sleep(0.05)
     gone_s = time.monotonic() - cancelled_at

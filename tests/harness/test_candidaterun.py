@@ -275,9 +275,9 @@ def test_integrity_flags_fail_the_candidate(where: tuple[Path, Path]) -> None:
     for scale in (1e6, 0.3):  # more than the call took, and a third of it
         forged, _ = run(where, loop=FakeLoop(scale=scale))
         assert forged.flags == ("clock_disagrees",) and "the timing was tampered with" in forged.message
-    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.meter.sandboxed.Meter.run"]}))
+    tampered, _ = run(where, loop=FakeLoop(end={"calls": 5, "tampered": ["harness.sandboxed.meter.Meter.run"]}))
     assert tampered.flags == ("harness_tampered",)
-    assert "changed the referee's code" in tampered.message and "harness.meter.sandboxed.Meter.run" in tampered.message
+    assert "changed the referee's code" in tampered.message and "harness.sandboxed.meter.Meter.run" in tampered.message
 
 
 def test_a_load_failure_says_what_failed(where: tuple[Path, Path]) -> None:

@@ -2,8 +2,8 @@ import math
 
 import torch
 
-from harness.compare import compare_outputs
 from harness.options import default_tolerance
+from harness.sandboxed.compare import compare_outputs
 
 
 def cmp(expected, actual, atol=None, rtol=None):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness import contract
+from harness.sandboxed import contract
 
 
 class Model(nn.Module):

@@ -15,7 +15,7 @@ import harness.toolchain
 from harness import HarnessOptions, evaluate
 from harness.meter.drive import CallPlan, drive
 from harness.meter.noise import timing_of
-from harness.meter.sandboxed import call_inputs
+from harness.sandboxed.meter import call_inputs
 from problems import parse_problem
 from tests.support.meter import metered_child
 from vocabulary.verdict import ErrorKind, Stage, Status

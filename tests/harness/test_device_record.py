@@ -12,8 +12,8 @@ import torch
 
 from harness import HarnessOptions, Referee
 from harness.devicerecord import SETTLE_AFTER, DeviceRecord, Measurement
-from harness.roles.loading import load_problem_module
-from harness.roofline import count_flops
+from harness.sandboxed.roles.loading import load_problem_module
+from harness.sandboxed.roofline import count_flops
 from problems import bundled_ids, load_problem
 from vocabulary.devices import DeviceSpecs
 

@@ -102,11 +102,11 @@ def test_a_metered_run_raises_what_it_found() -> None:
     assert with_metered_run(DRAFT, run, MeterEnd(calls=1), audits_match=False).flags == ("timed_output_mismatch",)
     threads = with_metered_run(DRAFT, run, MeterEnd(calls=1, flags=("background_threads", "bogus")), audits_match=True)
     assert threads.flags == ("background_threads",)
-    tampered = with_metered_run(DRAFT, run, MeterEnd(calls=1, tampered=("harness.contract.tf32_is_off",)),
+    tampered = with_metered_run(DRAFT, run, MeterEnd(calls=1, tampered=("harness.sandboxed.contract.tf32_is_off",)),
                                 audits_match=True)
     outcome = decisive_outcome(tampered, Stage.INTEGRITY)
     assert outcome is not None and "changed the referee's code" in outcome.message
-    assert "harness.contract.tf32_is_off" in outcome.message
+    assert "harness.sandboxed.contract.tf32_is_off" in outcome.message
     broken = with_metered_run(DRAFT, replace(run, protocol_error="the sandbox answered out of turn during call 3"),
                               None, audits_match=True)
     assert broken.flags == ("timing_protocol_broken",) and metered_failure(replace(run, protocol_error="x")) is None

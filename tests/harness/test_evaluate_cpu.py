@@ -62,7 +62,7 @@ def roles_running(role: str, besides: Referee | None = None) -> list[int]:
         if entry.isdigit():
             try:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                ours = b"harness.roles" in cmdline and role.encode() in cmdline and \
+                ours = b"harness.sandboxed.roles" in cmdline and role.encode() in cmdline and \
                     _parent(int(entry)) not in wardens and _descends_from_us(int(entry))
             except (OSError, ValueError, IndexError):
                 continue

@@ -30,7 +30,11 @@ def test_the_driver_side_needs_only_the_standard_library() -> None:
 
 
 def test_sandbox_modules_need_only_torch_and_the_standard_library() -> None:
-    modules = sorted(p.stem for p in (REPO / "harness" / "roles").glob("*.py") if p.stem != "__main__")
-    found = imported_after("\n".join(f"import harness.roles.{m}" for m in modules) + "\nimport harness.meter.sandboxed")
+    """Every module of `harness.sandboxed` (the roles, the loop's sandbox side, the regions ...)."""
+    sandboxed = REPO / "harness" / "sandboxed"
+    modules = sorted(".".join(p.relative_to(REPO).with_suffix("").parts) for p in sandboxed.rglob("*.py")
+                     if p.name not in ("__init__.py", "__main__.py"))
+    assert "harness.sandboxed.roles.candidate" in modules and "harness.sandboxed.meter" in modules
+    found = imported_after("\n".join(f"import {m}" for m in modules))
     assert "torch" in found
     assert found & SERVICE_PACKAGES == set(), found & SERVICE_PACKAGES

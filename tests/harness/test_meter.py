@@ -22,8 +22,8 @@ from harness.channel import parse_message
 from harness.meter.clock import Calibration, check_clock
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.frames import DoneStatus
-from harness.meter.sandboxed import call_inputs
 from harness.protocol.meter import MeterEnd
+from harness.sandboxed.meter import call_inputs
 from tests.support.meter import metered_child
 from vocabulary.wire import Reader
 
@@ -78,14 +78,14 @@ def test_an_honest_forward_is_timed_and_its_audited_outputs_are_what_it_returned
 def test_python_level_tampering_leaves_the_samples_alone_and_is_named(harness_cache: Path) -> None:
     # The prelude of issue 23: scale what the harness records, by patching what Python can reach.
     tamper = SETUP + '''
-import harness.meter.sandboxed as sandboxed
-import harness.contract as contract
-original = sandboxed.Meter.run
+import harness.sandboxed.meter as meter_module
+import harness.sandboxed.contract as contract
+original = meter_module.Meter.run
 def scaled(self, *args, **kwargs):
     return original(self, *args, **kwargs)
-sandboxed.Meter.run = scaled
+meter_module.Meter.run = scaled
 contract.tf32_is_off = lambda: True
-sandboxed.call_inputs.__code__ = (lambda source, seed, device: list(source)).__code__
+meter_module.call_inputs.__code__ = (lambda source, seed, device: list(source)).__code__
 time.perf_counter = lambda: 0.0
 '''
     honest, _ = _run(SETUP, harness_cache)
@@ -93,8 +93,8 @@ time.perf_counter = lambda: 0.0
     honest.close()
     patched.close()
     assert patched.failure is None and patched.protocol_error is None
-    assert {"harness.meter.sandboxed.Meter.run", "harness.contract.tf32_is_off",
-            "harness.meter.sandboxed.call_inputs"} <= set(end.tampered)
+    assert {"harness.sandboxed.meter.Meter.run", "harness.sandboxed.contract.tf32_is_off",
+            "harness.sandboxed.meter.call_inputs"} <= set(end.tampered)
     ratio = statistics.median(c.sample_ms for c in patched.timed) / statistics.median(c.sample_ms for c in honest.timed)
     assert 0.5 < ratio < 2.0, ratio  # the same work, measured the same way (a loaded host: loose)
 

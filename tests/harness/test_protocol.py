@@ -112,7 +112,8 @@ def test_replies_read_back_as_they_were_sent() -> None:
     baselines = Baselines(eager=timing, torch_compile=None, notes=("off",))
     assert Metering.is_metering(wire(Metering())) and not Metering.is_metering(wire(failed))
     replies: list[tuple[object, object]] = [
-        (MeterEnd(calls=12, flags=("background_threads",), tampered=("harness.contract.tf32_is_off",)), MeterEnd.read),
+        (MeterEnd(calls=12, flags=("background_threads",), tampered=("harness.sandboxed.contract.tf32_is_off",)),
+         MeterEnd.read),
         (CompareReply(results=(Compared(passed=False, max_abs_err=None, mean_abs_err=None, mismatch_frac=1.0,
                                         message="shape"),)), CompareReply.read),
         (TrialReply(output=OUTPUT, flags=("tf32_enabled",), ops=("addmm", "view"), tampered=("x.y",)),

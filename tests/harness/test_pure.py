@@ -5,7 +5,7 @@ import dataclasses
 import torch
 
 from harness.assembly import ROOFLINE_SLACK, UNTRUSTED_ROOFLINE_NOTE, quarantine
-from harness.roofline import sol_ms
+from harness.sandboxed.roofline import sol_ms
 from harness.seeds import derive_seed, plan_trials
 from vocabulary.devices import DeviceSpecs
 from vocabulary.timing import Baselines, Timing

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.transfer import OutputRejected, _validated_view_bytes, export_output, import_output
+from harness.sandboxed.transfer import OutputRejected, _validated_view_bytes, export_output, import_output
 
 
 def test_file_round_trip_keeps_values_dtypes_and_structure(tmp_path: Path) -> None:

@@ -35,9 +35,9 @@ def forged_loop(scale: float, *, hide_tampering: bool = False, spin_between_runs
     to catch it is the trusted clock."""
     return f'''
 import sys as _sys
-if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the compile sandbox
+if "harness.sandboxed.meter" in _sys.modules:  # the candidate sandbox, not the compile sandbox
     import fcntl as _fcntl, json as _json, os as _os, socket as _socket, struct as _struct, time as _time
-    _sandboxed = _sys.modules["harness.meter.sandboxed"]
+    _meter = _sys.modules["harness.sandboxed.meter"]
     _GO = _struct.Struct("=4sIQQQQII")
     _spinners = []
 
@@ -83,7 +83,7 @@ if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the 
                 send(_struct.pack("=4sIQQ", b"KLAU", 0, last, len(data)) + description.encode(), (fd,))
                 _os.close(fd)
                 continue
-            inputs = _sandboxed.call_inputs(sets[index], seed, device)
+            inputs = _meter.call_inputs(sets[index], seed, device)
             if flags & 4:
                 torch.manual_seed(forward_seed)
             started = _time.perf_counter()
@@ -95,7 +95,7 @@ if "harness.meter.sandboxed" in _sys.modules:  # the candidate sandbox, not the 
             send(_struct.pack("=4sIQQd", b"KLDN", 0, call, nonce, sample))
             last, calls = call, calls + 1
 
-    _sandboxed.Meter.run = _forged_run
+    _meter.Meter.run = _forged_run
     if {hide_tampering!r}:
-        _sandboxed.Meter.tampered = lambda self: []
+        _meter.Meter.tampered = lambda self: []
 '''

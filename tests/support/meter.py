@@ -27,9 +27,9 @@ _PRELUDE = '''
 import json, struct, sys, time
 from pathlib import Path
 import torch
-from harness import contract
+from harness.sandboxed import contract
 from harness.channel import Channel
-from harness.meter.sandboxed import Meter
+from harness.sandboxed.meter import Meter
 from harness.protocol.meter import MeterEnd
 contract.tf32_off()
 torch.manual_seed(0)
@@ -44,7 +44,7 @@ channel.send(MeterEnd(calls=calls, tampered=tuple(meter.tampered())))
 #: from the setup): it loads each call's inputs and does the work as the real loop does (so it
 #: would pass audits), holds its output instead of copying it, and forges what it reports.
 FORGED_LOOP = '''
-from harness.meter.sandboxed import call_inputs
+from harness.sandboxed.meter import call_inputs
 GO = struct.Struct("=4sIQQQQII")
 def read_exact(n):
     data = b""

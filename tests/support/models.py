@@ -103,7 +103,7 @@ def kernels(name: str) -> dict[str, str]:
 
 def load_in_process(problem: Problem) -> types.ModuleType:
     """The model's module at its CPU sizes, loaded here (the sandbox-side tests run torch in-process)."""
-    from harness.roles.loading import load_problem_module
+    from harness.sandboxed.roles.loading import load_problem_module
 
     return load_problem_module(problem, "cpu")
 

@@ -36,7 +36,7 @@ def sandbox_processes(root_pid: int | None = None, role: str | None = None) -> l
     """Live sandbox processes (wardens and roles; only ``role``'s sandbox when given) descending
     from ``root_pid`` (default: us)."""
     states = _parents()
-    wanted = (f"harness.roles {role} ",) if role else ("harness.roles", "warden.py")
+    wanted = (f"harness.sandboxed.roles {role} ",) if role else ("harness.sandboxed.roles", "warden.py")
     found = []
     for pid in descendants(root_pid or os.getpid(), states):
         try:

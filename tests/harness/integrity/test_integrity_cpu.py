@@ -474,7 +474,7 @@ CASES: list[Case] = [
     # (the loop writes its frames itself), and the patching is named after the first trial.
     Case("scales_what_the_harness_records", lambda w: cheat("return _honest(self, x)", prelude='''
         import struct as _struct, sys as _sys
-        if "harness.meter.sandboxed" in _sys.modules:
+        if "harness.sandboxed.meter" in _sys.modules:
             _channel = _sys.modules["harness.channel"].Channel
             _send_frame = _channel.send_frame
             def _scaled(self, payload, *, fds=()):
@@ -485,18 +485,18 @@ CASES: list[Case] = [
                     payload = bytes(head)
                 return _send_frame(self, payload, fds=fds)
             _channel.send_frame = _scaled
-            _role = _sys.modules["harness.roles.candidate"]
+            _role = _sys.modules["harness.sandboxed.roles.candidate"]
             _time_op = _role.Candidate.time
             _role.Candidate.time = lambda self, *a, **k: _time_op(self, *a, **k)
         '''),
          Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), depth=Depth.BENCHMARK,
-         check=names("harness.channel.Channel.send_frame", "harness.roles.candidate.Candidate.time")),
+         check=names("harness.channel.Channel.send_frame", "harness.sandboxed.roles.candidate.Candidate.time")),
     # A loop of its own, in Python, speaking the protocol perfectly (audits answered with the true
     # outputs) but reporting a third of each call's time: the replacement is named after the first
     # trial; with the tamper check replaced too, the trusted clock, timing the same calls, says so.
     Case("replaces_the_timing_loop", lambda w: cheat("time.sleep(0.02)\nreturn _honest(self, x)",
                                                      prelude="import time\n" + forged_loop(0.3)),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.meter.sandboxed.Meter.run",
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.sandboxed.meter.Meter.run",
          depth=Depth.BENCHMARK),
     Case("replaces_the_timing_loop_and_the_tamper_check", lambda w: cheat(
         "time.sleep(0.02)\nreturn _honest(self, x)", prelude="import time\n" + forged_loop(0.5, hide_tampering=True)),
@@ -599,7 +599,7 @@ CASES: list[Case] = [
                 except OSError:
                     continue
                 # The referee, the reference sandbox, anything with the worker's secret in it.
-                if b"{w.canary}" in data or b"pytest" in data or b"harness.roles" in data:
+                if b"{w.canary}" in data or b"pytest" in data or b"harness.sandboxed.roles" in data:
                     found.append((pid, what, data[:60]))
         for what in ("environ", "cmdline", "mem", "maps"):  # the parent: 0 in a PID namespace
             try:
@@ -667,7 +667,7 @@ CASES: list[Case] = [
                         found.append(os.path.join(dirpath, name))''', prelude="import os"),
          **PASS_CONTAINED),
     Case("writes_outside_its_directory", lambda w: probe(f'''
-        for path in ("{REPO}/kl-probe-{w.token}", "{REPO}/harness/compare.py", "{w.cache}/kl-probe-{w.token}",
+        for path in ("{REPO}/kl-probe-{w.token}", "{REPO}/harness/sandboxed/compare.py", "{w.cache}/kl-probe-{w.token}",
                      "{w.cache}/builds/kl-probe-{w.token}", "{w.cache}/baselines/kl-probe-{w.token}.json",
                      "/etc/kl-probe-{w.token}", "/usr/kl-probe-{w.token}"):
             try:
@@ -758,10 +758,10 @@ CASES: list[Case] = [
         torch.backends.cudnn.allow_tf32 = True
         return _honest(self, x)''', prelude='''
         import sys as _sys
-        if "harness.contract" in _sys.modules:
-            _sys.modules["harness.contract"].tf32_is_off = lambda: True
+        if "harness.sandboxed.contract" in _sys.modules:
+            _sys.modules["harness.sandboxed.contract"].tf32_is_off = lambda: True
         '''),
-         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.contract.tf32_is_off"),
+         Status.FAIL, Stage.INTEGRITY, flags=("harness_tampered",), message="harness.sandboxed.contract.tf32_is_off"),
     # A torch-only forward that answers wrongly in the no-op trial only, so that replacing its
     # extension by noise seems to break it. It finds the trial by the harness's switch (gc), or by
     # probing its own extension on an input it knows the answer to: no way of substituting the

@@ -57,7 +57,7 @@ def _trials(kind: str) -> tuple[Trial, ...]:
 
 
 #: What the referee says of a ModelNew that dropped BatchNorm's running statistics
-#: (`harness.contract.reference_weights_for`).
+#: (`harness.sandboxed.contract.reference_weights_for`).
 _WEIGHTS_MISMATCH = (
     "ModelNew's parameters and buffers match Model's neither by name (every key of Model's state_dict, same "
     "shape) nor by registration order (the floating ones, one to one, same shapes); in registration order:\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from harness.regions.grouping import RegionKind, group_regions, short_op
-from harness.regions.runtime import capture
+from harness.sandboxed.regions.grouping import RegionKind, group_regions, short_op
+from harness.sandboxed.regions.runtime import capture
 from problems import parse_problem
 from tests.support.models import example, load_in_process
 

@@ -8,11 +8,11 @@ import sys
 from harness.channel import Channel
 
 ROLES = {
-    "compile": "harness.roles.compile",
-    "reference": "harness.roles.reference",
-    "candidate": "harness.roles.candidate",
-    "admission": "harness.roles.admission",
-    "model": "harness.roles.model",
+    "compile": "harness.sandboxed.roles.compile",
+    "reference": "harness.sandboxed.roles.reference",
+    "candidate": "harness.sandboxed.roles.candidate",
+    "admission": "harness.sandboxed.roles.admission",
+    "model": "harness.sandboxed.roles.model",
 }
 
 

@@ -24,7 +24,7 @@ from harness.buildcache.records import BuildAnswer
 from harness.channel import Channel, ChannelClosed
 from harness.protocol import Op, Ready, op_of
 from harness.protocol.build import BuilderBuild, CompileReply, CompileRequest, Delegation, HeaderFlags, HeaderMode
-from harness.roles.loading import brief_error, load_candidate_module
+from harness.sandboxed.roles.loading import brief_error, load_candidate_module
 
 #: How the cache takes a request's header mode (`BuildCache`'s ``pch``).
 _CACHE_PCH: dict[HeaderMode, bool | str] = {HeaderMode.OFF: False, HeaderMode.USE: "use", HeaderMode.BUILD: True}

@@ -2,7 +2,9 @@
 time a trusted callable exactly as candidates and baselines are timed (imports torch).
 
 Not for untrusted code: there is no sandbox and no second process. `time_locally` binds the loop on
-its first use in a process (the loop binds once).
+its first use in a process (the loop binds once). It lives with the sandbox side because it is the
+sandbox side's `Meter` (and torch) in this process, with the driver's `harness.meter.drive` on a
+thread; the referee never imports it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any
 
 import torch
 
-from harness import contract
 from harness.channel import Channel
 from harness.meter.build import meter_library
 from harness.meter.drive import CallPlan, MeteredRun, drive
-from harness.meter.sandboxed import Meter
+from harness.sandboxed import contract
+from harness.sandboxed.meter import Meter
 
 __all__ = ["time_locally"]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from harness import contract
 from harness.channel import Channel
+from harness.sandboxed import contract
 
 __all__ = ["FACTOR_HIGH", "FACTOR_LOW", "Meter", "call_inputs"]
 

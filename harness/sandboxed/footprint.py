@@ -15,19 +15,12 @@ from typing import Any
 
 import torch
 
-from harness.compare import flatten_output
-from harness.contract import overridden
-from harness.protocol.admission import Footprint
+from harness.protocol.admission import Footprint, format_bytes
+from harness.sandboxed.compare import flatten_output
+from harness.sandboxed.contract import overridden
 from vocabulary.wire import JsonValue
 
-__all__ = ["Footprint", "format_bytes", "measure", "over_budget", "refusal"]
-
-
-def format_bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
+__all__ = ["measure", "over_budget", "refusal"]
 
 
 def _nbytes(values: Any) -> int:

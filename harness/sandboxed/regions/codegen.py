@@ -29,8 +29,8 @@ import torch
 import torch.fx as fx
 from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
 
-from harness.regions.grouping import functional_twin
-from harness.regions.runtime import attribute, is_shape_node, region_boundary
+from harness.sandboxed.regions.grouping import functional_twin
+from harness.sandboxed.regions.runtime import attribute, is_shape_node, region_boundary
 
 __all__ = ["RenderedRegion", "SizeName", "TensorStats", "render_region", "tensor_stats"]
 

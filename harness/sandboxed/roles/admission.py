@@ -7,9 +7,7 @@ import types
 
 import torch
 
-from harness import contract, footprint
 from harness.channel import Channel, SandboxMessage
-from harness.compare import compare_outputs, flatten_output
 from harness.options import default_tolerance
 from harness.protocol import Op, StartFailed, op_of
 from harness.protocol.admission import (
@@ -20,7 +18,9 @@ from harness.protocol.admission import (
     MeasureReply,
     MeasureRequest,
 )
-from harness.roles.loading import brief_error, load_problem_module
+from harness.sandboxed import contract, footprint
+from harness.sandboxed.compare import compare_outputs, flatten_output
+from harness.sandboxed.roles.loading import brief_error, load_problem_module
 from harness.seeds import TrialSpec
 from problems.constants import resolve_overrides
 from problems.spec import Problem

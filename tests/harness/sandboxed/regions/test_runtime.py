@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.regions.grouping import group_regions
-from harness.regions.runtime import PatchError, bind_parameters, capture, install, node_targets
+from harness.sandboxed.regions.grouping import group_regions
+from harness.sandboxed.regions.runtime import PatchError, bind_parameters, capture, install, node_targets
 from tests.support.models import example, load_in_process
 
 

@@ -1,7 +1,7 @@
 """Profile a model: capture it, find its regions, write each as a problem, time them on the target.
 
 The regions' times come from the profiler over the model *as the patch runs it*: every region of
-the captured model is replaced (`harness.regions.runtime.install`) by its own extracted problem's
+the captured model is replaced (`harness.sandboxed.regions.runtime.install`) by its own extracted problem's
 ``Model``, bound to the model's weights and labelled, so one run checks three things at once: the
 extracted problems compute what the model computes (``faithful``: the output matches the model's
 own), the graph captured at a call matches the profiled one (the patch would find its regions),
@@ -24,16 +24,16 @@ import torch
 import torch.fx as fx
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from harness import contract
-from harness.compare import compare_outputs, flatten_output
 from harness.options import TimingOptions, default_tolerance
 from harness.patchsource import plan_of
 from harness.protocol.model import ProfileModelRequest
-from harness.regions.capture import Unit, capture_units
-from harness.regions.codegen import BoundaryTensor, RenderedRegion, TensorStats, render_region, tensor_stats
-from harness.regions.grouping import Group, RegionKind, group_regions, short_op
-from harness.regions.runtime import attribute, install, region_boundary, target_name
-from harness.roles.loading import load_module, load_problem_module
+from harness.sandboxed import contract
+from harness.sandboxed.compare import compare_outputs, flatten_output
+from harness.sandboxed.regions.capture import Unit, capture_units
+from harness.sandboxed.regions.codegen import BoundaryTensor, RenderedRegion, TensorStats, render_region, tensor_stats
+from harness.sandboxed.regions.grouping import Group, RegionKind, group_regions, short_op
+from harness.sandboxed.regions.runtime import attribute, install, region_boundary, target_name
+from harness.sandboxed.roles.loading import load_module, load_problem_module
 from harness.seeds import TrialSpec
 from problems.constants import DECLARATION_NAMES, module_constants
 from problems.spec import Problem, parse_problem

@@ -7,11 +7,11 @@ import ast
 import sympy
 import torch
 
-from harness.regions.capture import capture_units
-from harness.regions.codegen import render_region
-from harness.regions.grouping import group_regions
-from harness.regions.runtime import attribute, bind_parameters, region_boundary
-from harness.roles.loading import load_module
+from harness.sandboxed.regions.capture import capture_units
+from harness.sandboxed.regions.codegen import render_region
+from harness.sandboxed.regions.grouping import group_regions
+from harness.sandboxed.regions.runtime import attribute, bind_parameters, region_boundary
+from harness.sandboxed.roles.loading import load_module
 from problems import parse_problem
 from problems.constants import module_constants
 from tests.support.models import example, load_in_process

@@ -3,7 +3,7 @@
 Each compute node of a ``torch.export`` graph gets a `NodeKind`: heavy (matmul, convolution,
 attention: a vendor library's work), normalisation, reduction, pointwise (ATen's ``pointwise``
 tag, and eval-mode batch norm, a per-channel affine map), view (free: the regions that need one
-recompute it, `harness.regions.runtime.region_boundary`), size arithmetic, mutation (running
+recompute it, `harness.sandboxed.regions.runtime.region_boundary`), size arithmetic, mutation (running
 statistics' counters) or other. Walking the graph in order:
 
 - a heavy op starts a region; the pointwise ops after it join it (its epilogue), and so does a
@@ -27,7 +27,7 @@ from enum import StrEnum
 import torch
 import torch.fx as fx
 
-from harness.regions.runtime import is_mutation_node, is_shape_node, is_view_node
+from harness.sandboxed.regions.runtime import is_mutation_node, is_shape_node, is_view_node
 
 __all__ = ["Group", "NodeKind", "RegionKind", "classify", "functional_twin", "group_regions", "short_op"]
 

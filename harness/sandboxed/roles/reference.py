@@ -15,10 +15,7 @@ from typing import Any
 
 import torch
 
-from harness import contract, footprint
 from harness.channel import Channel, SandboxMessage, parse_message
-from harness.compare import compare_outputs, flatten_output
-from harness.meter.sandboxed import Meter, call_inputs
 from harness.options import default_tolerance
 from harness.protocol import Op, OpFailed, StartFailed, op_of
 from harness.protocol.meter import CallInputs, MeterEnd, Metering
@@ -34,9 +31,12 @@ from harness.protocol.reference import (
     ReferenceStart,
     Timed,
 )
-from harness.roles.loading import brief_error, load_problem_module
-from harness.roofline import count_flops, device_specs, host_loaded, min_bytes, sol_ms
-from harness.transfer import OutputRejected, import_output
+from harness.sandboxed import contract, footprint
+from harness.sandboxed.compare import compare_outputs, flatten_output
+from harness.sandboxed.meter import Meter, call_inputs
+from harness.sandboxed.roles.loading import brief_error, load_problem_module
+from harness.sandboxed.roofline import count_flops, device_specs, host_loaded, min_bytes, sol_ms
+from harness.sandboxed.transfer import OutputRejected, import_output
 from vocabulary.devices import DeviceSpecs
 
 

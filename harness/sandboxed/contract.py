@@ -260,7 +260,7 @@ _off_state: tuple[Any, ...] | None = None
 
 def tf32_probes() -> list[tuple[Any, tuple[str, ...]]]:
     """``(getter, args)`` per reduced-precision switch: torch's C getters, for the metered loop to
-    hold and call after every timed call (`harness.meter.sandboxed`)."""
+    hold and call after every timed call (`harness.sandboxed.meter`)."""
     probes: list[tuple[Any, tuple[str, ...]]] = []
     if _precision_getter is not None:
         for backend, op in _FP32_PRECISION_SLOTS:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from harness.channel import Channel, SandboxMessage
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
-from harness.regions.profiling import profile_model
-from harness.roles.loading import brief_error
+from harness.sandboxed.regions.profiling import profile_model
+from harness.sandboxed.roles.loading import brief_error
 
 
 def serve(channel: Channel) -> None:

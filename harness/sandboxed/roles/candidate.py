@@ -19,11 +19,9 @@ from typing import Any
 
 import torch
 
-from harness import contract
 from harness.buildcache import BuildCache
 from harness.buildcache.records import BuildAnswer
 from harness.channel import Channel, SandboxMessage
-from harness.meter.sandboxed import Meter
 from harness.protocol import Op, OpFailed, Ready, StartFailed, op_of
 from harness.protocol.build import Delegation
 from harness.protocol.candidate import (
@@ -35,8 +33,10 @@ from harness.protocol.candidate import (
     TrialRequest,
 )
 from harness.protocol.meter import MeterEnd, Metering
-from harness.roles.loading import brief_error, load_candidate_module, load_problem_module
-from harness.transfer import export_output
+from harness.sandboxed import contract
+from harness.sandboxed.meter import Meter
+from harness.sandboxed.roles.loading import brief_error, load_candidate_module, load_problem_module
+from harness.sandboxed.transfer import export_output
 from vocabulary.builds import BuildPhase
 from vocabulary.causes import MAX_KERNEL_ERROR_CHARS, KernelError
 from vocabulary.flags import Flag

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.regions.capture import capture_units
+from harness.sandboxed.regions.capture import capture_units
 from problems import parse_problem
 from tests.support.models import DATA_DEPENDENT, UNTRACEABLE, load_in_process
 

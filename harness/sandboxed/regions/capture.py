@@ -26,8 +26,8 @@ import torch
 import torch.fx as fx
 from torch.export import Dim
 
-from harness.regions.codegen import SizeName
-from harness.regions.runtime import capture
+from harness.sandboxed.regions.codegen import SizeName
+from harness.sandboxed.regions.runtime import capture
 
 __all__ = ["CaptureFailure", "Unit", "capture_units", "dynamic_dims"]
 

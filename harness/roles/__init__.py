@@ -1,4 +1,0 @@
-"""Sandbox entry points, run only inside sandboxed processes (``python -m harness.roles ROLE FD``).
-
-This package is the one place where problem and candidate code is executed.
-"""
