@@ -142,10 +142,12 @@ def _illegal_store():
 # A persisting L2 access-policy window over a tensor, set on the current stream through the CUDA
 # runtime torch loaded (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize) and
 # cudaStreamSetAttribute(cudaStreamAttributeAccessPolicyWindow)).
-PERSISTING_L2 = '''
+#: What the cheat says when the GPU refuses its window (the test then has nothing to judge).
+L2_REFUSED = "this GPU refuses a persisting L2 window"
+PERSISTING_L2 = f'''
 import ctypes, os
 
-L2_REFUSED = "this GPU refuses a persisting L2 window"
+L2_REFUSED = {L2_REFUSED!r}
 
 
 class _Window(ctypes.Structure):
@@ -182,7 +184,7 @@ def _refused(rt, error, call):
     # as "invalid argument" (an H100 in a VM, session 10): say which call the GPU refused.
     if error:
         rt.cudaGetLastError()
-        raise RuntimeError(f"{L2_REFUSED}: {call} returned {error}")
+        raise RuntimeError(f"{{L2_REFUSED}}: {{call}} returned {{error}}")
 '''
 
 
@@ -359,7 +361,7 @@ def test_an_input_kept_in_l2_across_the_flush_gains_nothing(referee: Referee) ->
              "allowed_us": round(1e3 * bound.allowed_ms) if bound else None})
     summary = f"{verdict.status.value} {verdict.stage.value} {verdict.flags}: {verdict.message[:1500]}"
     assert honest.status is Status.PASS and honest.timing is not None, honest.message
-    if verdict.status is Status.ERROR and "this GPU refuses a persisting L2 window" in verdict.message:
+    if verdict.status is Status.ERROR and L2_REFUSED in verdict.message:
         pytest.skip(f"no persisting L2 window on this GPU, so nothing to carry across the flush: {summary}")
     if verdict.status is Status.FAIL:
         assert verdict.stage is Stage.INTEGRITY and "clock_disagrees" in verdict.flags, summary
