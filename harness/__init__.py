@@ -25,7 +25,8 @@ The map, one module one job, one folder per side. Driver side (stdlib only; `har
 `sandboxpool` (a Referee's sandboxes: their specs, prestart, cancel), `reference` (the trusted
 reference: start, baselines and their cache, the timing loop's calibration, comparer),
 `baselinerecord` (what the machine measured before: when a baseline is re-taken and when cached),
-`devicerecord` (the device's rates, measured once per machine), `compiler` (compile sandboxes, the
+`devicerecord` (the device's rates, measured once per machine), `forkserver` (forks a CPU
+Referee's candidate-side sandboxes from one process that imported torch once), `compiler` (compile sandboxes, the
 trusted builder, header warm-ups), `lazybuilds` (builds a candidate sandbox asks for while it runs),
 `candidaterun` (the candidate's steps over a frozen draft), `draft` (those steps' judgements, pure),
 `assembly` (verdict, provenance, quarantine), `meter` (the metered timing loop: `frames`, `build`,

@@ -122,7 +122,7 @@ class Referee:
     # -- life cycle -----------------------------------------------------------------------
     def close(self) -> None:
         """End every sandbox (a later evaluation starts the reference again)."""
-        self._pool.discard_spares()
+        self._pool.close()
         self._reference.close()
         with contextlib.suppress(OSError):  # only if nothing was kept to debug
             self.runs_root.rmdir()

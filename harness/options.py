@@ -150,6 +150,11 @@ class HarnessOptions:
             start, torch import and CUDA context (4-5 s on the H200 host) are not inside the
             attempt; they run no candidate code before one is handed to them, and nothing is
             timed while one is starting up. The one-shot `harness.evaluate` turns it off.
+        fork_server: on the CPU, fork the compile, builder and candidate sandboxes from one
+            process per Referee that imported torch once (`harness.forkserver`), confined by the
+            same warden, instead of starting an interpreter and importing torch for each (1.3-1.6
+            CPU-seconds, two per attempt). The reference and admission sandboxes, which run the
+            problem's code, are always started afresh; CUDA sandboxes too.
         process_limit: processes a sandbox running problem code (admission, reference) may hold at
             once; the warden kills it past that ("exceeded its process limit"), and in a user
             namespace of its own the kernel refuses the fork (``RLIMIT_NPROC``, where threads
@@ -184,6 +189,7 @@ class HarnessOptions:
     pch: bool = True
     trusted_builds: bool = True
     prestart: bool = True
+    fork_server: bool = True
     rejudge: bool = False
     reuse_baselines: bool = True
     process_limit: int | None = None

@@ -26,6 +26,7 @@ from enum import IntEnum
 from pathlib import Path
 
 from harness.channel import Channel, SandboxMessage
+from harness.forkserver import ForkedWarden, ForkServer, ForkServerFailed
 from harness.protocol import Exit
 from harness.sandboxspec import REPO_ROOT, SandboxReport, SandboxSpec
 from vocabulary.wire import JsonObject
@@ -210,7 +211,9 @@ def read_tail(path: Path, limit: int) -> str:
 class SandboxProcess:
     """One running sandbox. Use as a context manager: the tree dies on exit."""
 
-    def __init__(self, spec: SandboxSpec, *, sandbox: bool = True) -> None:
+    def __init__(self, spec: SandboxSpec, *, sandbox: bool = True, fork_server: ForkServer | None = None) -> None:
+        """Start it: exec'd under a new warden, or forked by ``fork_server`` (the same warden's
+        code, no interpreter start; a server that fails falls back to the former)."""
         self.spec = spec
         spec.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = spec.workdir / f"{spec.role}.log"
@@ -227,10 +230,17 @@ class SandboxProcess:
             "rlimits": spec.rlimits.to_dict(),
             "status_fd": status_w,
         }
+        env = spec.environment(os.environ)
+        self._proc: subprocess.Popen[bytes] | ForkedWarden
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
+            forked = None
+            if fork_server is not None:
+                with contextlib.suppress(ForkServerFailed):
+                    forked = fork_server.spawn(spec.role, warden_cfg, env, log=log.fileno(),
+                                               channel=child_sock.fileno(), status=status_w)
+            self._proc = forked or subprocess.Popen(
                 [sys.executable, "-I", "-S", str(_WARDEN), json.dumps(warden_cfg)],
-                env=spec.environment(os.environ),
+                env=env,
                 cwd=spec.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -238,6 +248,8 @@ class SandboxProcess:
                 pass_fds=(child_sock.fileno(), status_w),
                 start_new_session=True,
             )
+        #: Whether a fork server started it (`harness.forkserver`) rather than a new interpreter.
+        self.forked = isinstance(self._proc, ForkedWarden)
         child_sock.close()
         os.close(status_w)
         with _LIVE_LOCK:

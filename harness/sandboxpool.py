@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness.channel import ChannelClosed, ChannelTimeout
+from harness.forkserver import ForkServer
 from harness.options import HarnessOptions
 from harness.problemsandbox import memory_limits
 from harness.protocol import Ready
@@ -98,6 +99,10 @@ class SandboxPool:
         #: Every sandbox started for the Referee (`cancel` kills those still alive).
         self._processes: list[SandboxProcess] = []
         self._cancelled = threading.Event()
+        #: Forks the compile, builder and candidate sandboxes of a CPU Referee (``options.fork_server``).
+        self._fork_server = ForkServer(SandboxSpec(role="forkserver", workdir=runs_root / "forkserver",
+                                                   gpu_visible=False)) \
+            if options.fork_server and target is Target.CPU else None
 
     # -- the cancel registry ----------------------------------------------------------------
     def cancel(self) -> None:
@@ -163,7 +168,8 @@ class SandboxPool:
             builds.mkdir()
             spec = self.spec("candidate", run_dir / "run", run_dir=run_dir, visible_builds=(builds,),
                              gpu_visible=self.target is Target.CUDA)
-        return StartedSandbox(self.started(SandboxProcess(spec, sandbox=self.options.sandbox)), run_dir)
+        process = SandboxProcess(spec, sandbox=self.options.sandbox, fork_server=self._fork_server)
+        return StartedSandbox(self.started(process), run_dir)
 
     def take(self, role: SandboxRole) -> StartedSandbox:
         """The prestarted sandbox of this role if it is alive, else a new one."""
@@ -229,3 +235,9 @@ class SandboxPool:
             spares, self._spares = list(self._spares.values()), {}
         for sandbox in spares:
             sandbox.discard()
+
+    def close(self) -> None:
+        """The spares discarded and the fork server stopped (a later `start` starts it again)."""
+        self.discard_spares()
+        if self._fork_server is not None:
+            self._fork_server.close()

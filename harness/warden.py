@@ -32,9 +32,10 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
-if TYPE_CHECKING:
+if TYPE_CHECKING or __package__:  # imported (`harness.sandboxed.forkserver`)
     from harness.namespaces import MS_NODEV, MS_NOEXEC, MS_NOSUID, check, libc, mount, prepare_mounts, unshare
 else:  # run by path in isolated mode: the module beside it is found after the standard library
     sys.path.append(os.path.dirname(os.path.realpath(__file__)))
@@ -171,10 +172,15 @@ def _watch(child: int, process_limit: int | None) -> int:
         signal.sigtimedwait([signal.SIGCHLD], _WATCH_S if process_limit else 3600)
 
 
-def run_warden() -> int:
+def _exec_role(cfg: dict[str, Any]) -> NoReturn:
+    os.execv(cfg["argv"][0], cfg["argv"])
+
+
+def run_warden(cfg: dict[str, Any], become_role: Callable[[dict[str, Any]], NoReturn] = _exec_role) -> int:
+    """Confine, start the sandbox's process (``become_role``: exec its argv, or, in a process forked
+    from a fork server, run the role in place), watch it, and return its exit status."""
     global _PROC_FD
     _PROC_FD = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    cfg = json.loads(sys.argv[1])
     parent = os.getppid()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the harness died before the line above
@@ -218,10 +224,13 @@ def run_warden() -> int:
             _drop_privileges()
             os.chdir(cfg["cwd"])
             os.close(status_fd)
-            os.execv(cfg["argv"][0], cfg["argv"])
+            if become_role is not _exec_role:
+                os.close(write_fd)  # nothing to exec: the role starts now
+            become_role(cfg)
         except BaseException as exc:  # noqa: BLE001 - report any failure to exec, then die
-            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
-            os._exit(126)
+            with contextlib.suppress(OSError):  # closed already where the role started in place
+                os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
+        os._exit(126)
     os.close(write_fd)
     exec_error = b""
     while chunk := os.read(read_fd, 4096):
@@ -237,4 +246,4 @@ def run_warden() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_warden())
+    sys.exit(run_warden(json.loads(sys.argv[1])))

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-from harness.channel import Channel
-
-ROLES = {
-    "compile": "harness.sandboxed.roles.compile",
-    "reference": "harness.sandboxed.roles.reference",
-    "candidate": "harness.sandboxed.roles.candidate",
-    "admission": "harness.sandboxed.roles.admission",
-    "model": "harness.sandboxed.roles.model",
-}
+from harness.sandboxed.roles import ROLES, serve_role
 
 
 def run_role() -> int:
@@ -21,9 +12,7 @@ def run_role() -> int:
     if role not in ROLES:
         print(f"unknown role {role!r}", file=sys.stderr)
         return 2
-    channel = Channel.from_fd(fd)
-    importlib.import_module(ROLES[role]).serve(channel)
-    return 0
+    return serve_role(role, fd)
 
 
 if __name__ == "__main__":

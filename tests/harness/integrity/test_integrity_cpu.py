@@ -648,6 +648,23 @@ CASES: list[Case] = [
         finally:
             s.close()''', prelude="import os"),
          **PASS_CONTAINED),
+    # Forked by the fork server: nothing of the server's or the warden's may be left open (the
+    # warden's descriptor of the host's /proc, another sandbox's channel, the exit pipe).
+    Case("uses_descriptors_it_inherited", lambda w: probe('''
+        sockets = []
+        for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:"):
+                sockets.append(fd)
+            elif fd > 2 and (target.startswith("pipe:") or (os.path.isdir(f"/proc/self/fd/{fd}")
+                                                           and not target.endswith("/fd"))):
+                found.append((fd, target))
+        if len(sockets) > 1:  # its own channel, nothing else
+            found.append(("sockets", sockets))''', prelude="import os"),
+         **PASS_CONTAINED),
     Case("reads_the_database_file", lambda w: probe(f'''
         for path in ("{w.db_file}", "{w.secret_dir}"):
             try:
