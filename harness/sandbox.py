@@ -1,7 +1,8 @@
 """Sandboxes: spawn, talk over a private channel, kill the whole tree.
 
 Every sandbox (compile, reference, candidate, admission) runs as
-``warden (subreaper, namespaces) -> python -m harness.sandboxed.roles ROLE``, started in its own session
+``warden (subreaper, namespaces) -> python -m harness.sandboxed.roles ROLE`` (or both forked from a
+fork server, `harness.forkserver`), started in its own session
 (``setsid``) with an allowlisted environment, stdout and stderr captured to a file that is
 truncated when read back. Messages (`harness.protocol`) travel over a private socket pair
 (`harness.channel`). What a sandbox may use is a `harness.sandboxspec.SandboxSpec`; what the warden

@@ -1,4 +1,5 @@
-"""The warden: the first process of every sandbox. Stdlib only; run by path (``python -I``).
+"""The warden: the first process of every sandbox. Stdlib only; run by path (``python -I``), or
+imported by the fork server (`harness.sandboxed.forkserver`), whose forked child runs `run_warden`.
 
 It is started by `harness.sandbox` in a new session with an allowlisted environment, and:
 
@@ -12,7 +13,8 @@ It is started by `harness.sandbox` in a new session with an allowlisted environm
    (through descriptors opened before the covers went on) — steps 2 and 3 are
    `harness.namespaces`, the one module it imports besides the standard library;
 4. forks the sandbox's own process, which (re)mounts ``/proc`` for its PID namespace, sets resource
-   limits, drops every capability, sets ``no_new_privs`` and execs the role;
+   limits, drops every capability, sets ``no_new_privs`` and execs the role (forked from a fork
+   server: serves it in place, the interpreter and torch already loaded);
 5. while that process runs, counts its processes against its process limit (``rlimits["NPROC"]``,
    also where the kernel's ``RLIMIT_NPROC`` does not hold: root, no user namespace) and kills it
    once over (exit status 125);
