@@ -114,7 +114,7 @@ class ForkServer:
                     raise ForkServerFailed(f"the fork server did not answer: {exc}") from exc
                 if not reply:
                     self._stop()
-                    raise ForkServerFailed("the fork server ended")
+                    raise ForkServerFailed(f"the fork server ended (its log: {self.spec.workdir})")
         except BaseException:
             os.close(exit_read)
             raise
@@ -126,24 +126,25 @@ class ForkServer:
             raise ForkServerFailed(f"the fork server refused: {answer.get('error')}")
         return ForkedWarden(int(answer["pid"]), exit_read)
 
-    def _stop(self) -> None:
+    def _stop(self) -> int:
+        """End the server; its exit status (0: it ended when told, or it was never started)."""
         if self._control is not None:
-            self._control.close()  # the server exits at once; its wardens die with it
+            self._control.close()  # the server kills and reaps its wardens, then exits
             self._control = None
+        code = 0
         if self._process is not None:
             try:
-                self._process.wait(timeout=5)
+                code = self._process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._process.pid, 9)
-                self._process.wait()
+                code = self._process.wait()
             self._process = None
+        return code
 
     def close(self) -> None:
         """Stop the server (the sandboxes it forked die with it); a later `spawn` starts a new one.
-        Its directory goes too unless its log has something to say."""
+        Its directory goes too, unless it failed (its log says why)."""
         with self._lock:
-            self._stop()
-            log = self.spec.workdir / "forkserver.log"
-            if not log.exists() or log.stat().st_size == 0:
+            if self._stop() == 0:
                 shutil.rmtree(self.spec.workdir, ignore_errors=True)

@@ -67,7 +67,7 @@ def test_closing_the_pool_ends_the_server_and_every_sandbox_it_forked(
     for pid in spares.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert not (runs_root / "forkserver").exists()  # its directory goes with it (its log was empty)
+    assert not (runs_root / "forkserver").exists()  # its directory goes with it (it ended when told)
 
 
 def test_a_server_that_died_is_replaced_by_started_sandboxes(options: HarnessOptions, runs_root: Path) -> None:
