@@ -174,11 +174,16 @@ def _watch(child: int, process_limit: int | None) -> int:
         signal.sigtimedwait([signal.SIGCHLD], _WATCH_S if process_limit else 3600)
 
 
-def _exec_role(cfg: dict[str, Any]) -> NoReturn:
+#: A warden's configuration: the JSON `harness.sandbox.SandboxProcess` writes (argv, cwd,
+#: namespaces, paths, rlimits, status_fd; a forked one also carries the sandbox's env).
+WardenConfig = dict[str, Any]
+
+
+def _exec_role(cfg: WardenConfig) -> NoReturn:
     os.execv(cfg["argv"][0], cfg["argv"])
 
 
-def run_warden(cfg: dict[str, Any], become_role: Callable[[dict[str, Any]], NoReturn] = _exec_role) -> int:
+def run_warden(cfg: WardenConfig, become_role: Callable[[WardenConfig], NoReturn] = _exec_role) -> int:
     """Confine, start the sandbox's process (``become_role``: exec its argv, or, in a process forked
     from a fork server, run the role in place), watch it, and return its exit status."""
     global _PROC_FD

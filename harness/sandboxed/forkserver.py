@@ -34,12 +34,12 @@ import struct
 import sys
 import tempfile
 import traceback
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 
 from harness.sandboxed.roles import FORKED_ROLES, ROLES, serve_role
-from harness.warden import run_warden
+from harness.warden import WardenConfig, run_warden
 
 #: Largest request (a warden's configuration and an environment).
 _REQUEST_BYTES = 1 << 20
@@ -62,7 +62,7 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def _become_role(cfg: dict[str, Any]) -> NoReturn:
+def _become_role(cfg: WardenConfig) -> NoReturn:
     """The sandbox's process (the warden's child, confined): its role served in place."""
     code = 1
     try:
@@ -86,7 +86,7 @@ def _become_role(cfg: dict[str, Any]) -> NoReturn:
     os._exit(code)
 
 
-def _warden(control: socket.socket, request: dict[str, Any], fds: list[int]) -> NoReturn:
+def _warden(control: socket.socket, cfg: WardenConfig, fds: list[int]) -> NoReturn:
     """The forked child: the sandbox's warden (its own session, the driver's log as its output)."""
     code = 1
     try:
@@ -101,8 +101,7 @@ def _warden(control: socket.socket, request: dict[str, Any], fds: list[int]) -> 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0)  # as an exec'd sandbox
-        cfg = dict(request["warden"], status_fd=status, env=request["env"])
-        cfg["argv"] = [*cfg["argv"][:-1], str(channel)]
+        cfg = dict(cfg, status_fd=status, argv=[*cfg["argv"][:-1], str(channel)])
         code = run_warden(cfg, _become_role)
         os.write(exit_pipe, _EXIT.pack(code))
     except BaseException:  # noqa: BLE001 - a forked child never returns into the server's loop
@@ -151,12 +150,13 @@ def serve(fd: int) -> int:
             request = json.loads(message)
             if len(fds) != _REQUEST_FDS or request.get("role") not in FORKED_ROLES:
                 raise ValueError(f"a request with {len(fds)} descriptors for role {request.get('role')!r}")
+            cfg = dict(request["warden"], env=dict(request["env"]))
             pid = os.fork()
             if pid == 0:
-                _warden(control, request, fds)
+                _warden(control, cfg, fds)
             wardens.add(pid)
-            reply: dict[str, Any] = {"pid": pid}
-        except (ValueError, OSError) as exc:
+            reply: dict[str, int | str] = {"pid": pid}
+        except (ValueError, TypeError, KeyError, OSError) as exc:  # a malformed request, a failed fork
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
             for received in fds:
