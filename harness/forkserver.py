@@ -50,8 +50,9 @@ class ForkedWarden:
     def _read_exit(self, timeout: float | None) -> int | None:
         with self._lock:
             if self.returncode is None:
-                readable, _, _ = select.select([self._exit_pipe], [], [], timeout)
-                if not readable:
+                waiting = select.poll()  # not select(): a busy worker's descriptors pass 1024
+                waiting.register(self._exit_pipe, select.POLLIN)
+                if not waiting.poll(None if timeout is None else timeout * 1000):
                     return None
                 data = os.read(self._exit_pipe, _EXIT.size)
                 os.close(self._exit_pipe)
