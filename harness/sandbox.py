@@ -249,8 +249,6 @@ class SandboxProcess:
                 pass_fds=(child_sock.fileno(), status_w),
                 start_new_session=True,
             )
-        #: Whether a fork server started it (`harness.forkserver`) rather than a new interpreter.
-        self.forked = isinstance(self._proc, ForkedWarden)
         child_sock.close()
         os.close(status_w)
         with _LIVE_LOCK:
@@ -271,6 +269,11 @@ class SandboxProcess:
         return self.channel.recv(timeout=timeout)
 
     # -- life cycle -----------------------------------------------------------------------
+    @property
+    def forked(self) -> bool:
+        """Whether a fork server started it (`harness.forkserver`) rather than a new interpreter."""
+        return isinstance(self._proc, ForkedWarden)
+
     @property
     def pid(self) -> int:
         return self._proc.pid

@@ -100,9 +100,10 @@ class SandboxPool:
         self._processes: list[SandboxProcess] = []
         self._cancelled = threading.Event()
         #: Forks the compile, builder and candidate sandboxes of a CPU Referee (``options.fork_server``).
-        self._fork_server = ForkServer(SandboxSpec(role="forkserver", workdir=runs_root / "forkserver",
-                                                   gpu_visible=False)) \
-            if options.fork_server and target is Target.CPU else None
+        self._fork_server: ForkServer | None = None
+        if options.fork_server and target is Target.CPU:
+            self._fork_server = ForkServer(SandboxSpec(role="forkserver", workdir=runs_root / "forkserver",
+                                                       gpu_visible=False))
 
     # -- the cancel registry ----------------------------------------------------------------
     def cancel(self) -> None:

@@ -49,7 +49,7 @@ PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
-def _prctl(option: int, arg: int = 0) -> None:
+def prctl(option: int, arg: int = 0) -> None:
     check(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
 
 
@@ -70,7 +70,7 @@ def _drop_privileges() -> None:
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     libc.capset(ctypes.byref(header), data)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def _set_rlimits(limits: dict[str, int], *, own_user_namespace: bool) -> None:
@@ -189,10 +189,10 @@ def run_warden(cfg: WardenConfig, become_role: Callable[[WardenConfig], NoReturn
     global _PROC_FD
     _PROC_FD = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     parent = os.getppid()
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the harness died before the line above
         return 1
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     status_fd = cfg["status_fd"]
 
     # Before the fork: a sandbox ended right after it started (a prestarted one the referee no
@@ -226,7 +226,7 @@ def run_warden(cfg: WardenConfig, become_role: Callable[[WardenConfig], NoReturn
             os.close(read_fd)
             if "pid" in achieved and "mount" in achieved:
                 mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             _set_rlimits(cfg.get("rlimits", {}), own_user_namespace="user" in achieved)
             _drop_privileges()
             os.chdir(cfg["cwd"])

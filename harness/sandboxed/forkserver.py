@@ -23,7 +23,6 @@ problem's code and compares outputs, is never forked from it (docs/integrity.md,
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import json
 import os
@@ -39,7 +38,7 @@ from typing import NoReturn
 import torch
 
 from harness.sandboxed.roles import FORKED_ROLES, ROLES, serve_role
-from harness.warden import WardenConfig, run_warden
+from harness.warden import PR_SET_DUMPABLE, WardenConfig, prctl, run_warden
 
 #: Largest request (a warden's configuration and an environment).
 _REQUEST_BYTES = 1 << 20
@@ -47,7 +46,6 @@ _REQUEST_BYTES = 1 << 20
 _REQUEST_FDS = 4
 #: How often the server reaps the wardens that ended while it waited for a request.
 _REAP_S = 0.5
-_PR_SET_DUMPABLE = 4
 _EXIT = struct.Struct("=i")
 
 
@@ -100,7 +98,7 @@ def _warden(control: socket.socket, cfg: WardenConfig, fds: list[int]) -> NoRetu
         _close_all_but({0, 1, 2, channel, status, exit_pipe})
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0)  # as an exec'd sandbox
+        prctl(PR_SET_DUMPABLE, 1)  # as an exec'd sandbox
         cfg = dict(cfg, status_fd=status, argv=[*cfg["argv"][:-1], str(channel)])
         code = run_warden(cfg, _become_role)
         os.write(exit_pipe, _EXIT.pack(code))
@@ -130,7 +128,7 @@ def _end(wardens: set[int]) -> None:
 def serve(fd: int) -> int:
     # Never dumpable: a sandbox without namespaces (``sandbox=False``) runs as the same user and
     # could otherwise attach to the server and reach every sandbox forked after it.
-    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), 0, 0, 0)
+    prctl(PR_SET_DUMPABLE, 0)
     for role in FORKED_ROLES:  # their imports too, paid once here
         importlib.import_module(ROLES[role])
     importlib.import_module("torch.utils.cpp_extension")
