@@ -1,4 +1,5 @@
-"""What the commands share: the default target and a verdict's rendering for the terminal.
+"""What the commands share: the default target, the machine's harness options and a verdict's
+rendering for the terminal.
 
 A leaf module (the commands import it; it imports none of them), so `cli.main`, `cli.optimize`
 and `cli.client.replay` share these without a circle of imports.
@@ -7,16 +8,19 @@ and `cli.client.replay` share these without a circle of imports.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.options import HarnessOptions
 from vocabulary.evaluation import Target
 from vocabulary.verdict import ErrorKind, Status, Verdict
 
-__all__ = ["LLM_HELP", "default_target", "fmt_number", "render_verdict", "split_llm", "verdict_exit_code"]
+__all__ = ["LLM_HELP", "default_target", "fmt_number", "machine_options", "render_verdict", "split_llm",
+           "verdict_exit_code"]
 
 #: How every ``kernelloop`` Typer app shows ``--help``: Click's plain layout. (Typer's Rich panels
 #: print a type on every flag, ``--help <bool>`` included; the plain layout names only the values
@@ -35,6 +39,15 @@ _PROVENANCE = (("device", ""), ("torch", "torch "), ("cuda", "CUDA "), ("mode", 
 def default_target() -> Target:
     """``cuda`` when an NVIDIA device is present, else ``cpu`` (without importing torch)."""
     return Target.CUDA if os.path.exists("/dev/nvidiactl") else Target.CPU
+
+
+def machine_options(cache_dir: Path | None = None, **changes: object) -> HarnessOptions:
+    """The options of this machine's referees, the service's too (`config.Settings.harness_options`:
+    its cache and timing), with ``--cache-dir`` and ``changes`` applied."""
+    from config import load_settings
+
+    options = load_settings().harness_options()
+    return options.replace(**({"cache_dir": cache_dir} if cache_dir is not None else {}), **changes)
 
 
 def fmt_number(value: float | None, spec: str = ".3f", suffix: str = "") -> str:

@@ -14,8 +14,7 @@ from rich.text import Text
 
 from cli.client.columns import Column, show_rows
 from cli.client.output import err, out
-from cli.common import HELP_STYLE, default_target, fmt_number, render_verdict, verdict_exit_code
-from harness import HarnessOptions
+from cli.common import HELP_STYLE, default_target, fmt_number, machine_options, render_verdict, verdict_exit_code
 from harness.admission import admit
 from harness.retime import evaluate_with_retime
 from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
@@ -69,19 +68,6 @@ CACHE_DIR_HELP = ("builds, baselines and scratch (default: the machine's cache, 
 CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help=CACHE_DIR_HELP)]
 
 
-def machine_cache_dir(cache_dir: Path | None = None) -> Path:
-    """``--cache-dir``, else the cache the service's settings resolve (the same for both)."""
-    if cache_dir is not None:
-        return cache_dir
-    from config import load_settings
-
-    return load_settings().resolved_cache_dir
-
-
-def _options(cache_dir: Path | None, **changes: object) -> HarnessOptions:
-    return HarnessOptions(cache_dir=machine_cache_dir(cache_dir)).replace(**changes)
-
-
 @app.command("eval")
 def eval_command(
     problem: Annotated[str, typer.Argument(help="a bundled problem id or a problem file")],
@@ -103,7 +89,7 @@ def eval_command(
         err.print(f"[red]error:[/red] candidate file {candidate} not found")
         raise typer.Exit(EXIT_USAGE)
     target = target or default_target()
-    options = _options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
+    options = machine_options(cache_dir, trials=trials, compile_baseline=compile_baseline, secret_seed=seed)
     def retiming(first: Verdict) -> None:
         err.print(f"[yellow]suspicious:[/] {first.message}; re-timing in a fresh process with fresh seeds")
 
@@ -144,7 +130,7 @@ def problems_check(
     """Admission checks: output depends on inputs and weights, is deterministic, and zeros fail."""
     problems = [_load_problem_or_exit(r) for r in refs] if refs else list(bundled_problems())
     target = target or default_target()
-    options = _options(cache_dir)
+    options = machine_options(cache_dir)
     reports = []
     for problem in problems:
         with err.status(f"checking {problem.id}…"):
@@ -193,7 +179,7 @@ def problems_import(
     try:
         with status:
             outcomes = import_folder(folder, out_dir, budget_bytes=int(budget_mb * 1024 * 1024),
-                                     options=_options(cache_dir), on_outcome=show)
+                                     options=machine_options(cache_dir), on_outcome=show)
     except ValueError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None

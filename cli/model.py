@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import default_target
+from cli.common import default_target, machine_options
 from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions
 from harness.modelsandbox import ModelFailed, profile_model
@@ -47,12 +47,6 @@ CacheOpt = Annotated[Path | None, typer.Option("--cache-dir", help="builds, base
                                                                    "machine's cache, shared with the service)")]
 GainsOpt = Annotated[bool, typer.Option("--compile-gains/--no-compile-gains",
                                         help="also time torch.compile of the model and of each region")]
-
-
-def _options(cache_dir: Path | None) -> HarnessOptions:
-    from cli.main import machine_cache_dir
-
-    return HarnessOptions(cache_dir=machine_cache_dir(cache_dir))
 
 
 def load_model(path: Path) -> Problem:
@@ -140,7 +134,7 @@ def profile_command(
     """Capture FILE's forward, time it on the target and show its regions with their shares."""
     model = load_model(file)
     target = target or default_target()
-    profile = profile_or_exit(model, target, _options(cache_dir), compile_gains=compile_gains)
+    profile = profile_or_exit(model, target, machine_options(cache_dir), compile_gains=compile_gains)
     selected = [r.name for r in select_regions(profile, coverage=coverage)]
     if as_json:
         sys.stdout.write(json.dumps(_profile_json(profile, selected)) + "\n")
@@ -164,7 +158,7 @@ def extract_command(
 
     model = load_model(file)
     target = target or default_target()
-    options = _options(cache_dir)
+    options = machine_options(cache_dir)
     profile = profile_or_exit(model, target, options, compile_gains=compile_gains)
     status = err.status("admitting the regions…")
 
@@ -265,7 +259,7 @@ def apply_command(
         err.print("[red]error:[/red] give one of --from RUN (a model run's kernels) or --kernels DIR")
         raise typer.Exit(EXIT_USAGE)
     model = load_model(file)
-    options = _options(cache_dir)
+    options = machine_options(cache_dir)
     if from_run is not None:
         from cli.client.modelruns import fetch_run_kernels
 

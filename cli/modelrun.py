@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from cli.common import LLM_HELP, default_target
+from cli.common import LLM_HELP, default_target, machine_options
 from cli.model import CacheOpt, GainsOpt, TargetOpt, load_model, profile_or_exit, render_profile, render_report
 from display import fmt_pct, fmt_speedup
 from vocabulary.regionplan import DEFAULT_COVERAGE, Region, select_regions, share_weights
@@ -75,7 +75,7 @@ def optimize_model(
     """Optimise FILE's hot regions here (one job each, one model run), then verify the patched model."""
     from agent.providers.scripted import has_script, no_script_message
     from cli.keys import ensure_local_key
-    from cli.model import _options, write_patched
+    from cli.model import write_patched
     from cli.optimize import split_llm
     from config import load_settings
     from harness.modelextract import region_problem
@@ -104,7 +104,7 @@ def optimize_model(
         err.print(f"[red]error:[/red] unknown LLM profile {profile_name!r}; known: {', '.join(settings.llm_profiles)}")
         raise typer.Exit(2)
     target = target or default_target()
-    options = _options(cache_dir)
+    options = machine_options(cache_dir)
     profile = profile_or_exit(model, target, options, compile_gains=compile_gains)
     chosen = _selection(profile, regions, top, coverage)
     problems = {r.name: region_problem(r, model.id) for r in chosen}

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, JsonValue, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from harness.options import default_cache_dir
+from harness.options import HarnessOptions, TimingOptions, default_cache_dir
 from vocabulary.budgets import Budgets
 
 __all__ = [
@@ -206,6 +206,10 @@ class Settings(BaseSettings):
     #: A starting worker precompiles the torch headers of the binding flags models commonly use,
     #: in the background (trusted code only), so no attempt pays for one (`harness.warm_headers`).
     warm_headers: bool = True
+    #: Seconds each timed run of a job's referee may spend on timed calls (a candidate's timing, each
+    #: baseline): fewer give noisier figures sooner, on a small or busy CPU host or for a quick try.
+    #: ``None``: the harness's own (`harness.TimingOptions.max_time_s`).
+    timing_max_s: float | None = Field(default=None, gt=0)
 
     #: Budgets per trajectory and per job, as in the seeds.
     default_turns: int = 10
@@ -228,6 +232,12 @@ class Settings(BaseSettings):
         job for every budget its request leaves out."""
         return Budgets(turns=self.default_turns, tool_calls=self.default_tool_calls, max_tokens=self.default_max_tokens,
                        max_cost_usd=self.default_max_cost_usd, wall_clock_s=self.default_wall_clock_s)
+
+    def harness_options(self) -> HarnessOptions:
+        """The options of this machine's referees: the service's jobs and the CLI's ``eval``,
+        ``replay`` and ``model`` commands (its cache, its ``timing_max_s``)."""
+        timing = TimingOptions() if self.timing_max_s is None else TimingOptions(max_time_s=self.timing_max_s)
+        return HarnessOptions(cache_dir=self.resolved_cache_dir, timing=timing)
 
     @property
     def resolved_database_url(self) -> str:

@@ -138,8 +138,8 @@ def harness_options_for(settings: Settings) -> HarnessOptions:
     The data directory (the embedded SQLite database, the session secret) and the device locks
     are hidden from every sandbox; the harness keeps its own cache visible inside them.
     """
-    cache_dir = settings.resolved_cache_dir
-    return HarnessOptions(cache_dir=cache_dir, hidden_paths=(settings.data_dir, cache_dir / "locks"))
+    options = settings.harness_options()
+    return options.replace(hidden_paths=(settings.data_dir, options.cache_dir / "locks"))
 
 
 def problem_from_row(stored: StoredProblem) -> Problem:

@@ -25,6 +25,7 @@ from cli.client.benchrun import (
 )
 from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import CliExit, JsonOpt, err, json_count, json_object, out, print_json
+from cli.common import machine_options
 from display import finite, fmt_speedup, fmt_usd
 from problems import ProblemFormatError, bundled_ids, read_problem_file
 from vocabulary.evaluation import Target
@@ -230,10 +231,9 @@ def _bench_candidates(entries: Sequence[SuiteEntry], suite: Path, candidates: Pa
                       out_dir: Path, cache_dir: Path | None) -> None:
     """``bench --candidates``: judge given candidates locally (`cli.client.bench_candidates`)."""
     from cli.client.bench_candidates import CandidateRun, run_candidates, write_report
-    from harness.options import HarnessOptions
 
     target = target or Target.CPU
-    options = HarnessOptions() if cache_dir is None else HarnessOptions(cache_dir=cache_dir)
+    options = machine_options(cache_dir)
 
     def show(run: CandidateRun) -> None:
         r = run.result

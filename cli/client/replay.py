@@ -26,7 +26,7 @@ from rich.table import Table
 from cli.client.export import export_standalone
 from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_client
 from cli.client.output import CliExit, err, out, status_text
-from cli.common import verdict_exit_code
+from cli.common import machine_options, verdict_exit_code
 from display import fmt_ms, fmt_pct, fmt_speedup
 from harness import HarnessOptions, evaluate
 from problems import ProblemFormatError, parse_problem
@@ -101,12 +101,10 @@ class _Figures:
 def replay_options(
     *, trials: int, cache_dir: Path | None, arch_list: str | None, reuse_baselines: bool
 ) -> HarnessOptions:
-    """The harness options of a replay: eager and torch.compile re-measured unless ``reuse_baselines``."""
-    from config import load_settings
-
+    """The harness options of a replay: eager and torch.compile re-measured unless ``reuse_baselines``,
+    timed as this machine's service times its jobs."""
     # The machine's one cache, the service's too: a replay reuses the builds of the jobs run here.
-    options = HarnessOptions(trials=trials, reuse_baselines=reuse_baselines,
-                             cache_dir=cache_dir or load_settings().resolved_cache_dir)
+    options = machine_options(cache_dir, trials=trials, reuse_baselines=reuse_baselines)
     if arch_list:
         options = options.replace(arch_list=arch_list)
     return options

@@ -31,15 +31,17 @@ def _claim(service: Service, count: int, *, waited_s: float) -> list[int]:
     deadline = time.monotonic() + 60
     while len(claimed) < count:
         assert time.monotonic() < deadline, f"only {len(claimed)} of {count} jobs were queued"
+        # Polls as the embedded worker does: the pause outside the transaction, or this loop would
+        # hold SQLite's write lock nearly all the time and starve the API's inserts of the jobs.
         with session_scope(service.factory) as session:
             job = claim_next_job(session=session, worker_id=WORKER_ID, target=Target.CPU, lease_seconds=600)
-            if job is None:
-                time.sleep(0.1)
-                continue
-            claimed.append(job.id)
-            created = get_job(session=session, job_id=job.id).created_at
-            session.execute(update(Job).where(Job.id == job.id)
-                            .values(started_at=created + timedelta(seconds=waited_s * len(claimed))))
+            if job is not None:
+                claimed.append(job.id)
+                created = get_job(session=session, job_id=job.id).created_at
+                session.execute(update(Job).where(Job.id == job.id)
+                                .values(started_at=created + timedelta(seconds=waited_s * len(claimed))))
+        if job is None:
+            time.sleep(0.1)
     return claimed
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import QUICK_TIMING_ENV
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def kernelloop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(REPO), **QUICK_TIMING_ENV})
 
 
 def test_eval_on_files_outside_the_repository(tmp_path: Path, harness_cache: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from store import get_job, make_engine, make_session_factory, session_scope
-from tests.support.cli import KERNELLOOP_COMMAND, pythonpath
+from tests.support.cli import KERNELLOOP_COMMAND, QUICK_TIMING_ENV, pythonpath
 from tests.support.databases import sqlite_url_in
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,8 @@ def _env(tmp_path: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("COLUMNS", "LINES") and (not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST"))}
     env.update(PYTHONPATH=pythonpath(), HOME=str(tmp_path / "home"), KERNELLOOP_DATA_DIR=str(tmp_path / "data"),
-               KERNELLOOP_CACHE_DIR=str(cache), KERNELLOOP_WARM_HEADERS="false", CUDA_VISIBLE_DEVICES="")
+               KERNELLOOP_CACHE_DIR=str(cache), KERNELLOOP_WARM_HEADERS="false", CUDA_VISIBLE_DEVICES="",
+               **QUICK_TIMING_ENV)
     return env
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from agent.providers.scripted import script_for
+from tests.support.cli import QUICK_TIMING_ENV
 from tests.support.paths import REPO
 
 COLUMNS, ROWS = 120, 40
@@ -66,8 +67,10 @@ def _plain(raw: bytes) -> str:
 
 def _env(tmp_path: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_")}
+    # No header warm-up: the cache is the test's own, so what it built would be thrown away.
     return {**env, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": str(COLUMNS),
-            "LINES": str(ROWS), "KERNELLOOP_DATA_DIR": str(tmp_path / "data"), "KERNELLOOP_CACHE_DIR": str(cache)}
+            "LINES": str(ROWS), "KERNELLOOP_DATA_DIR": str(tmp_path / "data"), "KERNELLOOP_CACHE_DIR": str(cache),
+            "KERNELLOOP_WARM_HEADERS": "false", **QUICK_TIMING_ENV}
 
 
 def test_scripted_without_a_script_is_refused_in_words(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessO
     (tmp_path / "problem.py").write_text(DROPOUT + "RANDOM = True\n")
     (tmp_path / "candidate.py").write_text(DROPOUT_CANDIDATE)
     # Every speedup is "suspicious" at this ceiling: the first verdict is quarantined, the re-time decides.
-    monkeypatch.setattr(cli.main, "_options", lambda cache_dir, **changes: options.replace(
+    monkeypatch.setattr(cli.main, "machine_options", lambda cache_dir, **changes: options.replace(
         suspicious_speedup=1e-9, **changes))
     result = CliRunner().invoke(app, ["eval", str(tmp_path / "problem.py"), str(tmp_path / "candidate.py"),
                                       "--target", "cpu", "--json", "--no-compile-baseline"])
@@ -194,7 +194,9 @@ def test_eval_re_times_a_suspicious_candidate_before_answering(options: HarnessO
     assert result.exit_code == 0
 
 
-def test_bench_with_candidates_prints_kernelbench_figures(tmp_path: Path, harness_cache: Path) -> None:
+def test_bench_with_candidates_prints_kernelbench_figures(tmp_path: Path, harness_cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELLOOP_TIMING_MAX_S", "0.3")  # the machine's timing (`cli.common.machine_options`)
     problems, candidates = tmp_path / "problems", tmp_path / "candidates"
     problems.mkdir()
     candidates.mkdir()

@@ -33,14 +33,21 @@ def pythonpath() -> str:
     return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
 
+#: Timed runs of a second or less (`config.Settings.timing_max_s`, default 2 s) for the service's
+#: jobs and the CLI's local judging: these tests check what the commands do and say, the figures'
+#: precision is the harness tests' (tests/harness).
+QUICK_TIMING_ENV = {"KERNELLOOP_TIMING_MAX_S": "0.3"}
+
+
 def api_env(base_url: str, key: str, home: Path, **extra: str) -> dict[str, str]:
     """The environment of a client command: the API's URL and key, a private HOME (so no real
     config file is read), a wide terminal for the tables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_API")}
     env.update(
         PYTHONPATH=pythonpath(), HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), COLUMNS="200",
-        KERNELLOOP_API_URL=base_url, KERNELLOOP_API_KEY=key, **extra,
+        KERNELLOOP_API_URL=base_url, KERNELLOOP_API_KEY=key, **QUICK_TIMING_ENV,
     )
+    env.update(extra)
     return env
 
 
@@ -85,7 +92,7 @@ def kernelloop_up(tmp_path: Path, harness_cache: Path, target: str) -> Iterator[
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELLOOP_") or k.startswith("KERNELLOOP_TEST")}
     env.update(PYTHONPATH=pythonpath(), HOME=str(tmp_path / "server-home"),
                KERNELLOOP_DATA_DIR=str(data), KERNELLOOP_CACHE_DIR=str(harness_cache),
-               KERNELLOOP_POLL_INTERVAL_S="0.1")
+               KERNELLOOP_POLL_INTERVAL_S="0.1", **QUICK_TIMING_ENV)
     if target == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     created = run(["keys", "create", "--name", "ci"], env, tmp_path, program=KERNELLOOP)
