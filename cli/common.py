@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.options import HarnessOptions
 from vocabulary.evaluation import Target
 from vocabulary.verdict import ErrorKind, Status, Verdict
+
+if TYPE_CHECKING:  # the client commands import this module and never the harness
+    from harness.options import HarnessOptions
 
 __all__ = ["LLM_HELP", "default_target", "fmt_number", "machine_options", "render_verdict", "split_llm",
            "verdict_exit_code"]

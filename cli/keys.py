@@ -15,30 +15,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from cli.client.columns import Column, plain_columns
 from cli.common import HELP_STYLE
-from config import Settings, load_settings
-from store import (
-    ApiKey,
-    NotFound,
-    create_api_key,
-    make_engine,
-    make_session_factory,
-    revoke_api_key,
-    session_scope,
-    set_api_key_admin,
-    verify_api_key,
-)
-from store.migrate import upgrade
-from store.models import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
+from vocabulary.budgets import DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 from vocabulary.wire import JsonObject
+
+# The store and the settings are imported by the commands that use them: `cli.main` registers
+# this app for every command, `kernelloop watch` included, which needs neither.
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from config import Settings
+    from store import ApiKey
 
 __all__ = ["LocalKey", "ensure_local_key", "keys_app"]
 
@@ -51,6 +44,10 @@ _out = Console()
 
 @contextmanager
 def _session(settings: Settings | None = None) -> Iterator[Session]:
+    from config import load_settings
+    from store import make_engine, make_session_factory, session_scope
+    from store.migrate import upgrade
+
     settings = settings or load_settings()
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -89,6 +86,8 @@ def ensure_local_key(settings: Settings) -> LocalKey:
     ``keys create`` too (whoever can read the data directory can read the database file anyway).
     With a database server (PostgreSQL: a shared deployment) it is a plain key, confined to its
     own jobs like every other."""
+    from store import create_api_key, set_api_key_admin, verify_api_key
+
     path = settings.local_key_path
     saved = path.read_text().strip() if path.is_file() else ""
     owns_the_database = settings.database_is_local
@@ -143,6 +142,8 @@ def create(
     as_json: Annotated[bool, typer.Option("--json", help="the key and its limits as one JSON object")] = False,
 ) -> None:
     """Create a key and print it (once: only its hash is kept)."""
+    from store import create_api_key
+
     with _session() as session:
         issued = create_api_key(
             session=session,
@@ -167,6 +168,10 @@ def list_keys(
     revoked: Annotated[bool, typer.Option("--revoked", help="include revoked keys")] = False,
 ) -> None:
     """List keys (prefixes only; the keys themselves are not stored)."""
+    from sqlalchemy import select
+
+    from store import ApiKey
+
     with _session() as session:
         stmt = select(ApiKey).order_by(ApiKey.id)
         if not revoked:
@@ -196,6 +201,8 @@ def list_keys(
 @keys_app.command("revoke")
 def revoke(key_id: Annotated[int, typer.Argument(help="the key's id (see `kernelloop keys list`)")]) -> None:
     """Revoke a key: it stops working at once; its jobs stay."""
+    from store import NotFound, revoke_api_key
+
     try:
         with _session() as session:
             key = revoke_api_key(session=session, api_key_id=key_id)

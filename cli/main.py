@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -15,11 +15,11 @@ from rich.text import Text
 from cli.client.columns import Column, show_rows
 from cli.client.output import err, out
 from cli.common import HELP_STYLE, default_target, fmt_number, machine_options, render_verdict, verdict_exit_code
-from harness.admission import admit
-from harness.retime import evaluate_with_retime
-from problems import Problem, ProblemFormatError, UnknownProblemError, bundled_problems, load_problem
 from vocabulary.evaluation import Target
-from vocabulary.verdict import Verdict
+
+if TYPE_CHECKING:  # imported by the commands that judge: a client command (`jobs`, `watch`) loads neither
+    from problems import Problem
+    from vocabulary.verdict import Verdict
 
 app = typer.Typer(help="kernelloop: an LLM writes CUDA kernels; a sandboxed referee judges them.",
                   no_args_is_help=True, **HELP_STYLE)
@@ -49,6 +49,8 @@ EXIT_USAGE = 2
 
 
 def _load_problem_or_exit(ref: str) -> Problem:
+    from problems import ProblemFormatError, UnknownProblemError, load_problem
+
     try:
         return load_problem(ref)
     except UnknownProblemError as exc:
@@ -93,6 +95,8 @@ def eval_command(
     def retiming(first: Verdict) -> None:
         err.print(f"[yellow]suspicious:[/] {first.message}; re-timing in a fresh process with fresh seeds")
 
+    from harness.retime import evaluate_with_retime
+
     with err.status(f"evaluating {candidate.name} on {spec.id} ({target.value}): compile, trials, timing…"):
         verdict, _ = evaluate_with_retime(spec, candidate.read_text(), target, options, on_retime=retiming)
     if as_json:
@@ -108,6 +112,8 @@ def problems_list(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
 ) -> None:
     """List the bundled problems."""
+    from problems import bundled_problems
+
     found = bundled_problems()
     if as_json:
         sys.stdout.write(json.dumps([{k: v for k, v in p.to_dict().items() if k != "source"} for p in found]) + "\n")
@@ -128,6 +134,9 @@ def problems_check(
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table")] = False,
 ) -> None:
     """Admission checks: output depends on inputs and weights, is deterministic, and zeros fail."""
+    from harness.admission import admit
+    from problems import bundled_problems
+
     problems = [_load_problem_or_exit(r) for r in refs] if refs else list(bundled_problems())
     target = target or default_target()
     options = machine_options(cache_dir)

@@ -19,7 +19,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -27,12 +27,13 @@ from rich.table import Table
 
 from cli.common import default_target, machine_options
 from display import fmt_ms, fmt_pct, fmt_speedup
-from harness import HarnessOptions
-from harness.modelsandbox import ModelFailed, profile_model
-from problems import Problem, ProblemFormatError, parse_problem
 from vocabulary.evaluation import Target
 from vocabulary.modelreport import ApplyReport, KernelChoice
 from vocabulary.regionplan import DEFAULT_COVERAGE, ModelProfile, Region, select_regions
+
+if TYPE_CHECKING:  # the referee and the problem parser are imported by the commands that run them
+    from harness import HarnessOptions
+    from problems import Problem
 
 __all__ = ["load_model", "model_app", "profile_or_exit", "render_profile", "render_report"]
 
@@ -51,6 +52,8 @@ GainsOpt = Annotated[bool, typer.Option("--compile-gains/--no-compile-gains",
 
 def load_model(path: Path) -> Problem:
     """The model file as a problem, or exit 2 saying what is wrong with it (nothing is run)."""
+    from problems import ProblemFormatError, parse_problem
+
     if not path.is_file():
         err.print(f"[red]error:[/red] model file {path} not found")
         raise typer.Exit(EXIT_USAGE)
@@ -63,6 +66,8 @@ def load_model(path: Path) -> Problem:
 
 def profile_or_exit(model: Problem, target: Target, options: HarnessOptions, *, compile_gains: bool) -> ModelProfile:
     """The model's profile, or exit 2 with why it could not be made (the model's file and line)."""
+    from harness.modelsandbox import ModelFailed, profile_model
+
     try:
         with err.status(f"profiling {model.id} on {target.value}: build, capture, regions, profiler, timing…"):
             profile = profile_model(model, target, options, compile_gains=compile_gains)

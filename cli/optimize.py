@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.live import Live
@@ -34,10 +34,12 @@ from cli.client.output import JOB_EXIT_CODES, CliExit, out, print_json
 from cli.client.output import err as client_err
 from cli.client.view import JobView
 from cli.common import LLM_HELP, split_llm
-from config import Settings
 from problems import ProblemFormatError, UnknownProblemError, load_problem
 from vocabulary.evaluation import Target
 from vocabulary.wire import JsonObject
+
+if TYPE_CHECKING:
+    from config import Settings
 
 # A terminal wraps long lines at its width; a pipe or a file gets them whole (`cli.client.output`).
 console, err = out, client_err

@@ -47,11 +47,10 @@ from cli.processes import (
     wait_for_stop_signal,
 )
 from cli.workerplan import WorkerPlan, detect_gpus, plan_workers, shared_metrics_dir
-from config import Settings, load_settings
-from config.logs import uvicorn_log_config
 
 if TYPE_CHECKING:
     from cli.keys import LocalKey
+    from config import Settings
 
 __all__ = ["WorkerPlan", "detect_gpus", "plan_workers", "serve_api", "service_commands", "up", "worker"]
 
@@ -101,6 +100,8 @@ def _up(host: str | None, port: int | None, workers: int | None, target: str | N
 
     from api.app import create_app
     from cli.keys import ensure_local_key
+    from config import load_settings
+    from config.logs import uvicorn_log_config
     from store.migrate import upgrade
 
     settings = load_settings()
@@ -157,6 +158,7 @@ def worker(
     loglevel: Annotated[str, typer.Option(help="Celery's log level")] = "INFO",
 ) -> None:
     """Run one production worker (Celery, Redis): one per GPU, with CUDA_VISIBLE_DEVICES set."""
+    from config import load_settings
     from worker.wiring import create_worker_app, target_for_queue
 
     settings = load_settings()
@@ -187,6 +189,9 @@ def serve_api(
     access_log: Annotated[bool, typer.Option(help="log every request (uvicorn's access log)")] = True,
 ) -> None:
     """Run the API alone (the distributed mode; migrations and workers run separately)."""
+    from config import load_settings
+    from config.logs import uvicorn_log_config
+
     settings = load_settings()
     if settings.embedded:
         err.print("[yellow]no KERNELLOOP_BROKER_URL: new jobs wait for an embedded worker polling this "
@@ -236,6 +241,8 @@ def api_process(
     import uvicorn
 
     from api.app import create_app
+    from config import load_settings
+    from config.logs import uvicorn_log_config
 
     die_with_parent(parent_pid)
     with starting_up():

@@ -19,15 +19,9 @@ from sqlalchemy.orm import Session
 
 from store._sql import dialect_name, write_row
 from store.errors import NotFound
-from store.models import (
-    DEFAULT_COST_CAP_USD,
-    DEFAULT_MAX_CONCURRENT_JOBS,
-    DEFAULT_MAX_JOBS_PER_DAY,
-    ApiKey,
-    Job,
-    utcnow,
-)
+from store.models import ApiKey, Job, utcnow
 from store.states import JobState
+from vocabulary.budgets import DEFAULT_COST_CAP_USD, DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 
 __all__ = [
     "API_KEY_PREFIX",

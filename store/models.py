@@ -30,14 +30,12 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from store.states import JobKind, JobState, ModelRunState, Target, TrajectoryState
+from vocabulary.budgets import DEFAULT_COST_CAP_USD, DEFAULT_MAX_CONCURRENT_JOBS, DEFAULT_MAX_JOBS_PER_DAY
 from vocabulary.figures import AttemptFigures
 from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from vocabulary.wire import JsonObject
 
 __all__ = [
-    "DEFAULT_COST_CAP_USD",
-    "DEFAULT_MAX_CONCURRENT_JOBS",
-    "DEFAULT_MAX_JOBS_PER_DAY",
     "NAMING_CONVENTION",
     "ApiKey",
     "Attempt",
@@ -61,13 +59,6 @@ NAMING_CONVENTION: dict[str, str] = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-#: Per-key quotas given to a new key unless the admin says otherwise. Two concurrent jobs keep
-#: one key from filling every GPU queue; fifty a day bounds a runaway script.
-DEFAULT_MAX_CONCURRENT_JOBS = 2
-DEFAULT_MAX_JOBS_PER_DAY = 50
-#: ``None``: no cost cap (a local model costs nothing).
-DEFAULT_COST_CAP_USD: float | None = None
 
 # Long enough for every value of the enums above with room to grow without a migration.
 _ENUM_LENGTH = 32

@@ -13,7 +13,14 @@ from dataclasses import asdict, dataclass
 
 from vocabulary.wire import JsonObject, Reader
 
-__all__ = ["Budgets"]
+__all__ = ["DEFAULT_COST_CAP_USD", "DEFAULT_MAX_CONCURRENT_JOBS", "DEFAULT_MAX_JOBS_PER_DAY", "Budgets"]
+
+#: Per-key quotas given to a new key unless the admin says otherwise. Two concurrent jobs keep
+#: one key from filling every GPU queue; fifty a day bounds a runaway script.
+DEFAULT_MAX_CONCURRENT_JOBS = 2
+DEFAULT_MAX_JOBS_PER_DAY = 50
+#: ``None``: no cost cap (a local model costs nothing).
+DEFAULT_COST_CAP_USD: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -28,11 +28,13 @@ from cli.client.http import ApiOpt, ApiRequestError, KeyOpt, api_failure, open_c
 from cli.client.output import CliExit, err, out, status_text
 from cli.common import machine_options, verdict_exit_code
 from display import fmt_ms, fmt_pct, fmt_speedup
-from harness import HarnessOptions, evaluate
 from problems import ProblemFormatError, parse_problem
 from vocabulary.evaluation import Target
 from vocabulary.verdict import Status, Verdict
 from vocabulary.wire import JsonObject, Reader, WireError
+
+if TYPE_CHECKING:  # the referee is imported when a replay runs, not by every command
+    from harness import HarnessOptions
 
 
 def local_arch_list() -> str | None:
@@ -203,6 +205,8 @@ def replay(
         f"replaying job {job} attempt {best.n} on {problem.id} ({run_target.value}): compile, trials, timing "
         "of the kernel, eager and torch.compile…"
     ):
+        from harness import evaluate
+
         options = replay_options(trials=trials, cache_dir=cache_dir, arch_list=arch_list,
                                  reuse_baselines=reuse_baselines)
         local = evaluate(problem, best.source, run_target, options)
