@@ -48,8 +48,8 @@ def machine_options(cache_dir: Path | None = None, **changes: object) -> Harness
     its cache and timing), with ``--cache-dir`` and ``changes`` applied."""
     from config import load_settings
 
-    options = load_settings().harness_options()
-    return options.replace(**({"cache_dir": cache_dir} if cache_dir is not None else {}), **changes)
+    options = load_settings().harness_options().replace(**changes)
+    return options if cache_dir is None else options.replace(cache_dir=cache_dir)
 
 
 def fmt_number(value: float | None, spec: str = ".3f", suffix: str = "") -> str:

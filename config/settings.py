@@ -234,8 +234,9 @@ class Settings(BaseSettings):
                        max_cost_usd=self.default_max_cost_usd, wall_clock_s=self.default_wall_clock_s)
 
     def harness_options(self) -> HarnessOptions:
-        """The options of this machine's referees: the service's jobs and the CLI's ``eval``,
-        ``replay`` and ``model`` commands (its cache, its ``timing_max_s``)."""
+        """The options of this machine's referees: the service's jobs and the CLI's local judging
+        (``eval``, ``replay``, ``problems``, ``model``, ``bench --candidates``): its cache, its
+        ``timing_max_s``."""
         timing = TimingOptions() if self.timing_max_s is None else TimingOptions(max_time_s=self.timing_max_s)
         return HarnessOptions(cache_dir=self.resolved_cache_dir, timing=timing)
 

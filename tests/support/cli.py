@@ -33,7 +33,7 @@ def pythonpath() -> str:
     return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
 
-#: Timed runs of a second or less (`config.Settings.timing_max_s`, default 2 s) for the service's
+#: Timed runs of 0.3 s (`config.Settings.timing_max_s`, default 2 s) for the service's
 #: jobs and the CLI's local judging: these tests check what the commands do and say, the figures'
 #: precision is the harness tests' (tests/harness).
 QUICK_TIMING_ENV = {"KERNELLOOP_TIMING_MAX_S": "0.3"}
