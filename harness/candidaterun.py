@@ -72,6 +72,9 @@ _METERED_RUNS = 3
 
 #: The verdict message of a timing reply that is not one (what the timing step has always said).
 MALFORMED_TIMING = "the candidate sandbox sent a malformed reply to its timing"
+#: Audited outputs sent to the comparer in one request (each is a memfd: a message carries at most
+#: `harness.channel.MAX_FRAME_FDS`, and the kernel's own limit is 253).
+_AUDITS_PER_COMPARE = 64
 #: The least a step waits for its reply after a lazy build (its own time may be all spent).
 _MIN_WAIT_S = 0.05
 
@@ -333,11 +336,15 @@ class CandidateSteps:
         if not audits:
             return True
         sets = self.context.reference.timing_sets
-        items = tuple(CompareItem(index=sets[a.call.input_set], output={**a.description, "kind": "memfd", "fd": i},
-                                  call=CallInputs(input_seed=a.call.input_seed, forward_seed=a.call.forward_seed))
-                      for i, a in enumerate(audits))
-        results = self.context.reference.compare(items, self.workdir, tuple(a.fd for a in audits))
-        return all(r.passed for r in results)
+        for start in range(0, len(audits), _AUDITS_PER_COMPARE):
+            batch = audits[start:start + _AUDITS_PER_COMPARE]
+            items = tuple(CompareItem(index=sets[a.call.input_set], output={**a.description, "kind": "memfd", "fd": i},
+                                      call=CallInputs(input_seed=a.call.input_seed, forward_seed=a.call.forward_seed))
+                          for i, a in enumerate(batch))
+            results = self.context.reference.compare(items, self.workdir, tuple(a.fd for a in batch))
+            if not all(r.passed for r in results):
+                return False
+        return True
 
     def _calibrated_again(self) -> Calibration:
         """The loop's cost measured again with the candidate's processes stopped: threads it left

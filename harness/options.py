@@ -84,9 +84,11 @@ class TimingOptions:
     max_time_s: float = 2.0
     #: Input sets rotated across timed calls, so caches do not hold one set.
     input_sets: int = 3
-    #: Timed calls audited at random (their outputs compared with the reference's; about this
-    #: many per run, picked after each call returned), besides one call per input set at the end.
-    audits: int = 3
+    #: Timed calls audited at random (their outputs compared with the reference's), picked after
+    #: each call returned: about this many by the ``min_repeats``-th call, then ``audits / i`` for
+    #: call i (`harness.meter.drive.audit_chance`); besides one call per input set at the end. A
+    #: cheat on half the calls of a run that stops at 20 slips through with odds of 0.75**20.
+    audits: int = 10
     #: Flush the L2 before each timed CUDA call (the CPU loop times warm calls: `harness.meter.noise`).
     flush_cache: bool = True
 

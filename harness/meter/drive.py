@@ -45,7 +45,8 @@ class CallPlan:
     max_time_s: float
     #: Input sets rotated across calls.
     sets: int
-    #: Timed calls audited at random (about this many over the run; 0: none).
+    #: Timed calls audited at random (about this many by the ``min_repeats``-th, fewer per call after:
+    #: `audit_chance`; 0: none).
     audits: int = 0
     #: One more call per input set not yet audited, audited, after the timed ones.
     audit_each_set: bool = False
@@ -178,6 +179,16 @@ class _Driver:
         return None
 
 
+def audit_chance(plan: CallPlan, timed_call: int) -> float:
+    """The chance that timed call number ``timed_call`` (from 1) is audited: ``audits`` spread over
+    the first ``min_repeats`` calls, then ``audits / timed_call``. A run that settles as soon as it
+    may (most do) is audited about ``audits`` times, not the ``audits · min_repeats / max_repeats``
+    of a rate spread over the most calls it could make; one of n calls about
+    ``audits · (1 + ln(n / min_repeats))`` times, so the outputs held until the run ends grow
+    with the log of its length."""
+    return min(1.0, plan.audits / max(plan.min_repeats, timed_call, 1))
+
+
 def _settled(samples: list[float], plan: CallPlan) -> bool:
     if len(samples) < plan.min_repeats or len(samples) % _CHECK_EVERY:
         return False
@@ -224,10 +235,6 @@ def drive(channel: Channel, plan: CallPlan, *, timeout_s: float, first_call: int
             return ended
         warm_ms += driver.calls[-1].trusted_ms
         warm += 1
-    per_call_ms = statistics.median(c.trusted_ms for c in driver.calls) if driver.calls else 1.0
-    by_time = plan.max_time_s * 1e3 / max(per_call_ms, 1e-3)
-    expected = min(plan.max_repeats, max(plan.min_repeats, math.ceil(by_time) if math.isfinite(by_time) else 0))
-    chance = min(1.0, plan.audits / expected) if plan.audits else 0.0
     samples: list[float] = []
     trusted_s = 0.0
     audited_sets: set[int] = set()
@@ -242,7 +249,7 @@ def drive(channel: Channel, plan: CallPlan, *, timeout_s: float, first_call: int
         trusted_s += last.trusted_ms / 1e3
         i += 1
         # Decided after the DONE arrived: nothing the sandbox saw told it this call would be compared.
-        if chance and driver.rng.random() < chance:
+        if driver.rng.random() < audit_chance(plan, i):
             broken = driver.audit()
             if broken is not None:
                 return finish(protocol_error=broken)

@@ -6,6 +6,7 @@ referee has always given it (its fault, at the step it was in). The metered loop
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import struct
@@ -23,6 +24,7 @@ from harness.candidaterun import MALFORMED_TIMING, CandidateSteps, RunContext
 from harness.channel import ChannelTimeout, Frame
 from harness.draft import Draft
 from harness.meter.clock import Calibration
+from harness.meter.drive import CallPlan, drive
 from harness.options import HarnessOptions, TimingOptions
 from harness.progress import StageReporter
 from harness.protocol import Op
@@ -219,6 +221,24 @@ def test_an_honest_candidate_passes_each_depth(where: tuple[Path, Path]) -> None
     assert [m["op"] for m in process.asked] == ["load", "trial", "trial", "trial", "time"]  # the last: no-op
     profiled, _ = run(where, depth=Depth.PROFILE)
     assert profiled.status is Status.PASS and profiled.profile[0].ms == 0.5
+
+
+def test_a_run_that_stops_at_its_first_chance_is_audited_as_often_as_asked() -> None:
+    """Most runs stop as soon as their noise allows (``min_repeats`` calls): they get the audits
+    asked for, not the share of them that a run of ``max_repeats`` calls would have had (a cheat on
+    half the calls slipped through such runs one time in eight); a run that goes on is audited a
+    few times more, not in proportion (its audited outputs are held until it ends)."""
+    stops_early = CallPlan(warmup_ms=0, min_warmup_calls=1, min_repeats=20, max_repeats=1000,
+                           target_rel_stderr=1.0, max_time_s=60.0, sets=1, audits=5)
+    runs = [drive(FakeLoop(), stops_early, timeout_s=30) for _ in range(10)]
+    goes_on = drive(FakeLoop(), dataclasses.replace(stops_early, max_repeats=400, target_rel_stderr=0.0), timeout_s=30)
+    try:
+        assert [len(r.timed) for r in runs] == [20] * 10 and len(goes_on.timed) == 400
+        assert sum(len(r.audits) for r in runs) >= 25  # 50 expected (5 in each); a rate of 5 in 1,000 gave 1
+        assert len(goes_on.audits) < 40  # 5 · (1 + ln 20) = 20 expected
+    finally:
+        for r in (*runs, goes_on):
+            r.close()
 
 
 @pytest.mark.parametrize("end", [{"calls": "5"}, {"flags": "none"}])

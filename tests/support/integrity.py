@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness import HarnessOptions, Timeouts, TimingOptions
 
-#: Quick timing: enough calls for rotation and audits to matter; audits many (a cheat on half the
-#: calls slips through k audits with probability 2**-k).
+#: Quick timing: enough calls for rotation and audits to matter; every one of the first 10 timed
+#: calls audited (a cheat on half of them slips through with odds of 2**-10, fewer if the run goes on).
 QUICK_TIMING = TimingOptions(warmup_ms=5, min_repeats=10, max_repeats=40, max_time_s=0.2, input_sets=2, audits=10)
 #: Small enough that allocating past it takes a second, large enough for torch and a compile.
 MEMORY_LIMIT_MB = 3072
