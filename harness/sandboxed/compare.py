@@ -8,6 +8,7 @@ exactly; NaN and inf must match in place; integers and booleans compare exactly;
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,18 @@ def compare_outputs(expected: list[torch.Tensor], actual: Any, *, atol: float | 
         tol_r = rtol if rtol is not None else tolerance_for(dtype_name)
         r = ref.double()
         o = out.double()
+        if ref.is_floating_point():
+            # The common case, all finite, without the masks below: the same figures in about a
+            # third of the time (16 MB of float32: 133 ms, most of what an audited call cost). A
+            # NaN or inf in either makes the sum non-finite (float32 values cannot overflow it).
+            # No operation in place on r or o: ``double()`` of a float64 tensor is the tensor.
+            diff = torch.sub(o, r).abs_()
+            diff_sum = float(diff.sum())
+            if math.isfinite(diff_sum):
+                mismatched += int((diff > r.abs().mul_(tol_r).add_(tol_a)).sum())
+                max_err = max(max_err, float(diff.max()))
+                err_sum += diff_sum
+                continue
         special = ~torch.isfinite(r) | ~torch.isfinite(o)
         # NaN must meet NaN, +inf meet +inf: compare the non-finite pattern exactly.
         special_bad = special & ~((torch.isnan(r) & torch.isnan(o)) | (r == o))

@@ -56,3 +56,30 @@ def test_problem_override_replaces_the_default() -> None:
     ref = torch.ones(4)
     assert not cmp(ref, ref + 1e-3).passed
     assert cmp(ref, ref + 1e-3, atol=2e-3, rtol=0.0).passed
+
+
+def _by_masks(ref: torch.Tensor, out: torch.Tensor, tol_a: float, tol_r: float) -> tuple[int, float, float]:
+    """The rule written out element by element: (mismatched, max abs error, error sum)."""
+    r, o = ref.double(), out.double()
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(r))
+    special_bad = ~finite & ~((torch.isnan(r) & torch.isnan(o)) | (r == o))
+    bad = ((diff > tol_a + tol_r * r.abs()) & finite) | special_bad
+    worst = float("inf") if bool(special_bad.any()) else float(diff.max())
+    return int(bad.sum()), worst, float(diff.sum())
+
+
+def test_the_all_finite_path_gives_the_figures_of_the_rule_and_leaves_float64_inputs_alone() -> None:
+    torch.manual_seed(5)
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        ref = torch.randn(300, 70, dtype=dtype)
+        out = ref + (torch.rand_like(ref) < 0.1) * torch.randn_like(ref) * 1e-2  # some within, some outside
+        kept = (ref.clone(), out.clone())
+        tol = default_tolerance(str(dtype).removeprefix("torch."))
+        result = cmp(ref, out)
+        mismatched, worst, total = _by_masks(ref, out, tol, tol)
+        assert result.mismatch_frac == mismatched / ref.numel() and result.max_abs_err == worst
+        assert result.mean_abs_err == total / ref.numel() and result.passed is (mismatched == 0)
+        assert torch.equal(ref, kept[0]) and torch.equal(out, kept[1])
+        out[7, 3] = float("nan")  # a non-finite element: the masked path, the same rule
+        assert cmp(ref, out).mismatch_frac == (_by_masks(ref, out, tol, tol)[0]) / ref.numel()

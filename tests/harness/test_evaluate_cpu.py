@@ -137,14 +137,15 @@ def test_compile_error_comes_back_with_file_and_line(referee: Referee) -> None:
 
 
 def test_hanging_candidate_is_killed_within_its_timeout(referee: Referee) -> None:
-    started = time.monotonic()
     verdict = referee.evaluate(override_forward("while True:\n    pass"))
-    elapsed = time.monotonic() - started
     assert verdict.status is Status.ERROR and verdict.stage is Stage.CORRECTNESS
     assert verdict.error_kind.value == "candidate" and "timed out" in verdict.message
-    assert elapsed < referee.options.timeouts.trial_s + 30
+    # The trials' stage, not the whole evaluation: run alone, this test also compiles the extension.
+    elapsed = verdict.stage_seconds.correctness
+    assert elapsed is not None and elapsed < referee.options.timeouts.trial_s + 30
     assert gone_soon(lambda: roles_running("candidate", besides=referee))
-    assert set(referee.prestarted) == {"compile", "candidate"}  # the next attempt's, started already
+    # The next attempt's, started already (and the builder's, after a build: run alone, it built one).
+    assert {"compile", "candidate"} <= set(referee.prestarted)
 
 
 def test_the_next_attempt_runs_in_sandboxes_started_for_it(referee: Referee, options: HarnessOptions) -> None:
