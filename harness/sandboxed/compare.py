@@ -82,10 +82,11 @@ def compare_outputs(expected: list[torch.Tensor], actual: Any, *, atol: float | 
         r = ref.double()
         o = out.double()
         if ref.is_floating_point():
-            # The common case, all finite, without the masks below: the same figures in about a
-            # third of the time (16 MB of float32: 133 ms, most of what an audited call cost). A
-            # NaN or inf in either makes the sum non-finite (float32 values cannot overflow it).
-            # No operation in place on r or o: ``double()`` of a float64 tensor is the tensor.
+            # The common case, all finite, without the masks below: the same figures in a third of
+            # the time (16 MB of float32: 61 ms against 176, most of an audited call's cost:
+            # benchmarks/audit_cost.py). A NaN or inf in either makes the sum non-finite; so may a
+            # float64 sum that overflows, which the exact masked path then takes. Nothing in place
+            # on r or o: ``double()`` of a float64 tensor is that tensor.
             diff = torch.sub(o, r).abs_()
             diff_sum = float(diff.sum())
             if math.isfinite(diff_sum):
