@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -34,6 +31,7 @@ from cli.client.output import JOB_EXIT_CODES, CliExit, out, print_json
 from cli.client.output import err as client_err
 from cli.client.view import JobView
 from cli.common import LLM_HELP, split_llm
+from cli.processes import StopSignals
 from problems import ProblemFormatError, UnknownProblemError, load_problem
 from vocabulary.evaluation import Target
 from vocabulary.wire import JsonObject
@@ -95,28 +93,6 @@ def dashboard_hint(settings: Settings, job_id: int) -> str:
     serves it to the local key that owns it."""
     return (f"dashboard: run `kernelloop up`, open http://{settings.api_host}:{settings.api_port}/dashboard/jobs/"
             f"{job_id} and sign in with your local key (`cat {settings.local_key_path}`)")
-
-
-class _Interrupts:
-    """Ctrl-C and SIGTERM while the job runs: the first asks for a cancel, the second insists."""
-
-    def __init__(self) -> None:
-        self.requested = threading.Event()
-        self.insisted = threading.Event()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested.is_set():
-            self.insisted.set()
-        self.requested.set()
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[_Interrupts]:
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 def optimize(
@@ -193,7 +169,7 @@ def optimize(
     for orphan in fail_orphaned_jobs(factory):
         err.print(f"[yellow]job {orphan} was left running by an optimize process that died: marked failed[/]")
     worker_id = _WORKER_ID.format(host=socket.gethostname(), pid=os.getpid())
-    with _Interrupts().installed() as interrupts:
+    with StopSignals().installed() as signals:
         with session_scope(factory) as session:
             # The budgets the API would give it, bounded by what the local key may still spend.
             budgets = resolve_budgets(requested, settings.default_budgets(),
@@ -217,7 +193,7 @@ def optimize(
         out.print(f"job {job_id}: {spec.id} on {target.value} with {llm} "
                   f"({trajectories} trajectory{'s' if trajectories > 1 else ''}); database {url}", highlight=False)
         out.print(dashboard_hint(settings, job_id), highlight=False)
-        state = run.follow(interrupts, as_json=as_json)
+        state = run.follow(signals, as_json=as_json)
     if run.failure:
         raise typer.Exit(CliExit.USAGE)  # our bug, not the job's outcome
     raise typer.Exit(JOB_EXIT_CODES.get(state, CliExit.FAILED))
@@ -274,7 +250,7 @@ class _Run:
             finish_job(session=session, job_id=self.job_id, worker_id=self.worker_id, state=JobState.CANCELLED,
                        error=CANCEL_REASON)
 
-    def follow(self, interrupts: _Interrupts, *, as_json: bool) -> str:
+    def follow(self, signals: StopSignals, *, as_json: bool) -> str:
         """Run the job and show it until it ends; returns its final state."""
         out = err if as_json else console
         view = JobView(job=self.read_job())
@@ -286,14 +262,14 @@ class _Run:
             live.start()
         try:
             while True:
-                if interrupts.requested.is_set() and cancel_at is None:
+                if signals.count and cancel_at is None:
                     cancel_at = time.monotonic()
                     view.note = "cancelling: stopping the evaluation in flight"
                     out.print(f"[yellow]cancelling job {self.job_id}[/] (Ctrl-C again to stop at once)",
                               highlight=False)
                     self._request_cancel()
                 if cancel_at is not None and self.thread.is_alive() and (
-                        interrupts.insisted.is_set() or time.monotonic() - cancel_at > CANCEL_GRACE_S):
+                        signals.count > 1 or time.monotonic() - cancel_at > CANCEL_GRACE_S):
                     self._finish_cancelled()
                     break
                 alive = self.thread.is_alive()
@@ -313,7 +289,7 @@ class _Run:
                 if not alive and not events:
                     break
                 # Woken at once by a Ctrl-C (the first, or the second while cancelling).
-                (interrupts.requested if cancel_at is None else interrupts.insisted).wait(_POLL_S)
+                signals.wait(_POLL_S, beyond=0 if cancel_at is None else 1)
         finally:
             if live is not None:
                 live.stop()

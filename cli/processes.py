@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -43,7 +43,7 @@ from rich.console import Console
 from cli.child import FAILED, READY, READY_FD_ENV
 
 __all__ = [
-    "STOP_GRACE_S", "ChildSpec", "ChildStartFailed", "Children", "check_port_free", "python_module",
+    "STOP_GRACE_S", "ChildSpec", "ChildStartFailed", "Children", "StopSignals", "check_port_free", "python_module",
     "reuse_port_socket", "wait_for_stop_signal",
 ]
 
@@ -276,12 +276,53 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class StopSignals:
+    """SIGINT and SIGTERM, counted by a handler that takes no lock.
+
+    Python runs a handler in the main thread between two bytecodes, possibly while that thread
+    holds a lock; a handler that calls `threading.Event.set` then waits for ever on the event's
+    lock, held by its own thread (the signal module's docs warn against locks in handlers).
+    `kernelloop optimize` hung so on a SIGTERM, its job running on. This handler adds to `count`
+    and writes a byte to a pipe, which `wait` selects on.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._read_fd = self._write_fd = -1
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.count += 1
+        with contextlib.suppress(OSError):  # a full pipe has woken the waiter already
+            os.write(self._write_fd, b"\0")
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+
+    def wait(self, timeout: float, *, beyond: int = 0) -> bool:
+        """Wait up to ``timeout`` seconds for more than ``beyond`` signals in all; whether they came.
+        A signal between the count's check and the wait has written its byte: the wait ends at once."""
+        if self.count <= beyond:
+            select.select([self._read_fd], [], [], timeout)
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._read_fd, 4096)
+        return self.count > beyond
+
+
+#: How often `wait_for_stop_signal` looks at the event another thread may set.
+_STOP_POLL_S = 0.2
+
+
 def wait_for_stop_signal(arrived: threading.Event | None = None) -> None:
-    """Block until SIGINT or SIGTERM arrives (or ``arrived`` is set by someone else)."""
-    arrived = arrived or threading.Event()
-    previous = {sig: signal.signal(sig, lambda signum, frame: arrived.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        arrived.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    """Block until SIGINT or SIGTERM arrives (or ``arrived`` is set by another thread)."""
+    with StopSignals().installed() as signals:
+        while not (arrived is not None and arrived.is_set()) and not signals.wait(_STOP_POLL_S):
+            pass

@@ -20,7 +20,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -137,9 +136,19 @@ def stop_now(code: int) -> None:
     os._exit(code)
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # Not an unwind of the main thread: it would wait for the evaluation in flight (minutes).
-    threading.Thread(target=stop_now, args=(128 + signum,), name="stop", daemon=True).start()
+def _stop_now_on_sigterm() -> None:
+    """SIGTERM ends the worker through `stop_now`, on a thread started here, not by an unwind of the
+    main thread (it would wait for the evaluation in flight: minutes). The handler only writes to a
+    pipe: one that started the thread itself would take locks, and Python runs a handler in the main
+    thread, maybe while that thread holds the very lock (then it waits for ever)."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+
+    def stop_when_told() -> None:
+        signum = os.read(read_fd, 1)
+        stop_now(128 + (signum[0] if signum else signal.SIGTERM))
+
+    threading.Thread(target=stop_when_told, name="stop", daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda signum, frame: os.write(write_fd, bytes([signum])))
 
 
 def run_embedded_worker(argv: list[str] | None = None, *, on_ready: Callable[[], None] | None = None) -> int:
@@ -150,7 +159,7 @@ def run_embedded_worker(argv: list[str] | None = None, *, on_ready: Callable[[],
                         help="the jobs to run (default: KERNELLOOP_WORKER_TARGET)")
     parser.add_argument("--max-jobs", type=int, default=None, help="exit after this many jobs")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _stop_now_on_sigterm()
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     settings = load_settings()
     engine = make_engine(settings.resolved_database_url)
