@@ -10,7 +10,7 @@ TARGET ?= $(shell test -e /dev/nvidiactl && echo cuda || echo cpu)
 # cores were slower (24 min 54 s against 20-21 min) and failed two load-sensitive tests.
 TEST_WORKERS ?= 3
 
-.PHONY: setup demo test test-host test-examples test-gpu clean
+.PHONY: setup demo test test-host test-types test-suite test-examples test-gpu clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,11 +34,17 @@ test-host:
 	scripts/ensure-compose || echo "no Compose implementation: the compose file check will be skipped"
 
 ## Unit, integration (real PostgreSQL and Redis) and CPU end-to-end tests; GPU tests are deselected.
-## The host is prepared while the venv installs (on a fresh 2-core machine: 18 s of apt beside 50 s of pip).
+## The host is prepared while the venv installs (on a fresh 2-core machine: 18 s of apt beside 50 s of
+## pip), and mypy (one core, ~30 s on a fresh clone) runs while pytest starts its workers.
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target setup test-host
 	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory -j2 test-types test-suite
+
+test-types: setup
 	$(VENV)/bin/mypy
+
+test-suite: setup
 	$(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 ## Every bundled level-1 example's CPU kernel through the referee (`make test` runs three of them).
