@@ -34,8 +34,9 @@ pytestmark = pytest.mark.gpu
 
 SEED1_CUDA = (REPO / "examples" / "seed1_cuda.py").read_text()
 PROBLEM = "level2/conv_tanh_scale_bias_maxpool"
+# Every one of the first ten timed calls audited, as in the CPU suite (tests/support/integrity.py).
 QUICK_TIMING = TimingOptions(warmup_ms=10, min_repeats=10, max_repeats=40, max_time_s=0.3, input_sets=2,
-                             audits=3)
+                             audits=10)
 LEAK = "LEAK"
 #: Host memory of a sandbox (RLIMIT_DATA on cuda): the legit candidate must run under it.
 MEMORY_LIMIT_MB = 8192
@@ -244,6 +245,13 @@ CASES: list[Case] = [
         if _count(self) > {n} and x.data_ptr() in cache:
             return cache[x.data_ptr()]
         cache[x.data_ptr()] = out = _honest(self, x)
+        return out'''),
+         Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
+    Case("half_the_work_on_half_the_timed_calls", lambda n: cheat(f'''
+        import random
+        out = _honest(self, x)
+        if _count(self) > {n} and random.random() < 0.5:
+            out = out * 0.5  # a guess that this call goes unchecked
         return out'''),
          Status.FAIL, Stage.INTEGRITY, flags=("timed_output_mismatch",), depth=Depth.BENCHMARK),
     Case("patches_cuda_events_and_perf_counter", lambda n: cheat("return _honest(self, x)", prelude='''
