@@ -32,6 +32,12 @@ def test_seed2_cpu_example_passes(problem_id: str, harness_cache: Path) -> None:
     )
     with Referee(load_problem(problem_id), "cpu", options) as referee:
         verdict = referee.evaluate(SEED2_CPU)
+        if verdict.correct and set(verdict.flags) - {Flag.HOST_LOADED} == {Flag.CLOCK_DISAGREES}:
+            # The refusal docs/integrity.md accepts on a host whose speed changes within a run
+            # (this example alone on the 2-core VM: 6 of 68 evaluations, one `make test`); the
+            # clock's own tests are tests/harness/test_meter.py's. One more evaluation, as a user
+            # would re-time it.
+            verdict = referee.evaluate(SEED2_CPU)
     # The roofline quarantine is not this test's question either: a roofline of rates measured
     # while the host was loaded sat above an honest 2.5 ms (eager 17 ms); such a roofline no longer
     # quarantines (tests/harness/test_pure.py), but a burst of load can still lower an "unloaded" one.
