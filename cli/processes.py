@@ -324,5 +324,6 @@ _STOP_POLL_S = 0.2
 def wait_for_stop_signal(arrived: threading.Event | None = None) -> None:
     """Block until SIGINT or SIGTERM arrives (or ``arrived`` is set by another thread)."""
     with StopSignals().installed() as signals:
-        while not (arrived is not None and arrived.is_set()) and not signals.wait(_STOP_POLL_S):
-            pass
+        while not signals.wait(_STOP_POLL_S):
+            if arrived is not None and arrived.is_set():
+                return
