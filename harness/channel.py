@@ -95,13 +95,7 @@ class Channel:
     def _read_exact(self, size: int, deadline: float | None) -> bytes:
         chunks = bytearray()
         while len(chunks) < size:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ChannelTimeout("no reply in time")
-                self._sock.settimeout(remaining)
-            else:
-                self._sock.settimeout(None)
+            self._settimeout(deadline)
             try:
                 chunk = self._sock.recv(min(1 << 20, size - len(chunks)))
             except TimeoutError:
@@ -118,9 +112,12 @@ class Channel:
         head = bytearray()
         fds: list[int] = []
         while len(head) < 4:
-            self._settimeout(deadline)
             try:
+                self._settimeout(deadline)
                 data, got, flags, _ = socket.recv_fds(self._sock, 4 - len(head), MAX_FRAME_FDS)
+            except (ChannelTimeout, ChannelClosed):
+                _close_all(fds)
+                raise
             except TimeoutError:
                 _close_all(fds)
                 raise ChannelTimeout("no reply in time") from None
@@ -138,13 +135,13 @@ class Channel:
         return bytes(head), tuple(fds)
 
     def _settimeout(self, deadline: float | None) -> None:
-        if deadline is None:
-            self._sock.settimeout(None)
-            return
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
             raise ChannelTimeout("no reply in time")
-        self._sock.settimeout(remaining)
+        try:
+            self._sock.settimeout(remaining)
+        except OSError as exc:  # EBADF: a cancel closed the channel under this thread
+            raise ChannelClosed(str(exc)) from None
 
     def recv_frame(self, timeout: float | None = None, *, max_bytes: int | None = None) -> Frame:
         """One raw frame (JSON or not), with the descriptors that came with it."""

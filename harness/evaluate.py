@@ -229,6 +229,10 @@ class Referee:
             # for this attempt: starting one now would compete with the attempt's own sandboxes).
             self._pool.prestart(builder=False)
             verdict = self._evaluate(source, depth) if not self.cancelled else None
+        except OSError:
+            if not self.cancelled:
+                raise
+            verdict = None  # a descriptor the cancel closed under this evaluation: the cancel's
         finally:
             if not self._problem_failed:  # no next attempt after the problem's own code failed
                 self._pool.prestart()  # the next attempt's sandboxes, while the agent writes it

@@ -221,3 +221,22 @@ def test_the_channel_turns_what_is_not_a_json_object_into_a_closed_channel() -> 
     finally:
         channel.close()
         theirs.close()
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["no_deadline", "deadline"])
+def test_a_channel_closed_under_a_reader_is_a_closed_channel(timeout: float | None) -> None:
+    """A cancel closes a sandbox's channel from another thread; the thread using it must see the
+    channel closed (the evaluation becomes ``cancelled``), never the socket's EBADF escaping as an
+    OSError (a Ctrl-C during the baselines was stored as an ``infra`` error in a `make test` run)."""
+    ours, theirs = socket.socketpair()
+    channel = Channel(ours)
+    channel.close()
+    try:
+        with pytest.raises(ChannelClosed):
+            channel.recv(timeout=timeout)
+        with pytest.raises(ChannelClosed):
+            channel.recv_frame(timeout=timeout)
+        with pytest.raises(ChannelClosed):
+            channel.send_frame(b"{}")
+    finally:
+        theirs.close()

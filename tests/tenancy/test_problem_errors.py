@@ -4,11 +4,17 @@ referee from any thread."""
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.retry import InfraRetry
-from harness import ReferenceFailed
+from harness import HarnessOptions, Referee, ReferenceFailed
+from harness.evaluate import CANCELLED_MESSAGE
+from problems import load_problem
 from vocabulary.evaluation import Depth, Target
 from vocabulary.verdict import ErrorKind, Stage, Status, Verdict
 from worker.evaluator import RefereeEvaluator
@@ -85,3 +91,27 @@ def test_cancel_reaches_the_referee(tmp_path: Path) -> None:
     evaluator.cancel()
     evaluator.close()
     assert referee.cancels == 1
+
+
+def test_a_descriptor_the_cancel_closed_under_an_evaluation_gives_a_cancelled_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel closes the sandboxes' descriptors from another thread; an OSError that reaches the
+    Referee from one (EBADF) is the cancel's, not an infrastructure failure that the agent would be
+    told of and a retry would re-run. Without a cancel the OSError is still raised (the worker
+    reports it as ``infra``)."""
+    options = HarnessOptions(cache_dir=tmp_path, prestart=False, compile_baseline=False)
+    with Referee(load_problem("level1/softmax"), "cpu", options) as referee:
+        def closed_under_it(*, cancel: bool) -> Callable[[str, Depth], Verdict]:
+            def evaluation(source: str, depth: Depth) -> Verdict:
+                if cancel:  # in a job, from the thread that handles the cancel: the same state
+                    referee.cancel()
+                raise OSError(errno.EBADF, "Bad file descriptor")
+            return evaluation
+
+        monkeypatch.setattr(referee, "_evaluate", closed_under_it(cancel=False))
+        with pytest.raises(OSError):
+            referee.evaluate("x = 1")
+        monkeypatch.setattr(referee, "_evaluate", closed_under_it(cancel=True))
+        verdict = referee.evaluate("x = 1")
+    assert (verdict.status, verdict.error_kind, verdict.message) == (Status.ERROR, ErrorKind.CANCELLED,
+                                                                      CANCELLED_MESSAGE)
