@@ -47,7 +47,7 @@ test-types: setup
 test-suite: setup
 	$(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
-## Every bundled level-1 example's CPU kernel through the referee (`make test` runs three of them).
+## Every bundled level-1 example's CPU kernel through the referee (`make test` runs two of them).
 test-examples: setup
 	$(PY) -m pytest -m examples -q tests/examples
 
