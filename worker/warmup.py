@@ -28,11 +28,16 @@ log = logging.getLogger(__name__)
 MIN_CORES_FOR_ALL_HEADERS = 4
 
 
+def warms_prescribed_only() -> bool:
+    """Whether a worker on this host warms the playbook's header alone (fewer than
+    `MIN_CORES_FOR_ALL_HEADERS` cores), not every common flag set."""
+    return (os.cpu_count() or 1) < MIN_CORES_FOR_ALL_HEADERS
+
+
 def _warm(options: HarnessOptions, target: Target) -> None:
     started = time.monotonic()
     try:
-        few_cores = (os.cpu_count() or 1) < MIN_CORES_FOR_ALL_HEADERS
-        ready = warm_headers(target, options, prescribed_only=few_cores)
+        ready = warm_headers(target, options, prescribed_only=warms_prescribed_only())
     except Exception:  # a warm-up failure only costs compile speed, never the worker
         log.exception("precompiled header warm-up failed")
         return

@@ -16,7 +16,6 @@ only), all three headers warmed: tests/gpu/test_load_inline_styles_gpu.py.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from harness.protocol.build import HeaderFlags
 from problems import load_problem
 from vocabulary.evaluation import Depth, Target
 from vocabulary.verdict import Status
-from worker.warmup import MIN_CORES_FOR_ALL_HEADERS
+from worker.warmup import warms_prescribed_only
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +109,7 @@ STYLES: dict[str, tuple[str, str, HeaderFlags]] = {
     "own_pybind_module": ("SOURCE", 'extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"]', PLAYBOOK),
 }
 #: The headers a worker on this host warms at start-up (`worker.warmup`).
-WARMED = PCH_FLAG_SETS[Target.CPU] if (os.cpu_count() or 1) >= MIN_CORES_FOR_ALL_HEADERS else (PLAYBOOK,)
+WARMED = (PLAYBOOK,) if warms_prescribed_only() else PCH_FLAG_SETS[Target.CPU]
 
 
 def candidate(style: str) -> str:

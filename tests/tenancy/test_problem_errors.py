@@ -5,7 +5,6 @@ referee from any thread."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,17 +100,17 @@ def test_a_descriptor_the_cancel_closed_under_an_evaluation_gives_a_cancelled_ve
     reports it as ``infra``)."""
     options = HarnessOptions(cache_dir=tmp_path, prestart=False, compile_baseline=False)
     with Referee(load_problem("level1/softmax"), "cpu", options) as referee:
-        def closed_under_it(*, cancel: bool) -> Callable[[str, Depth], Verdict]:
-            def evaluation(source: str, depth: Depth) -> Verdict:
-                if cancel:  # in a job, from the thread that handles the cancel: the same state
-                    referee.cancel()
-                raise OSError(errno.EBADF, "Bad file descriptor")
-            return evaluation
+        def closed(source: str, depth: Depth) -> Verdict:
+            raise OSError(errno.EBADF, "Bad file descriptor")
 
-        monkeypatch.setattr(referee, "_evaluate", closed_under_it(cancel=False))
+        def cancelled_then_closed(source: str, depth: Depth) -> Verdict:
+            referee.cancel()  # in a job, from the thread that handles the cancel: the same state
+            return closed(source, depth)
+
+        monkeypatch.setattr(referee, "_evaluate", closed)
         with pytest.raises(OSError):
             referee.evaluate("x = 1")
-        monkeypatch.setattr(referee, "_evaluate", closed_under_it(cancel=True))
+        monkeypatch.setattr(referee, "_evaluate", cancelled_then_closed)
         verdict = referee.evaluate("x = 1")
     assert (verdict.status, verdict.error_kind, verdict.message) == (Status.ERROR, ErrorKind.CANCELLED,
                                                                       CANCELLED_MESSAGE)
