@@ -14,7 +14,7 @@ import secrets
 
 from harness.channel import ChannelClosed, ChannelTimeout
 from harness.options import HarnessOptions
-from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
+from harness.problemsandbox import compiler_cache_dir, compiler_cache_env, limit_message, problem_sandbox_spec
 from harness.protocol import StartFailed
 from harness.protocol.model import ProfileModelReply, ProfileModelRequest
 from harness.sandbox import SandboxProcess
@@ -89,8 +89,7 @@ def profile_model(problem: Problem, target: Target | str, options: HarnessOption
     caches.mkdir(parents=True, exist_ok=True)
     spec = problem_sandbox_spec("model", workdir, options, target, namespaces=("user", "mount", "net", "pid"),
                                 writable=(caches,),
-                                extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                                           "TRITON_CACHE_DIR": str(caches / "triton")})
+                                extra_env=compiler_cache_env(caches))
     request = ProfileModelRequest(problem=problem, target=target, init_seed=derive_seed(secret, "init"),
                                   input_seed=derive_seed(secret, "trial:0"), compile_gains=compile_gains,
                                   profile_calls=max(1, profile_calls), timing=options.timing)

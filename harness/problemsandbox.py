@@ -21,7 +21,7 @@ from harness.sandbox import ALWAYS_HIDDEN, ExitCode, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
-__all__ = ["compiler_cache_dir", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
+__all__ = ["compiler_cache_dir", "compiler_cache_env", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
            "problem_sandbox_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
@@ -83,6 +83,17 @@ def compiler_cache_dir(options: HarnessOptions, problem_sha256: str) -> Path:
     """The inductor and Triton caches of one problem (its content's hash): ``torch.compile`` of the
     baselines writes there, and no other problem's reference ever loads it."""
     return options.cache_dir / "problem-caches" / problem_sha256[:32]
+
+
+def compiler_cache_env(caches: Path) -> dict[str, str]:
+    """The environment of a sandbox whose ``torch.compile`` uses ``caches`` (`compiler_cache_dir`).
+
+    Inductor's precompiled header for CPU kernels is off: torch keeps it under the temporary
+    directory (a sandbox's own, empty at each start) and builds it before it looks a kernel up in
+    the cache, so a warm ``torch.compile`` baseline cost ~5 CPU-s more in every new sandbox, and a
+    cold one is no faster with it (benchmarks/results/test_suite_dev2core.md)."""
+    return {"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton"),
+            "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}
 
 
 def problem_sandbox_spec(role: str, workdir: Path, options: HarnessOptions, target: Target, *,

@@ -28,7 +28,7 @@ from harness.meter.clock import Calibration
 from harness.meter.drive import CallPlan, MeteredRun, drive
 from harness.meter.noise import timing_of
 from harness.options import HarnessOptions
-from harness.problemsandbox import compiler_cache_dir, limit_message, problem_sandbox_spec
+from harness.problemsandbox import compiler_cache_dir, compiler_cache_env, limit_message, problem_sandbox_spec
 from harness.progress import StageReporter
 from harness.protocol import OpFailed, StartFailed, read_reply
 from harness.protocol.meter import MeterEnd, Metering
@@ -173,8 +173,7 @@ class ReferenceClient:
         spec = problem_sandbox_spec(
             "reference", workdir, self.options, self.target, namespaces=namespaces,
             visible=(self._pool.runs_root,), writable=(caches,),
-            extra_env={"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                       "TRITON_CACHE_DIR": str(caches / "triton")})
+            extra_env=compiler_cache_env(caches))
         meter = install_meter(self.options.builds_dir, workdir)
         process = self._pool.started(SandboxProcess(spec, sandbox=self.options.sandbox))
         devices = self._device_record()

@@ -19,6 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness import HarnessOptions
+from harness.problemsandbox import compiler_cache_dir, compiler_cache_env
+from problems import load_problem
 from tests.support.cli import KERNELLOOP, Embedded, api_env, run
 from tests.support.dashboard import SEED_PROBLEM
 
@@ -83,12 +86,15 @@ def test_submit_watch_replay_against_kernelloop_up(embedded: Embedded, tmp_path:
         assert again["baselines"]["eager_ms"] == stored["baselines"]["eager_ms"]
         assert "baselines from this machine's cache" in reused.stderr
 
-    # --export: a standalone file that runs on its own (torch only, outside the repository).
+    # --export: a standalone file that runs on its own (torch only, outside the repository). Its
+    # torch.compile finds the inductor cache the replay's reference wrote, as on a user's machine.
     extensions = harness_cache / "torch-extensions-export"  # the build is kept with the shared cache
+    inductor = compiler_cache_env(compiler_cache_dir(HarnessOptions(cache_dir=harness_cache),
+                                                     load_problem(SEED_PROBLEM).sha256))
     standalone = subprocess.run(
         [sys.executable, str(exported)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "PYTHONPATH": "", "CUDA_VISIBLE_DEVICES": "",
-             "TORCHINDUCTOR_CACHE_DIR": str(harness_cache / "inductor")},
+             **inductor},
     )
     assert standalone.returncode == 0, standalone.stdout[-3000:] + standalone.stderr[-3000:]
     assert "trial 0: pass" in standalone.stdout and "correct on cpu" in standalone.stdout, standalone.stdout
