@@ -21,8 +21,8 @@ from harness.sandbox import ALWAYS_HIDDEN, ExitCode, visible_under_run
 from harness.sandboxspec import ResourceLimits, SandboxSpec
 from vocabulary.evaluation import Target
 
-__all__ = ["compiler_cache_dir", "compiler_cache_env", "cpu_seconds_limit", "limit_message", "memory_limit_mb", "memory_limits",
-           "problem_sandbox_spec", "process_limit"]
+__all__ = ["compiler_cache_dir", "compiler_cache_env", "cpu_seconds_limit", "limit_message", "memory_limit_mb",
+           "memory_limits", "problem_sandbox_spec", "process_limit"]
 
 #: Substrings of an error that mean "out of memory" (Python, torch's allocator, the C++ runtime).
 _MEMORY_ERRORS = ("MemoryError", "Cannot allocate memory", "can't allocate memory", "std::bad_alloc",
