@@ -7,14 +7,16 @@ problem sandboxes come from their exit status or their error text."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from harness import HarnessOptions
-from harness.problemsandbox import limit_message, problem_sandbox_spec
+from harness.problemsandbox import compiler_cache_env, limit_message, problem_sandbox_spec
 from harness.sandbox import _interpreter_paths, host_private_paths
 from harness.sandboxspec import REPO_ROOT
 from vocabulary.evaluation import Target
@@ -64,3 +66,15 @@ def test_limits_are_named(tmp_path: Path, exit_code: int | None, errors: str, ex
     spec = problem_sandbox_spec("reference", tmp_path / "w", options, Target.CPU, namespaces=())
     message = limit_message(spec, exit_code, errors)
     assert (message is None) if expected is None else (expected in (message or "")), message
+
+
+def test_torch_reads_the_compiler_environment_of_a_problem_sandbox(tmp_path: Path) -> None:
+    """The variables torch.compile's caches are steered by keep their names in the installed torch:
+    the problem's own inductor cache, and no precompiled header (torch would build one in every new
+    sandbox's empty temporary directory before looking a kernel up: ~5 CPU-s a warm baseline)."""
+    env = {**os.environ, **compiler_cache_env(tmp_path / "caches")}
+    read = subprocess.run(
+        [sys.executable, "-c", "from torch._inductor import config; from torch._inductor.runtime.cache_dir_utils "
+                               "import cache_dir; print(cache_dir(), config.cpp_cache_precompile_headers)"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert read.stdout.split() == [str(tmp_path / "caches" / "inductor"), "False"], read.stderr[-2000:]
