@@ -90,7 +90,7 @@ def compiler_cache_env(caches: Path) -> dict[str, str]:
 
     Inductor's precompiled header for CPU kernels is off: torch keeps it under the temporary
     directory (a sandbox's own, empty at each start) and builds it before it looks a kernel up in
-    the cache, so a warm ``torch.compile`` baseline cost ~5 CPU-s more in every new sandbox, and a
+    the cache, so a warm ``torch.compile`` baseline cost ~8 CPU-s more in every new sandbox, and a
     cold one is no faster with it (benchmarks/results/test_suite_dev2core.md)."""
     return {"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton"),
             "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0"}

@@ -71,7 +71,7 @@ def test_limits_are_named(tmp_path: Path, exit_code: int | None, errors: str, ex
 def test_torch_reads_the_compiler_environment_of_a_problem_sandbox(tmp_path: Path) -> None:
     """The variables torch.compile's caches are steered by keep their names in the installed torch:
     the problem's own inductor cache, and no precompiled header (torch would build one in every new
-    sandbox's empty temporary directory before looking a kernel up: ~5 CPU-s a warm baseline)."""
+    sandbox's empty temporary directory before looking a kernel up: ~8 CPU-s a warm baseline)."""
     env = {**os.environ, **compiler_cache_env(tmp_path / "caches")}
     read = subprocess.run(
         [sys.executable, "-c", "from torch._inductor import config; from torch._inductor.runtime.cache_dir_utils "
