@@ -57,9 +57,10 @@ test-suite: setup
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m compileall -qq -j0 $(PACKAGES) tests benchmarks
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -m "not gpu and not examples" -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
-## Every bundled level-1 example's CPU kernel through the referee (`make test` runs two of them).
+## Every bundled level-1 example's CPU kernel through the referee (`make test` runs two of them),
+## and the admission of every bundled problem (`make test` admits seven).
 test-examples: setup
-	$(PY) -m pytest -m examples -q tests/examples
+	$(PY) -m pytest -m examples -q tests/examples tests/problems/test_admission.py
 
 ## On a GPU machine: the harness's GPU tests (torch + pytest only), one file after another: timing
 ## tests that share the GPU with each other (pytest-xdist) measure each other's kernels.

@@ -1,4 +1,5 @@
-"""Every bundled problem passes admission on the CPU target; broken problems are refused with a reason."""
+"""Every bundled problem passes admission on the CPU target (`make test` admits seven, `make test-examples`
+the rest); broken problems are refused with a reason."""
 
 from __future__ import annotations
 
@@ -30,12 +31,21 @@ def get_init_inputs():
 '''
 
 
+#: The bundled problems `make test` admits, one sandbox each: a plain one, bf16, one without extra
+#: shapes, both seed problems (train mode, an inert weight, eval mode) and the largest of level 3.
+#: The others are admitted by `make test-examples`; tests/problems/test_bundled.py runs every one
+#: in `make test` (in one process: its forward, determinism, inputs and weights that matter, time).
+IN_MAKE_TEST = {"level1/softmax", "level1/matmul_bf16", "level1/max_reduction", "level2/conv_tanh_scale_bias_maxpool",
+                "level2/conv_bn_scale_train", "level2/conv_bn_scale_eval", "level3/transformer_block"}
+
+
 @pytest.fixture(scope="module")
 def options(harness_cache: Path) -> HarnessOptions:
     return HarnessOptions(cache_dir=harness_cache, secret_seed=7)
 
 
-@pytest.mark.parametrize("problem", bundled_problems(), ids=lambda p: p.id)
+@pytest.mark.parametrize("problem", [
+    pytest.param(p, id=p.id, marks=() if p.id in IN_MAKE_TEST else pytest.mark.examples) for p in bundled_problems()])
 def test_bundled_problem_is_admitted_on_cpu(problem, options: HarnessOptions) -> None:
     report = admit(problem, "cpu", options)
     assert report.admitted, report.reasons
