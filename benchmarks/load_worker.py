@@ -3,7 +3,8 @@
 ``python -m benchmarks.load_worker embedded`` is ``python -m worker.embedded`` (what ``kernelloop
 up`` starts), ``python -m benchmarks.load_worker celery`` is ``kernelloop worker --queue cpu``
 (Celery, solo pool, concurrency 1): the same classes and options, only the ``agent`` argument
-differs. Settings come from ``KERNELLOOP_*`` as in production.
+differs, and the Celery worker warms no header (nothing here compiles; the embedded one's warm-up is
+in ``worker.embedded``'s entry point, not used here). Settings come from ``KERNELLOOP_*`` as in production.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def embedded() -> None:
 
 
 def celery(name: str) -> None:
-    settings = load_settings()
+    # The double compiles nothing: a worker's header warm-up would only take the CPU from the run
+    # being measured (and build a header into the run's throwaway cache).
+    settings = load_settings().model_copy(update={"warm_headers": False})
     app = create_worker_app(settings, target=Target.CPU, run_agent=load_double.run_job,
                             referee_factory=load_double.DoubleReferee)
     app.worker_main(["worker", "--queues", "cpu", "--concurrency", "1", "--pool", "solo", "--hostname",

@@ -3,7 +3,10 @@
 `CompileClient.compile` imports a candidate in a compile sandbox with no GPU visible; the builds it
 lacks go to a private staging directory and are published once the sandbox has exited (the cache
 is read-only to it: its import-time code is the candidate's). A ``load_inline`` of plain data is
-delegated to a builder sandbox that runs trusted code only (`_build_for`). Precompiled torch headers
+delegated to a builder sandbox that runs trusted code only (`_build_for`); a request the builder's
+compiler refused is answered again from memory for the rest of the Referee's life (the agent often
+sends the same broken extension with another ``forward``, or checks the source it just failed to
+compile). Precompiled torch headers
 are built only by trusted warm-up sandboxes (`warm_headers`), never published from a candidate's.
 The compile sandbox's reply is read where it enters: a malformed one fails the compile.
 Standard library only.
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from harness.buildcache import build_directory, publish_staged
+from harness.buildcache import build_directory, is_source_error, publish_staged
 from harness.buildcache.copies import current_pch_entries
 from harness.buildcache.records import BuildAnswer
 from harness.channel import ChannelClosed, ChannelTimeout
@@ -79,6 +82,8 @@ class CompileClient:
         #: Lazy builds answered, by their request's digest; the builder kept for an attempt's.
         self._lazy_answers: dict[str, BuildAnswer] = {}
         self._lazy_builder: StartedSandbox | None = None
+        #: The builder's answers that its compiler refused the source, by the request's digest.
+        self._refused_sources: dict[str, BuildAnswer] = {}
 
     def compile(self, source: str) -> CompileResult:
         """Import the candidate with no GPU visible, building its extensions into the cache.
@@ -210,6 +215,8 @@ class CompileClient:
                         delegated += 1
                         if delegated > _MAX_DELEGATED_BUILDS:
                             answer = BuildAnswer(ok=False, log=f"more than {_MAX_DELEGATED_BUILDS} extensions")
+                        elif (refused := self._refused_before(delegation.request)) is not None:
+                            answer = refused
                         else:
                             builder = builder or self._pool.take(SandboxRole.BUILDER)
                             answer = self._build_for(builder, delegation.request, started + timeout)
@@ -249,11 +256,13 @@ class CompileClient:
         is the caller's."""
         if request is None:
             return BuildAnswer(ok=False, log="malformed build request")
-        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        digest = _request_digest(request)
         known = self._lazy_answers.get(digest)
         if known is not None and known.record is not None and known.key is not None and build_directory(
                 self.options.builds_dir, known.record.name, known.key, trusted=True).is_dir():
             return replace(known, seconds=0.0, record=replace(known.record, cached=True, seconds=0.0))
+        if (refused := self._refused_before(request)) is not None:
+            return refused
         self._pool.builder_wanted = True  # the next attempt's builder, started ahead
         if self._lazy_builder is not None and self._lazy_builder.process.exit_code() is not None:
             self.release_builder()
@@ -297,6 +306,25 @@ class CompileClient:
             return BuildAnswer(ok=False, log=f"the build process died ({builder.process.describe_exit()})\n{log}")
         publish_staged(staging, self.options.builds_dir, pch=False, objects=True, trusted=True)
         try:
-            return BuildAnswer.from_dict(raw)
+            answer = BuildAnswer.from_dict(raw)
         except WireError as exc:
             return BuildAnswer(ok=False, log=f"the build process sent a malformed answer: {exc}")
+        if not answer.ok and is_source_error(answer.log):
+            self._refused_sources[_request_digest(build)] = answer
+        return answer
+
+    def _refused_before(self, request: JsonObject | None) -> BuildAnswer | None:
+        """The builder's answer to these very bytes, if its compiler refused them earlier in this
+        Referee (no builder is started for it); None otherwise."""
+        if request is None:
+            return None
+        refused = self._refused_sources.get(_request_digest(request))
+        if refused is None:
+            return None
+        record = replace(refused.record, seconds=0.0) if refused.record is not None else None
+        return replace(refused, seconds=0.0, record=record)
+
+
+def _request_digest(request: JsonObject) -> str:
+    """A build request's identity: its arguments, as the builder computes its key from them."""
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()

@@ -60,7 +60,7 @@ standard library only.
 """
 
 from harness.buildcache.cache import BuildCache
-from harness.buildcache.compiler import BuildError, parse_ptxas, trim_compiler_errors
+from harness.buildcache.compiler import BuildError, is_source_error, parse_ptxas, trim_compiler_errors
 from harness.buildcache.copies import build_directory, copy_build, publish_staged
 from harness.buildcache.flags import builder_refusal, normalise_header_flags
 from harness.buildcache.layout import TRUSTED_DIR
@@ -68,6 +68,6 @@ from harness.buildcache.pch import _first_line_includes_torch, build_pch
 
 __all__ = [
     "TRUSTED_DIR", "BuildCache", "BuildError", "_first_line_includes_torch", "build_directory", "build_pch",
-    "builder_refusal", "copy_build", "normalise_header_flags", "parse_ptxas", "publish_staged",
+    "builder_refusal", "copy_build", "is_source_error", "normalise_header_flags", "parse_ptxas", "publish_staged",
     "trim_compiler_errors",
 ]

@@ -41,6 +41,18 @@ _ERROR_LINE = re.compile(
 )
 
 
+#: What a log shows when the compiler was stopped rather than refusing the source (memory or
+#: process limits, a full disk, a signal): such a failure may not recur, so it is never remembered.
+_INTERRUPTED = re.compile(r"internal compiler error|killed|signal|memory exhausted|out of memory|cannot allocate"
+                          r"|no space left|resource temporarily unavailable|timed out", re.IGNORECASE)
+
+
+def is_source_error(log: str) -> bool:
+    """Whether a failed build's ``log`` is the compiler refusing the source (an ``error`` line, and
+    no sign that the compiler was interrupted): the same bytes fail the same way again."""
+    return any(_ERROR_LINE.match(line.strip()) for line in log.splitlines()) and not _INTERRUPTED.search(log)
+
+
 _PATH = re.compile(r"(?:/[^\s:()'\"]+)+/([^/\s:()'\"]+\.(?:cpp|cc|cu|cuh|h|hpp|o|so))")
 
 
