@@ -3,7 +3,8 @@
 The fast candidates are the examples themselves. The wrong and slow ones are those examples with a
 different docstring and ``forward``; their extension sources stay byte-identical, so the harness's
 build cache serves them without a compile. Each compile error is a small first draft with its own
-extension name (a failed build is never cached, so each costs one real compile: keep them few).
+extension name (a failed build is remembered only within one job's referee, so each job's compile
+error costs one real compile: keep them few).
 """
 
 from __future__ import annotations
